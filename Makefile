@@ -1,0 +1,51 @@
+# `make run` and `make test` install what is missing first, so a fresh Debian 12 machine
+# needs nothing but these two commands (as root).
+VENV      := .venv
+PY        := $(VENV)/bin/python
+# bcc's Python module only exists as Debian's python3-bpfcc, built for Debian's python3:
+# the venv is made from /usr/bin/python3 with --system-site-packages so it can import it.
+SYSPY     := /usr/bin/python3
+APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
+             tmux librsvg2-bin sudo gcc
+KTOP_LINK := /usr/local/bin/ktop
+
+.PHONY: all setup deps run test lint bench screenshots clean
+
+all: setup
+
+setup: deps $(VENV)/.installed $(KTOP_LINK)
+
+deps:
+	@missing=""; for p in $(APT_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(SYSPY) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@$(PY) -c "import bcc" || { echo "bcc is not importable from $(VENV): is python3-bpfcc installed?"; exit 1; }
+	@touch $@
+
+# `sudo ktop` must work: sudo's secure_path includes /usr/local/bin.
+$(KTOP_LINK): $(VENV)/.installed
+	ln -sfn $(CURDIR)/$(VENV)/bin/ktop $(KTOP_LINK)
+
+run: setup
+	$(VENV)/bin/ktop $(ARGS)
+
+test: setup
+	$(PY) -m ruff check ktop tests bench
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/overhead.py
+
+screenshots: setup
+	$(PY) bench/screenshots.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,74 @@
+/* Hot kernel functions: a cpu-clock perf event on every CPU counts samples in the kernel by
+ * (pid, kernel stack, user stack). User space drains one generation of maps while the
+ * program fills the other, then clears the drained stack map, so it never fills up. */
+#include <uapi/linux/ptrace.h>
+#include <uapi/linux/bpf_perf_event.h>
+#include <linux/sched.h>
+#include "ktop.h"
+
+#ifndef COUNTS_ENTRIES
+#define COUNTS_ENTRIES 16384
+#endif
+#ifndef STACK_ENTRIES
+#define STACK_ENTRIES 8192
+#endif
+
+BPF_ARRAY(generation, u32, 1);
+BPF_HASH(counts_0, struct cpu_key, u64, COUNTS_ENTRIES);
+BPF_HASH(counts_1, struct cpu_key, u64, COUNTS_ENTRIES);
+BPF_STACK_TRACE(stacks_0, STACK_ENTRIES);
+BPF_STACK_TRACE(stacks_1, STACK_ENTRIES);
+BPF_PERCPU_ARRAY(lost, u64, CPU_LOST_NR);
+
+static __always_inline void count_lost(int reason)
+{
+	u64 *n = lost.lookup(&reason);
+	if (n)
+		(*n)++;
+}
+
+static __always_inline void count_stack_error(int err, int collision, int full)
+{
+	if (err == -EEXIST)
+		count_lost(collision);
+	else if (err == -ENOMEM)
+		count_lost(full);
+}
+
+int on_cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	u32 zero = 0, *gen = generation.lookup(&zero);
+	u32 g = gen ? *gen : 0;
+	struct cpu_key key = {};
+
+	key.pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+	if (g == 0) {
+		key.kstack = stacks_0.get_stackid(ctx, 0);
+		key.ustack = key.pid ? stacks_0.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
+	} else {
+		key.kstack = stacks_1.get_stackid(ctx, 0);
+		key.ustack = key.pid ? stacks_1.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
+	}
+	count_stack_error(key.kstack, CPU_LOST_KSTACK_COLLISION, CPU_LOST_KSTACK_FULL);
+	count_stack_error(key.ustack, CPU_LOST_USTACK_COLLISION, CPU_LOST_USTACK_FULL);
+	/* Written out per map: bcc rewrites map references only in method-call form. */
+	u64 one = 1, *n;
+	int err;
+	if (g == 0) {
+		n = counts_0.lookup(&key);
+		err = n ? 0 : counts_0.insert(&key, &one);
+		if (err == -EEXIST)	/* another CPU inserted it first */
+			n = counts_0.lookup(&key);
+	} else {
+		n = counts_1.lookup(&key);
+		err = n ? 0 : counts_1.insert(&key, &one);
+		if (err == -EEXIST)
+			n = counts_1.lookup(&key);
+	}
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else if (err && err != -EEXIST)
+		count_lost(CPU_LOST_COUNTS_FULL);
+	return 0;
+}

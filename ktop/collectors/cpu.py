@@ -1,0 +1,157 @@
+"""Kernel stack sampling: bpf/cpu.bpf.c on a cpu-clock perf event, drained every interval."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from dataclasses import dataclass
+
+from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
+
+PROGRAM = "cpu.bpf.c"
+# Map names, as bpf/cpu.bpf.c declares them.
+MAP_GENERATION = "generation"
+MAP_COUNTS = ("counts_0", "counts_1")
+MAP_STACKS = ("stacks_0", "stacks_1")
+MAP_LOST = "lost"
+LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
+    "kstack_collision",
+    "kstack_map_full",
+    "ustack_collision",
+    "ustack_map_full",
+    "counts_map_full",
+)
+MAX_STACK_DEPTH = 127  # PERF_MAX_STACK_DEPTH: a stack this deep may have been cut
+
+
+@dataclass(frozen=True)
+class StackCount:
+    """One in-kernel counter as drained: addresses are innermost first."""
+
+    pid: int
+    comm: str
+    samples: int
+    kernel: tuple[int, ...]
+    user: tuple[int, ...]
+    user_mode: bool  # sampled while running user code: no kernel stack
+
+
+@dataclass(frozen=True)
+class CpuDrain:
+    start: float  # time.monotonic() of the interval's start
+    end: float
+    counts: tuple[StackCount, ...]
+    lost: dict[str, int]  # cumulative since start, by reason
+
+
+def _map_sizes(hz: int, cpus: int, interval_s: float) -> tuple[int, int]:
+    """Room for every sample of two intervals, so only pathological runs can lose any."""
+    per_interval = hz * cpus * interval_s
+    counts = min(max(4096, int(per_interval * 2)), 262144)
+    stacks = min(max(4096, int(per_interval * 2)), 65536)
+    return counts, stacks
+
+
+class CpuSampler:
+    pane = "functions"
+
+    def __init__(self, hz: int = 99, interval_s: float = 1.0) -> None:
+        self.hz = hz
+        self.cpus = os.cpu_count() or 1
+        self._interval_s = interval_s
+        self._bpf = None
+        self._generation = 0
+        self._last = 0.0
+        self._stack_missing = 0
+
+    def start(self) -> None:
+        counts, stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
+        self._bpf = compile_program(
+            PROGRAM,
+            [f"-DCOUNTS_ENTRIES={counts}", f"-DSTACK_ENTRIES={stacks}"],
+            {"on_cpu_sample": "PERF_EVENT"},
+        )
+        bcc = import_bcc()
+        try:
+            self._bpf.attach_perf_event(
+                ev_type=bcc.PerfType.SOFTWARE,
+                ev_config=bcc.PerfSWConfig.CPU_CLOCK,
+                fn_name=b"on_cpu_sample",
+                sample_freq=self.hz,
+                cpu=-1,
+            )
+        except Exception as e:
+            self.close()
+            raise Unavailable(f"cannot attach the cpu-clock perf event: {e}") from None
+        self._last = time.monotonic()
+
+    def drain(self) -> CpuDrain:
+        """Swap map generations, then read and empty the one the program just left."""
+        assert self._bpf is not None, "start() first"
+        old = self._generation
+        self._generation ^= 1
+        gen_map = self._bpf[MAP_GENERATION]
+        gen_map[gen_map.Key(0)] = gen_map.Leaf(self._generation)
+        end = time.monotonic()
+        time.sleep(0.001)  # let a sample that read the old generation finish writing it
+        counts_map = self._bpf[MAP_COUNTS[old]]
+        stacks_map = self._bpf[MAP_STACKS[old]]
+        stacks: dict[int, tuple[int, ...]] = {}
+
+        def walk(stack_id: int) -> tuple[int, ...]:
+            if stack_id < 0:
+                return ()
+            if stack_id not in stacks:
+                try:
+                    stacks[stack_id] = tuple(stacks_map.walk(stack_id))
+                except KeyError:
+                    self._stack_missing += 1
+                    stacks[stack_id] = ()
+            return stacks[stack_id]
+
+        rows = []
+        for key, value in _drain_hash(counts_map):
+            samples = int(getattr(value, "value", value))
+            rows.append(
+                StackCount(
+                    pid=key.pid,
+                    comm=key.comm.decode(errors="replace"),
+                    samples=samples,
+                    kernel=walk(key.kstack),
+                    user=walk(key.ustack),
+                    user_mode=key.kstack == -errno.EFAULT,
+                )
+            )
+        stacks_map.clear()
+        drain = CpuDrain(self._last, end, tuple(rows), self.lost())
+        self._last = end
+        return drain
+
+    def lost(self) -> dict[str, int]:
+        assert self._bpf is not None
+        lost_map = self._bpf[MAP_LOST]
+        totals = {name: 0 for name in LOST_NAMES}
+        for index, name in enumerate(LOST_NAMES):
+            totals[name] = sum(int(v) for v in lost_map[lost_map.Key(index)])
+        totals["stack_missing"] = self._stack_missing
+        return totals
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+
+
+def _drain_hash(table) -> list:
+    """Batch lookup-and-delete (one syscall per batch); per-key fallback on old kernels."""
+    try:
+        return list(table.items_lookup_and_delete_batch())
+    except Exception:
+        items = list(table.items())
+        for key, _ in items:
+            try:
+                del table[key]
+            except KeyError:
+                pass
+        return items

@@ -1,0 +1,212 @@
+"""The Snapshot: immutable data every pane renders from.
+
+Collectors produce it, widgets, the snapshot writer and the tests consume it. Nothing here
+imports bcc or Textual, so the UI can be driven from recorded data without root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+# Pane names, used as keys of Snapshot.unavailable and in --drill.
+PANE_FUNCTIONS = "functions"
+PANE_LOCKS = "locks"
+PANE_BLOCKIO = "blockio"
+PANE_PROCESSES = "processes"
+PANES = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
+
+
+@dataclass(frozen=True)
+class UserFrame:
+    """A user-space frame, symbolized while its process was alive."""
+
+    symbol: str  # "main+0x1a", "[unknown]" (stripped) or hex
+    module: str  # mapped file path, or "[unknown]"
+
+
+@dataclass(frozen=True)
+class StackSample:
+    """Samples of one (pid, kernel stack, user stack) taken by the CPU sampler."""
+
+    pid: int
+    comm: str
+    samples: int
+    frames: tuple[str, ...]  # kernel frames "symbol+0xoff", innermost first
+    modules: tuple[str, ...] = ()  # module of each kernel frame ("[kernel.kallsyms]", "[ext4]")
+    user_frames: tuple[UserFrame, ...] = ()  # innermost first, below the kernel frames
+    truncated: bool = False  # deeper than the collected depth
+    idle: bool = False  # the idle task inside an idle function
+
+
+@dataclass(frozen=True)
+class HotFunction:
+    symbol: str
+    module: str
+    samples: int
+    percent: float  # samples / (hz x window x cpus) x 100: a share of the machine's CPU time
+    idle: bool = False
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Share of CPU time from /proc/stat over the window (exact accounting, not samples)."""
+
+    user: float = 0.0  # user + nice
+    kernel: float = 0.0  # system + irq + softirq
+    idle: float = 0.0  # idle + iowait
+    steal: float = 0.0
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    sample_hz: int
+    cpus: int
+    window_s: float  # the span the samples were taken in
+    cumulative: bool
+    total_samples: int
+    idle_samples: int
+    kernel_samples: int
+    user_samples: int
+    lost: Mapping[str, int]
+    functions: tuple[HotFunction, ...]  # every function, idle ones flagged; sorted by samples
+    stacks: tuple[StackSample, ...]
+    times: CpuTimes = field(default_factory=CpuTimes)
+
+    @property
+    def expected_samples(self) -> int:
+        return round(self.sample_hz * self.window_s * self.cpus)
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    pid: int
+    comm: str
+    user: str
+    state: str  # one letter as in top: R S D Z T I
+    cpu_percent: float  # 100 = one CPU
+    sys_percent: float
+    threads: int
+    rss_bytes: int
+    cmdline: str = ""
+
+
+@dataclass(frozen=True)
+class LockStack:
+    frames: tuple[str, ...]
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int = 0
+
+
+@dataclass(frozen=True)
+class LockCaller:
+    caller: str
+    type: str
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int
+    min_wait_ns: int
+    stacks: tuple[LockStack, ...] = ()
+    hist_ns: tuple[tuple[int, int, int], ...] = ()  # (low_ns, high_ns, count), log2 buckets
+    tasks: tuple[tuple[int, str, int, int], ...] = ()  # (pid, comm, contended, total_wait_ns)
+
+    @property
+    def avg_wait_ns(self) -> int:
+        return self.total_wait_ns // self.contended if self.contended else 0
+
+
+@dataclass(frozen=True)
+class LockAddress:
+    address: str  # "0xffff..."
+    symbol: str  # kallsyms name for global locks, "" otherwise
+    type: str
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int = 0
+
+
+@dataclass(frozen=True)
+class LockTask:
+    pid: int
+    comm: str
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int = 0
+
+
+@dataclass(frozen=True)
+class LockProfile:
+    events: int
+    lost: Mapping[str, int]
+    callers: tuple[LockCaller, ...]
+    locks: tuple[LockAddress, ...]
+    tasks: tuple[LockTask, ...]
+    window_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class DiskStats:
+    disk: str
+    major: int
+    minor: int
+    reads: int
+    writes: int
+    read_bytes: int
+    write_bytes: int
+    avg_lat_ms: float
+    hist_us: tuple[tuple[int, int, int], ...] = ()  # (low_us, high_us, count)
+
+
+@dataclass(frozen=True)
+class IoProcess:
+    pid: int
+    comm: str
+    disk: str
+    major: int
+    minor: int
+    rw: str  # "R" or "W"
+    requests: int
+    bytes: int
+    avg_lat_ms: float
+    avg_queue_ms: float
+    stacks: tuple[tuple[tuple[str, ...], int], ...] = ()  # (kernel frames, requests)
+    hist_us: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class IoRequest:
+    time_s: float  # seconds since ktop started
+    comm: str
+    pid: int
+    disk: str
+    rw: str
+    sector: int
+    bytes: int
+    queue_ms: float
+    lat_ms: float
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    lost: Mapping[str, int]
+    disks: tuple[DiskStats, ...]
+    processes: tuple[IoProcess, ...]
+    requests: tuple[IoRequest, ...]  # newest first
+    window_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    ktop_version: str
+    kernel: str
+    hostname: str
+    taken_at: float  # unix time
+    duration_s: float  # the window the data covers
+    headers: str  # which kernel headers BPF was compiled against
+    cpu: CpuProfile | None
+    processes: tuple[ProcessRow, ...]
+    locks: LockProfile | None = None
+    blockio: BlockProfile | None = None
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
+    paused: bool = False

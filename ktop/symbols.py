@@ -1,0 +1,122 @@
+"""Kernel symbolization from /proc/kallsyms: parsed once, looked up by binary search."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
+
+# A kernel function is never this long: an address this far past the nearest symbol lies in
+# a gap (or past the end of text), and naming it after that symbol would be a lie.
+MAX_SYMBOL_SPAN = 256 * 1024
+
+# kallsyms markers that end a region rather than start a function.
+_END_MARKERS = ("_etext", "_end", "__end_", "__stop_", "_einittext")
+
+# Idle functions outside .cpuidle.text on some kernels, as perf's symbol__is_idle() lists them.
+IDLE_FUNCTIONS = frozenset(
+    {
+        "acpi_idle_do_entry", "acpi_processor_ffh_cstate_enter", "arch_cpu_idle",
+        "cpu_idle", "cpu_startup_entry", "default_idle", "do_idle", "idle_cpu",
+        "intel_idle", "intel_idle_ibrs", "mwait_idle", "native_safe_halt", "poll_idle",
+        "pv_native_safe_halt", "psw_idle", "ppc64_runlatch_off", "default_idle_call",
+        "cpuidle_enter_state", "cpuidle_idle_call", "arch_cpu_idle_enter", "halt",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    name: str
+    offset: int
+    module: str  # KERNEL_MODULE or "[ext4]", "[bpf]"
+
+    def __str__(self) -> str:
+        return f"{self.name}+{self.offset:#x}"
+
+
+class Kallsyms:
+    """A sorted table of kernel symbols with lookups both ways."""
+
+    def __init__(self, entries: list[tuple[int, str, str, str]]) -> None:
+        """entries: (address, type letter, name, module) in any order."""
+        entries = sorted((e for e in entries if e[0]), key=lambda e: e[0])
+        self._addresses = [e[0] for e in entries]
+        self._names = [e[2] for e in entries]
+        self._modules = [e[3] for e in entries]
+        self._by_name: dict[str, int] = {}
+        for address, _type, name, _module in entries:
+            self._by_name.setdefault(name, address)
+        self.hidden = not entries  # kptr_restrict shows every address as 0
+
+    @classmethod
+    def from_text(cls, text: str) -> "Kallsyms":
+        entries = []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            try:
+                address = int(parts[0], 16)
+            except ValueError:
+                continue
+            module = parts[3] if len(parts) > 3 else KERNEL_MODULE
+            if module != KERNEL_MODULE:
+                module = module if module.startswith("[") else f"[{module}]"
+            entries.append((address, parts[1], parts[2], module))
+        return cls(entries)
+
+    @classmethod
+    def load(cls, path: str = "/proc/kallsyms") -> "Kallsyms":
+        with open(path, encoding="ascii", errors="replace") as f:
+            return cls.from_text(f.read())
+
+    def __len__(self) -> int:
+        return len(self._addresses)
+
+    def lookup(self, address: int) -> Resolved | None:
+        i = bisect.bisect_right(self._addresses, address) - 1
+        if i < 0:
+            return None
+        name = self._names[i]
+        offset = address - self._addresses[i]
+        if offset > MAX_SYMBOL_SPAN or name.startswith(_END_MARKERS):
+            return None
+        return Resolved(name, offset, self._modules[i])
+
+    def format(self, address: int) -> str:
+        """'symbol+0xoff', or the bare hex address when nothing covers it."""
+        resolved = self.lookup(address)
+        return str(resolved) if resolved else f"{address:#x}"
+
+    def address_of(self, name: str) -> int | None:
+        return self._by_name.get(name)
+
+    def range_of(self, start: str, end: str) -> tuple[int, int] | None:
+        """The [start, end) range between two marker symbols, e.g. __lock_text_start/end."""
+        lo, hi = self.address_of(start), self.address_of(end)
+        if lo is None or hi is None or hi <= lo:
+            return None
+        return lo, hi
+
+    def exact(self, address: int) -> str | None:
+        """The symbol at exactly this address (global locks are named by their variable)."""
+        i = bisect.bisect_left(self._addresses, address)
+        if i < len(self._addresses) and self._addresses[i] == address:
+            return self._names[i]
+        return None
+
+
+class IdleClassifier:
+    """Tells whether a leaf address is the CPU idling (hidden by default, as perf top can)."""
+
+    def __init__(self, kallsyms: Kallsyms) -> None:
+        self._kallsyms = kallsyms
+        self._range = kallsyms.range_of("__cpuidle_text_start", "__cpuidle_text_end")
+
+    def is_idle(self, address: int) -> bool:
+        if self._range and self._range[0] <= address < self._range[1]:
+            return True
+        resolved = self._kallsyms.lookup(address)
+        return bool(resolved and resolved.name in IDLE_FUNCTIONS)
