@@ -1,0 +1,5 @@
+import sys
+
+from ktop.cli import main
+
+sys.exit(main())

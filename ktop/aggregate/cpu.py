@@ -1,0 +1,171 @@
+"""Fold drained CPU samples into the hot-functions profile over a window of recent seconds."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
+from ktop.collectors.procstat import CpuTicks
+from ktop.model import CpuProfile, HotFunction, StackSample, UserFrame
+from ktop.symbols import IdleClassifier, Kallsyms
+
+# Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
+UserResolver = Callable[[int, Sequence[int]], list[UserFrame]]
+
+
+@dataclass(frozen=True)
+class _StackKey:
+    pid: int
+    comm: str
+    frames: tuple[str, ...]
+    modules: tuple[str, ...]
+    user_frames: tuple[UserFrame, ...]
+    truncated: bool
+    idle: bool
+    user_mode: bool
+
+
+@dataclass
+class _Interval:
+    duration_s: float
+    stacks: Counter
+    ticks: CpuTicks
+
+
+class CpuAggregator:
+    def __init__(
+        self,
+        kallsyms: Kallsyms,
+        hz: int,
+        cpus: int,
+        window_s: float = 5.0,
+        resolve_user: UserResolver | None = None,
+    ) -> None:
+        self._kallsyms = kallsyms
+        self._idle = IdleClassifier(kallsyms)
+        self.hz, self.cpus, self.window_s = hz, cpus, window_s
+        self._resolve_user = resolve_user
+        self._recent: deque[_Interval] = deque()
+        self._all = _Interval(0.0, Counter(), CpuTicks())
+        self._frame_cache: dict[int, tuple[str, str]] = {}
+        self._lost: dict[str, int] = {}
+
+    def _frame(self, address: int) -> tuple[str, str]:
+        cached = self._frame_cache.get(address)
+        if cached is None:
+            resolved = self._kallsyms.lookup(address)
+            cached = (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
+            if len(self._frame_cache) > 200_000:  # bounded over days of running
+                self._frame_cache.clear()
+            self._frame_cache[address] = cached
+        return cached
+
+    def add(self, drain: CpuDrain, ticks: CpuTicks) -> None:
+        stacks: Counter = Counter()
+        for row in drain.counts:
+            frames = [self._frame(a) for a in row.kernel]
+            user_frames: tuple[UserFrame, ...] = ()
+            if row.user and self._resolve_user and row.pid:
+                user_frames = tuple(self._resolve_user(row.pid, row.user))
+            key = _StackKey(
+                pid=row.pid,
+                comm=row.comm,
+                frames=tuple(f[0] for f in frames),
+                modules=tuple(f[1] for f in frames),
+                user_frames=user_frames,
+                truncated=len(row.kernel) >= MAX_STACK_DEPTH,
+                idle=row.pid == 0 and bool(row.kernel) and self._idle.is_idle(row.kernel[0]),
+                user_mode=row.user_mode,
+            )
+            stacks[key] += row.samples
+        interval = _Interval(drain.end - drain.start, stacks, ticks)
+        self._recent.append(interval)
+        while len(self._recent) > 1 and self._span(self._recent) - self._recent[0].duration_s >= self.window_s:
+            self._recent.popleft()
+        self._all.duration_s += interval.duration_s
+        self._all.stacks.update(stacks)
+        self._all.ticks = self._all.ticks + ticks
+        self._lost = dict(drain.lost)
+
+    @staticmethod
+    def _span(intervals: Iterable[_Interval]) -> float:
+        return sum(i.duration_s for i in intervals)
+
+    def profile(self, cumulative: bool = False) -> CpuProfile:
+        if cumulative:
+            window_s, stacks, ticks = self._all.duration_s, self._all.stacks, self._all.ticks
+        else:
+            window_s = self._span(self._recent)
+            stacks = Counter()
+            ticks = CpuTicks()
+            for interval in self._recent:
+                stacks.update(interval.stacks)
+                ticks = ticks + interval.ticks
+        return build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks, cumulative)
+
+
+def build_profile(
+    stacks: Counter,
+    window_s: float,
+    hz: int,
+    cpus: int,
+    lost: dict[str, int],
+    ticks: CpuTicks,
+    cumulative: bool,
+) -> CpuProfile:
+    expected = hz * window_s * cpus
+    by_function: Counter = Counter()
+    idle_functions: set[tuple[str, str]] = set()
+    total = idle = user = 0
+    for key, samples in stacks.items():
+        total += samples
+        if key.user_mode:
+            user += samples
+            continue
+        if key.idle:
+            idle += samples
+        if key.frames:
+            function = (key.frames[0].split("+", 1)[0], key.modules[0])
+            by_function[function] += samples
+            if key.idle:
+                idle_functions.add(function)
+    functions = tuple(
+        HotFunction(
+            symbol=symbol,
+            module=module,
+            samples=samples,
+            percent=100.0 * samples / expected if expected else 0.0,
+            idle=(symbol, module) in idle_functions,
+        )
+        for (symbol, module), samples in sorted(by_function.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    stack_rows = tuple(
+        StackSample(
+            pid=key.pid,
+            comm=key.comm,
+            samples=samples,
+            frames=key.frames,
+            modules=key.modules,
+            user_frames=key.user_frames,
+            truncated=key.truncated,
+            idle=key.idle,
+        )
+        for key, samples in sorted(stacks.items(), key=lambda kv: -kv[1])
+        if key.frames or key.user_frames
+    )
+    return CpuProfile(
+        sample_hz=hz,
+        cpus=cpus,
+        window_s=window_s,
+        cumulative=cumulative,
+        total_samples=total,
+        idle_samples=idle,
+        kernel_samples=total - idle - user,
+        user_samples=user,
+        lost=dict(lost),
+        functions=functions,
+        stacks=stack_rows,
+        times=ticks.shares(),
+    )

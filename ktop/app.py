@@ -1,0 +1,251 @@
+"""The Textual app: a header, four panes, a footer of keys. It renders Snapshots and knows
+nothing of bcc: `build_app` takes any data source, live collectors or recorded data."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import replace
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.message import Message
+from textual.widgets import Footer, Input
+from textual.worker import get_current_worker
+
+from ktop.engine import DataSource
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, PANE_PROCESSES, Snapshot
+from ktop.screens.help import HelpScreen, bindings_help
+from ktop.widgets.blockio import BlockIoPane
+from ktop.widgets.functions import FunctionsPane
+from ktop.widgets.header import HeaderBar
+from ktop.widgets.locks import LocksPane
+from ktop.widgets.pane import Display, Pane
+from ktop.widgets.processes import ProcessesPane
+from ktop.widgets.table import KeyedTable
+
+PANE_ORDER = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
+
+
+class SnapshotReady(Message):
+    """Posted by the collecting thread; a newer one replaces one not yet handled."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SnapshotReady)
+
+
+class KtopApp(App[None]):
+    CSS_PATH = "ktop.tcss"
+    TITLE = "ktop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("tab", "focus_pane_step(1)", "Next pane", show=False, priority=True),
+        Binding("shift+tab", "focus_pane_step(-1)", "Previous pane", show=False, priority=True),
+        Binding("1", "focus_pane('functions')", "Hot functions", show=False),
+        Binding("2", "focus_pane('locks')", "Lock contention", show=False),
+        Binding("3", "focus_pane('blockio')", "Block I/O", show=False),
+        Binding("4", "focus_pane('processes')", "Processes", show=False),
+        Binding("space", "pause", "Pause", priority=True),
+        Binding("i", "toggle_idle", "Idle rows"),
+        Binding("c", "toggle_cumulative", "Cumulative"),
+        Binding("v", "cycle_view", "View"),
+        Binding("less_than_sign", "sort(-1)", "Sort <", show=False),
+        Binding("greater_than_sign", "sort(1)", "Sort >", show=False),
+        Binding("slash", "filter", "Filter"),
+        Binding("z", "zoom", "Zoom"),
+        Binding("s", "save", "Save SVG"),
+    ]
+
+    def __init__(
+        self,
+        source: DataSource,
+        interval_s: float = 1.0,
+        show_idle: bool = False,
+        pid: int | None = None,
+        save_dir: str = ".",
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.interval_s = interval_s
+        self.display_settings = Display(show_idle=show_idle, pid=pid)
+        self.save_dir = save_dir
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self.zoomed: str | None = None
+        self.note = ""
+        self._stop = threading.Event()
+
+    # ---- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Grid(id="panes"):
+            yield FunctionsPane()
+            yield LocksPane()
+            yield BlockIoPane()
+            yield ProcessesPane()
+        yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.query_one(HeaderBar).show(None)
+        self.pane(PANE_FUNCTIONS).table.focus()
+        self.collect_loop()
+
+    def pane(self, name: str) -> Pane:
+        return self.query_one(f"#pane-{name}", Pane)
+
+    def focused_pane(self) -> Pane:
+        widget = self.focused
+        while widget is not None and not isinstance(widget, Pane):
+            widget = widget.parent
+        return widget if isinstance(widget, Pane) else self.pane(PANE_FUNCTIONS)
+
+    # ---- data ---------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="collect")
+    def collect_loop(self) -> None:
+        """The only thread that touches collectors; it hands the UI immutable snapshots."""
+        worker = get_current_worker()
+        try:
+            self.source.start()
+            next_at = time.monotonic() + self.interval_s
+            while not worker.is_cancelled and not self._stop.is_set():
+                if self._stop.wait(max(0.0, next_at - time.monotonic())):
+                    break
+                next_at += self.interval_s
+                self.post_message(SnapshotReady(self.source.collect()))
+        finally:
+            self.source.close()
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if self.paused:
+            return
+        self.snapshot = message.snapshot
+        self.refresh_panes()
+
+    def refresh_panes(self) -> None:
+        snapshot = self.snapshot
+        self.query_one(HeaderBar).show(snapshot, self.paused, self.note)
+        if snapshot is None:
+            return
+        with self.batch_update():
+            for name in PANE_ORDER:
+                self.pane(name).show(snapshot, self.display_settings)
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+
+    # ---- actions --------------------------------------------------------------------------
+
+    def action_quit(self) -> None:
+        self._stop.set()
+        self.exit()
+
+    def action_focus_pane(self, name: str) -> None:
+        if self.zoomed and self.zoomed != name:
+            self._set_zoom(name)
+        self.pane(name).table.focus()
+
+    def action_focus_pane_step(self, step: int) -> None:
+        current = PANE_ORDER.index(self.focused_pane().PANE)
+        self.action_focus_pane(PANE_ORDER[(current + step) % len(PANE_ORDER)])
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.query_one(HeaderBar).show(self.snapshot, self.paused, self.note)
+
+    def action_toggle_idle(self) -> None:
+        self.display_settings = replace(self.display_settings, show_idle=not self.display_settings.show_idle)
+        self.notify("idle rows shown" if self.display_settings.show_idle else "idle rows hidden")
+        self.refresh_panes()
+
+    def action_toggle_cumulative(self) -> None:
+        self.source.cumulative = not self.source.cumulative
+        self.notify(
+            "cumulative since start" if self.source.cumulative else "window of the last seconds"
+        )
+
+    def action_cycle_view(self) -> None:
+        pane = self.focused_pane()
+        view = pane.cycle_view(self.snapshot, self.display_settings)
+        self.notify(f"{pane.TITLE[2:]}: {view}")
+
+    def action_sort(self, step: int) -> None:
+        label = self.focused_pane().table.cycle_sort(step)
+        self.notify(f"sorted by {label}")
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = self.focused_pane().table.filter_text
+        box.display = True
+        self._filter_target = self.focused_pane()
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self._filter_target.table.set_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            event.input.display = False
+            self._filter_target.table.focus()
+            self.refresh_panes()
+
+    def on_key(self, event) -> None:
+        box = self.query_one("#filter", Input)
+        if event.key == "escape" and box.has_focus:
+            box.value = ""
+            box.display = False
+            self._filter_target.table.set_filter("")
+            self._filter_target.table.focus()
+            self.refresh_panes()
+            event.stop()
+
+    def action_zoom(self) -> None:
+        self._set_zoom(None if self.zoomed else self.focused_pane().PANE)
+
+    def _set_zoom(self, name: str | None) -> None:
+        self.zoomed = name
+        grid = self.query_one("#panes", Grid)
+        grid.set_class(name is not None, "zoomed")
+        for pane_name in PANE_ORDER:
+            self.pane(pane_name).display = name is None or pane_name == name
+
+    def action_help(self) -> None:
+        keys = bindings_help(list(self.BINDINGS)) + [
+            ("Up Down PgUp PgDn Home End", "move in the focused table"),
+            ("mouse", "click a row to select it"),
+        ]
+        self.push_screen(HelpScreen("ktop", keys))
+
+    def action_save(self) -> None:
+        from ktop.snapshot import SnapshotError, write_atomically  # noqa: PLC0415
+
+        name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")
+        path = os.path.join(self.save_dir, name)
+        try:
+            write_atomically(path, self.export_screenshot(title="ktop"))
+        except SnapshotError as e:
+            self.notify(str(e), severity="error", timeout=8)
+            return
+        self.notify(f"saved {os.path.abspath(path)}", timeout=8)
+
+
+def build_app(source: DataSource, **kwargs) -> KtopApp:
+    """The app factory: tests hand it recorded data, the CLI live collectors."""
+    return KtopApp(source, **kwargs)
+
+
+def all_tables(app: KtopApp) -> list[KeyedTable]:
+    return list(app.query(KeyedTable))

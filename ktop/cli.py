@@ -1,0 +1,161 @@
+"""`ktop`: the live TUI, or `ktop --snapshot FILE` headless."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+
+from ktop import __version__
+from ktop.engine import Options
+
+MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most machines anyway
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def _frequency(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_HZ:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_HZ} Hz, not {value}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a process id: {value}")
+    return value
+
+
+def _size(text: str) -> tuple[int, int]:
+    cols, sep, rows = text.lower().partition("x")
+    try:
+        size = (int(cols), int(rows))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected COLSxROWS like 160x50, not {text!r}") from None
+    if not sep or not (40 <= size[0] <= 1000 and 10 <= size[1] <= 500):
+        raise argparse.ArgumentTypeError(f"expected COLSxROWS from 40x10 to 1000x500, not {text!r}")
+    return size
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="ktop",
+        description="Live view of the Linux kernel: hot functions, lock contention, "
+        "block I/O and processes. Run as root.",
+    )
+    parser.add_argument("-F", "--frequency", type=_frequency, default=99, metavar="HZ",
+                        help="CPU sampling frequency in Hz (default 99)")
+    parser.add_argument("-d", "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
+                        help="refresh interval (default 1)")
+    parser.add_argument("-w", "--window", type=_positive_float, default=5.0, metavar="SECONDS",
+                        help="span of the live window (default 5)")
+    parser.add_argument("--cumulative", action="store_true",
+                        help="count since start instead of the recent window (key c)")
+    parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
+    parser.add_argument("-p", "--pid", type=_pid, metavar="PID",
+                        help="show only this process in every pane")
+    parser.add_argument("--snapshot", metavar="FILE",
+                        help="run headless and write FILE (.svg, .txt or .json), then exit")
+    parser.add_argument("--duration", type=_positive_float, default=3.0, metavar="SECONDS",
+                        help="how long --snapshot collects (default 3)")
+    parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
+                        help="screen size for --snapshot .svg/.txt (default 160x50)")
+    parser.add_argument("--version", action="version", version=f"ktop {__version__}")
+    args = parser.parse_args(argv)
+    if args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50)):
+        parser.error("--duration and --size go with --snapshot FILE")
+    return args
+
+
+def _options(args: argparse.Namespace) -> Options:
+    return Options(
+        hz=args.frequency,
+        interval_s=args.interval,
+        window_s=max(args.window, args.interval),
+        cumulative=args.cumulative,
+    )
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"ktop: {message}", file=sys.stderr)
+    return code
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signum)
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    from ktop.snapshot import SnapshotError, check_writable, run_snapshot, snapshot_format  # noqa: PLC0415
+
+    try:
+        snapshot_format(args.snapshot)
+        check_writable(args.snapshot)
+    except SnapshotError as e:
+        return _fail(str(e))
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        written = run_snapshot(
+            args.snapshot, _options(args), args.duration, args.size, show_idle=args.idle,
+            pid=args.pid,
+        )
+    except SnapshotError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        return _fail("interrupted; nothing written", 130)
+    print(f"ktop: wrote {written}", file=sys.stderr)
+    return 0
+
+
+def run_interactive(args: argparse.Namespace) -> int:
+    if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
+        return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
+    from ktop.app import build_app  # noqa: PLC0415
+    from ktop.engine import LiveSource  # noqa: PLC0415
+
+    # Textual draws on sys.__stderr__. Give it its own descriptor for the terminal and point
+    # fd 2 at a private file, so nothing bcc, clang or libbpf prints lands on the screen.
+    terminal_fd = os.dup(2)
+    original_stderr = sys.__stderr__
+    log = tempfile.TemporaryFile(mode="w+b")
+    sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False)
+    os.dup2(log.fileno(), 2)
+    app = build_app(LiveSource(_options(args)), interval_s=args.interval, show_idle=args.idle,
+                    pid=args.pid)
+    try:
+        app.run()
+    finally:
+        os.dup2(terminal_fd, 2)
+        os.close(terminal_fd)
+        sys.__stderr__ = original_stderr
+        log.close()
+    return app.return_code or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.snapshot:
+        return run_snapshot(args)
+    return run_interactive(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The live data source: starts every collector, and turns each interval into a Snapshot.
+
+Runs in one worker thread (or the headless snapshot loop); never touches the UI.
+A collector that cannot start, or fails later, makes its pane unavailable with a reason;
+the others go on.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from ktop import __version__
+from ktop.aggregate.cpu import CpuAggregator
+from ktop.collectors import bpfload
+from ktop.collectors.bpfload import Unavailable
+from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
+from ktop.collectors.processes import ProcessCollector
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot
+from ktop.symbols import Kallsyms
+
+
+@dataclass(frozen=True)
+class Options:
+    hz: int = 99
+    interval_s: float = 1.0
+    window_s: float = 5.0
+    cumulative: bool = False
+    panes: frozenset[str] = frozenset({PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO})
+
+
+class DataSource(Protocol):
+    """What the app and the snapshot writer need: live collectors or recorded data."""
+
+    cumulative: bool
+
+    def start(self) -> None: ...
+    def collect(self) -> Snapshot: ...
+    def close(self) -> None: ...
+
+
+class LiveSource:
+    def __init__(self, options: Options = Options()) -> None:
+        self.options = options
+        self.cumulative = options.cumulative
+        self.unavailable: dict[str, str] = {}
+        self.headers = "not needed"
+        self._processes = ProcessCollector()
+        self._cpu = None
+        self._cpu_aggregate: CpuAggregator | None = None
+        self._ticks: CpuTicks | None = None
+        self._started = time.monotonic()
+        self._kallsyms: Kallsyms | None = None
+
+    def start(self) -> None:
+        if PANE_FUNCTIONS in self.options.panes:
+            self._start_cpu()
+        if any(p in self.options.panes for p in (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)):
+            self.headers = bpfload.headers_description()
+        # Last, so that the first interval's figures do not include compiling BPF programs.
+        self._processes.start()
+        self._ticks = read_cpu_ticks()
+
+    def kallsyms(self) -> Kallsyms:
+        if self._kallsyms is None:
+            self._kallsyms = Kallsyms.load()
+            if self._kallsyms.hidden:
+                raise Unavailable(
+                    "kernel addresses are hidden (kptr_restrict): run as root, "
+                    "or `sysctl kernel.kptr_restrict=0`"
+                )
+        return self._kallsyms
+
+    def _start_cpu(self) -> None:
+        from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415 - keeps bcc out of replay
+
+        sampler = CpuSampler(self.options.hz, self.options.interval_s)
+        try:
+            kallsyms = self.kallsyms()
+            sampler.start()
+        except Unavailable as e:
+            self.unavailable[PANE_FUNCTIONS] = str(e)
+            return
+        except Exception as e:  # a bcc surprise must cost one pane, never the app
+            self.unavailable[PANE_FUNCTIONS] = f"sampler failed to start: {e}"
+            return
+        self._cpu = sampler
+        self._cpu_aggregate = CpuAggregator(
+            kallsyms, sampler.hz, sampler.cpus, self.options.window_s
+        )
+
+    def collect(self) -> Snapshot:
+        ticks = read_cpu_ticks()
+        delta = ticks - self._ticks if self._ticks else CpuTicks()
+        self._ticks = ticks
+        cpu_profile = None
+        if self._cpu and self._cpu_aggregate:
+            try:
+                self._cpu_aggregate.add(self._cpu.drain(), delta)
+                cpu_profile = self._cpu_aggregate.profile(self.cumulative)
+            except Exception as e:
+                self.unavailable[PANE_FUNCTIONS] = f"sampler stopped: {e}"
+                self._cpu.close()
+                self._cpu = None
+        processes = self._processes.collect()
+        duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
+        return Snapshot(
+            ktop_version=__version__,
+            kernel=platform.release(),
+            hostname=socket.gethostname(),
+            taken_at=time.time(),
+            duration_s=duration,
+            headers=self.headers,
+            cpu=cpu_profile,
+            processes=processes,
+            unavailable=dict(self.unavailable),
+        )
+
+    def close(self) -> None:
+        for collector in (self._cpu, self._processes):
+            if collector is not None:
+                collector.close()
+        self._cpu = None
+
+
+class RecordedSource:
+    """Replays snapshots (from JSON files or tests): the UI without root or a kernel."""
+
+    def __init__(self, snapshots: list[Snapshot]) -> None:
+        if not snapshots:
+            raise ValueError("no recorded snapshots")
+        self._snapshots = snapshots
+        self._next = 0
+        self.cumulative = False
+
+    def start(self) -> None:
+        pass
+
+    def collect(self) -> Snapshot:
+        snapshot = self._snapshots[min(self._next, len(self._snapshots) - 1)]
+        self._next += 1
+        return snapshot
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,33 @@
+"""Untrusted text (process names, paths, command lines) made safe to show on a terminal.
+
+ktop runs as root and prints what any user can put in a process name. Control characters
+and escape sequences are shown as visible escapes, never sent to the terminal. Rich/Textual
+markup is defused separately: widgets render these strings as plain Text, never as markup.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL and C1 controls (0x80-0x9f: 0x9b is a one-byte CSI on some terminals),
+# plus bidi overrides that can reorder what the user reads.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """'\\x1b[2J' for an ESC byte: what the name really holds, and harmless to print."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def human_bytes(n: float) -> str:
+    """Sizes as top shows them: 1023, 1.0K, 12.3M, 1.2G (powers of 1024)."""
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}T"

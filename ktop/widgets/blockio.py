@@ -1,0 +1,123 @@
+"""Block I/O per process like biotop, per request like biosnoop, and latency per disk."""
+
+from __future__ import annotations
+
+from ktop.model import PANE_BLOCKIO, Snapshot
+from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.table import Cell, Column, num
+
+
+class BlockIoPane(Pane):
+    PANE = PANE_BLOCKIO
+    TITLE = "3 Block I/O"
+    VIEWS = (
+        View(
+            "processes",
+            (
+                Column("pid", "PID", 7, right=True, descending=False),
+                Column("comm", "COMM", 15, descending=False),
+                Column("rw", "D", 1, descending=False),
+                Column("major", "MAJ", 4, right=True, descending=False),
+                Column("minor", "MIN", 4, right=True, descending=False),
+                Column("disk", "DISK", 8, descending=False),
+                Column("io", "I/O", 6, right=True),
+                Column("kbytes", "Kbytes", 9, right=True),
+                Column("avg", "AVGms", 8, right=True),
+                Column("queue", "QUEms", 8, right=True),
+            ),
+            "kbytes",
+        ),
+        View(
+            "requests",
+            (
+                Column("time", "TIME(s)", 10, right=True),
+                Column("comm", "COMM", 15, descending=False),
+                Column("pid", "PID", 7, right=True, descending=False),
+                Column("disk", "DISK", 8, descending=False),
+                Column("rw", "T", 1, descending=False),
+                Column("sector", "SECTOR", 12, right=True, descending=False),
+                Column("bytes", "BYTES", 8, right=True),
+                Column("queue", "QUE(ms)", 8, right=True),
+                Column("lat", "LAT(ms)", 8, right=True),
+            ),
+            "time",
+        ),
+        View(
+            "histogram",
+            (
+                Column("disk", "DISK", 8, descending=False),
+                Column("rw", "D", 1, descending=False),
+                Column("bucket", "latency (us)", 16, right=True, descending=False),
+                Column("count", "count", 8, right=True),
+                Column("bar", "distribution", None, descending=False),
+            ),
+            "bucket",
+        ),
+    )
+
+    def rows(self, snapshot: Snapshot, display: Display):
+        block = snapshot.blockio
+        if block is None:
+            return [], "waiting for block I/O events...", ""
+        pid = display.pid
+        if self.view == "processes":
+            rows = [
+                (
+                    f"{p.pid}|{p.disk}|{p.rw}",
+                    (
+                        num(str(p.pid), p.pid),
+                        Cell(p.comm),
+                        Cell(p.rw),
+                        num(str(p.major), p.major),
+                        num(str(p.minor), p.minor),
+                        Cell(p.disk),
+                        num(str(p.requests), p.requests),
+                        num(str(p.bytes // 1024), p.bytes),
+                        num(f"{p.avg_lat_ms:.2f}", p.avg_lat_ms),
+                        num(f"{p.avg_queue_ms:.2f}", p.avg_queue_ms),
+                    ),
+                )
+                for p in block.processes
+                if pid is None or p.pid == pid
+            ]
+        elif self.view == "requests":
+            rows = [
+                (
+                    f"{r.time_s:.6f}|{r.disk}|{r.sector}",
+                    (
+                        num(f"{r.time_s:.6f}", r.time_s),
+                        Cell(r.comm),
+                        num(str(r.pid), r.pid),
+                        Cell(r.disk),
+                        Cell(r.rw),
+                        num(str(r.sector), r.sector),
+                        num(str(r.bytes), r.bytes),
+                        num(f"{r.queue_ms:.3f}", r.queue_ms),
+                        num(f"{r.lat_ms:.3f}", r.lat_ms),
+                    ),
+                )
+                for r in block.requests
+                if pid is None or r.pid == pid
+            ]
+        else:
+            rows = []
+            for disk in block.disks:
+                peak = max((c for _, _, c in disk.hist_us), default=0) or 1
+                for low, high, count in disk.hist_us:
+                    rows.append(
+                        (
+                            f"{disk.disk}|{low}",
+                            (
+                                Cell(disk.disk),
+                                Cell("*"),
+                                num(f"{low} -> {high}", (disk.disk, low)),
+                                num(str(count), count),
+                                Cell("█" * max(1, round(30 * count / peak)) if count else ""),
+                            ),
+                        )
+                    )
+        lost = sum(block.lost.values())
+        subtitle = f"{self.view} (v)  last {block.window_s:.1f}s"
+        if lost:
+            subtitle += f"  lost {lost}"
+        return rows, f"no block I/O in the last {block.window_s:.1f}s", subtitle

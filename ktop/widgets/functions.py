@@ -1,0 +1,74 @@
+"""Hot kernel functions, as perf top shows them: Overhead  Samples  Symbol  Module."""
+
+from __future__ import annotations
+
+from ktop.model import PANE_FUNCTIONS, Snapshot
+from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.table import Cell, Column, num
+
+
+class FunctionsPane(Pane):
+    PANE = PANE_FUNCTIONS
+    TITLE = "1 Hot kernel functions"
+    VIEWS = (
+        View(
+            "functions",
+            (
+                Column("overhead", "Overhead", 9, right=True),
+                Column("samples", "Samples", 8, right=True),
+                Column("symbol", "Symbol", None, descending=False),
+                Column("module", "Module", None, descending=False),
+            ),
+            "overhead",
+        ),
+    )
+
+    def rows(self, snapshot: Snapshot, display: Display):
+        cpu = snapshot.cpu
+        if cpu is None:
+            return [], "waiting for the first samples...", ""
+        functions = cpu.functions
+        if display.pid is not None:
+            functions = _functions_of_pid(snapshot, display.pid)
+        rows = [
+            (
+                f"{f.symbol} {f.module}",
+                (
+                    num(f"{f.percent:.2f}%", f.percent, _heat(f.percent)),
+                    num(str(f.samples), f.samples),
+                    Cell(f.symbol, style="dim" if f.idle else ""),
+                    Cell(f.module, style="dim"),
+                ),
+            )
+            for f in functions
+            if display.show_idle or not f.idle
+        ]
+        mode = "cumulative" if cpu.cumulative else "last"
+        hidden = "" if display.show_idle else "  idle hidden (i)"
+        subtitle = f"{mode} {cpu.window_s:.1f}s{hidden}"
+        return rows, f"no kernel samples in the {mode} {cpu.window_s:.1f}s", subtitle
+
+
+def _heat(percent: float) -> str:
+    if percent >= 5:
+        return "bold red"
+    if percent >= 0.5:
+        return "green"
+    return ""
+
+
+def _functions_of_pid(snapshot: Snapshot, pid: int):
+    """The sampler's data for one process, folded by leaf function."""
+    from ktop.model import HotFunction  # noqa: PLC0415
+
+    cpu = snapshot.cpu
+    expected = cpu.sample_hz * cpu.window_s * cpu.cpus or 1
+    totals: dict[tuple[str, str], int] = {}
+    for stack in cpu.stacks:
+        if stack.pid == pid and stack.frames:
+            key = (stack.frames[0].split("+", 1)[0], stack.modules[0] if stack.modules else "")
+            totals[key] = totals.get(key, 0) + stack.samples
+    return tuple(
+        HotFunction(symbol, module, samples, 100.0 * samples / expected)
+        for (symbol, module), samples in totals.items()
+    )

@@ -1,0 +1,96 @@
+"""Lock contention, as `perf lock contention` prints it, by caller, lock address or task."""
+
+from __future__ import annotations
+
+from ktop.model import PANE_LOCKS, Snapshot
+from ktop.units import format_ns
+from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.table import Cell, Column, num
+
+_WAIT_COLUMNS = (
+    Column("contended", "contended", 9, right=True),
+    Column("total", "total wait", 10, right=True),
+    Column("max", "max wait", 9, right=True),
+    Column("avg", "avg wait", 9, right=True),
+    Column("type", "type", 9, descending=False),
+)
+
+
+def _wait_cells(contended: int, total: int, max_ns: int, type_: str) -> tuple[Cell, ...]:
+    avg = total // contended if contended else 0
+    return (
+        num(str(contended), contended),
+        num(format_ns(total), total, "bold" if total >= 1_000_000 else ""),
+        num(format_ns(max_ns), max_ns),
+        num(format_ns(avg), avg),
+        Cell(type_),
+    )
+
+
+class LocksPane(Pane):
+    PANE = PANE_LOCKS
+    TITLE = "2 Lock contention"
+    VIEWS = (
+        View("callers", (*_WAIT_COLUMNS, Column("caller", "caller", None, descending=False)), "total"),
+        View(
+            "addresses",
+            (*_WAIT_COLUMNS, Column("lock", "address / symbol", None, descending=False)),
+            "total",
+        ),
+        View(
+            "tasks",
+            (
+                *_WAIT_COLUMNS[:4],
+                Column("pid", "pid", 7, right=True, descending=False),
+                Column("comm", "comm", None, descending=False),
+            ),
+            "total",
+        ),
+    )
+
+    def rows(self, snapshot: Snapshot, display: Display):
+        locks = snapshot.locks
+        if locks is None:
+            return [], "waiting for lock events...", ""
+        if self.view == "callers":
+            callers = locks.callers
+            if display.pid is not None:
+                callers = tuple(c for c in callers if any(t[0] == display.pid for t in c.tasks))
+            rows = [
+                (
+                    f"{c.caller}|{c.type}",
+                    (*_wait_cells(c.contended, c.total_wait_ns, c.max_wait_ns, c.type), Cell(c.caller)),
+                )
+                for c in callers
+            ]
+        elif self.view == "addresses":
+            rows = [
+                (
+                    lock.address,
+                    (
+                        *_wait_cells(lock.contended, lock.total_wait_ns, lock.max_wait_ns, lock.type),
+                        Cell(f"{lock.symbol} ({lock.address})" if lock.symbol else lock.address),
+                    ),
+                )
+                for lock in locks.locks
+            ]
+        else:
+            tasks = locks.tasks
+            if display.pid is not None:
+                tasks = tuple(t for t in tasks if t.pid == display.pid)
+            rows = [
+                (
+                    str(t.pid),
+                    (
+                        *_wait_cells(t.contended, t.total_wait_ns, t.max_wait_ns, "")[:4],
+                        num(str(t.pid), t.pid),
+                        Cell(t.comm),
+                    ),
+                )
+                for t in tasks
+            ]
+        lost = sum(locks.lost.values())
+        subtitle = f"by {self.view} (v)  {locks.events} waits in {locks.window_s:.1f}s"
+        if lost:
+            subtitle += f"  lost {lost}"
+        return rows, f"no lock contention in the last {locks.window_s:.1f}s", subtitle

@@ -1,0 +1,87 @@
+"""The frame every live pane shares: a titled box, one table per view, and a line that says
+why the table is empty or the pane unavailable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from ktop.model import Snapshot
+from ktop.widgets.table import Column, KeyedTable, Row
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    columns: tuple[Column, ...]
+    sort: str
+
+
+@dataclass(frozen=True)
+class Display:
+    """App-wide display settings the panes render with."""
+
+    show_idle: bool = False
+    pid: int | None = None  # show only this process (drill-down into a process, --pid)
+
+
+class Pane(Vertical):
+    PANE: ClassVar[str]
+    TITLE: ClassVar[str]
+    VIEWS: ClassVar[tuple[View, ...]]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
+        self.view = self.VIEWS[0].name
+        self.border_title = self.TITLE
+
+    def compose(self) -> ComposeResult:
+        for index, view in enumerate(self.VIEWS):
+            table = KeyedTable(view.columns, view.sort, id=f"{self.PANE}-{view.name}")
+            table.display = index == 0
+            yield table
+        yield Static("starting collectors...", classes="pane-message")
+
+    @property
+    def table(self) -> KeyedTable:
+        return self.query_one(f"#{self.PANE}-{self.view}", KeyedTable)
+
+    def tables(self) -> list[KeyedTable]:
+        return list(self.query(KeyedTable))
+
+    def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
+        names = [v.name for v in self.VIEWS]
+        had_focus = self.table.has_focus
+        self.table.display = False
+        self.view = names[(names.index(self.view) + 1) % len(names)]
+        self.table.display = True
+        if had_focus:
+            self.table.focus()
+        if snapshot is not None:
+            self.show(snapshot, display)
+        return self.view
+
+    def show(self, snapshot: Snapshot, display: Display) -> None:
+        message = self.query_one(".pane-message", Static)
+        reason = snapshot.unavailable.get(self.PANE)
+        if reason:
+            self.table.show_rows([])
+            message.update(f"unavailable: {reason}")
+            message.display = True
+            self.border_subtitle = "unavailable"
+            return
+        rows, empty_message, subtitle = self.rows(snapshot, display)
+        self.table.show_rows(rows)
+        if self.table.filter_text:
+            subtitle = f"{subtitle}  filter: {self.table.filter_text}".strip()
+        self.border_subtitle = subtitle
+        message.update(empty_message if not rows else "")
+        message.display = not rows
+
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[Sequence[Row], str, str]:
+        """(rows of the current view, what to say when there are none, border subtitle)."""
+        raise NotImplementedError

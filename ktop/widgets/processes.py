@@ -1,0 +1,57 @@
+"""Processes as top shows them: PID USER S CPU% SYS% THR RES COMMAND (100% = one CPU)."""
+
+from __future__ import annotations
+
+from ktop.model import PANE_PROCESSES, Snapshot
+from ktop.text import human_bytes
+from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.table import Cell, Column, num
+
+
+class ProcessesPane(Pane):
+    PANE = PANE_PROCESSES
+    TITLE = "4 Processes"
+    VIEWS = (
+        View(
+            "processes",
+            (
+                Column("pid", "PID", 7, right=True, descending=False),
+                Column("user", "USER", 8, descending=False),
+                Column("state", "S", 1, descending=False),
+                Column("cpu", "CPU%", 6, right=True),
+                Column("sys", "SYS%", 6, right=True),
+                Column("threads", "THR", 4, right=True),
+                Column("rss", "RES", 7, right=True),
+                Column("command", "COMMAND", None, descending=False),
+            ),
+            "cpu",
+        ),
+    )
+
+    def rows(self, snapshot: Snapshot, display: Display):
+        processes = snapshot.processes
+        if display.pid is not None:
+            processes = tuple(p for p in processes if p.pid == display.pid)
+        rows = [
+            (
+                str(p.pid),
+                (
+                    num(str(p.pid), p.pid),
+                    Cell(p.user[:8], p.user),
+                    Cell(p.state, style="bold green" if p.state == "R" else ""),
+                    num(f"{p.cpu_percent:.1f}", (p.cpu_percent, -p.pid), _busy(p.cpu_percent)),
+                    num(f"{p.sys_percent:.1f}", (p.sys_percent, -p.pid)),
+                    num(str(p.threads), p.threads),
+                    num(human_bytes(p.rss_bytes), p.rss_bytes),
+                    Cell(p.comm if not p.cmdline else f"{p.comm}  {p.cmdline}", p.comm.lower()),
+                ),
+            )
+            for p in processes
+        ]
+        running = sum(1 for p in snapshot.processes if p.state == "R")
+        subtitle = f"{len(snapshot.processes)} tasks, {running} running"
+        return rows, "no such process (it may have exited)", subtitle
+
+
+def _busy(percent: float) -> str:
+    return "bold red" if percent >= 50 else ("green" if percent >= 5 else "")
