@@ -10,14 +10,26 @@
 #define COUNTS_ENTRIES 16384
 #endif
 #ifndef STACK_ENTRIES
-#define STACK_ENTRIES 8192
+#define STACK_ENTRIES 16384
 #endif
+#ifndef USER_STACK_ENTRIES
+#define USER_STACK_ENTRIES 8192
+#endif
+
+/* User stacks are kept shallower: they only serve the drill-down, and it halves their memory. */
+struct user_stack {
+	u64 ip[KTOP_USER_STACK_DEPTH];
+};
 
 BPF_ARRAY(generation, u32, 1);
 BPF_HASH(counts_0, struct cpu_key, u64, COUNTS_ENTRIES);
 BPF_HASH(counts_1, struct cpu_key, u64, COUNTS_ENTRIES);
+/* Kernel and user stacks in separate maps: a stack map returns -EEXIST when a new stack
+ * hashes to an occupied bucket, so sharing one map doubles the losses. */
 BPF_STACK_TRACE(stacks_0, STACK_ENTRIES);
 BPF_STACK_TRACE(stacks_1, STACK_ENTRIES);
+BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_0, USER_STACK_ENTRIES);
+BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_1, USER_STACK_ENTRIES);
 BPF_PERCPU_ARRAY(lost, u64, CPU_LOST_NR);
 
 static __always_inline void count_lost(int reason)
@@ -45,10 +57,10 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	if (g == 0) {
 		key.kstack = stacks_0.get_stackid(ctx, 0);
-		key.ustack = key.pid ? stacks_0.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
+		key.ustack = key.pid ? user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
 	} else {
 		key.kstack = stacks_1.get_stackid(ctx, 0);
-		key.ustack = key.pid ? stacks_1.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
+		key.ustack = key.pid ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
 	}
 	count_stack_error(key.kstack, CPU_LOST_KSTACK_COLLISION, CPU_LOST_KSTACK_FULL);
 	count_stack_error(key.ustack, CPU_LOST_USTACK_COLLISION, CPU_LOST_USTACK_FULL);

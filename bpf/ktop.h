@@ -4,6 +4,7 @@
 #define KTOP_H
 
 #define KTOP_COMM_LEN 16
+#define KTOP_USER_STACK_DEPTH 64
 
 /* ---- cpu.bpf.c: perf_event sampling ------------------------------------------------- */
 
@@ -24,6 +25,194 @@ enum cpu_lost {
 	CPU_LOST_USTACK_FULL,
 	CPU_LOST_COUNTS_FULL,		/* counts map full: the sample is not counted at all */
 	CPU_LOST_NR,
+};
+
+/* ---- blockio.bpf.c: block I/O requests --------------------------------------------- */
+
+/* Direction of a request as ktop counts it; flushes and discards are not counted, as
+ * /proc/diskstats keeps them apart from reads and writes too. */
+enum blk_rw {
+	BLK_RW_READ,
+	BLK_RW_WRITE,
+	BLK_RW_OTHER,
+};
+
+/* The tracepoints expose no request pointer: a request is known by its device and start
+ * sector while it is in flight. */
+struct blk_req_key {
+	u64 sector;
+	u32 dev;			/* kernel dev_t: major << 20 | minor */
+	u32 pad;
+};
+
+#define BLK_FLAG_BIO		1	/* bio-based device: queued and completed as a bio */
+#define BLK_FLAG_LATE		2	/* first seen at insert/issue: submission not seen */
+
+/* One request in flight, from submission to completion. */
+struct blk_inflight {
+	u64 start_ns;			/* block_io_start / block_getrq / block_bio_queue */
+	u64 insert_ns;			/* last block_rq_insert, 0 if it bypassed the scheduler */
+	u64 issue_ns;			/* last block_rq_issue, 0 if never issued as a request */
+	u32 pid;			/* submitter's tgid */
+	u32 rw;				/* enum blk_rw */
+	u32 bytes;			/* size at issue (after merges), or at submission */
+	u32 flags;			/* BLK_FLAG_* */
+	char comm[KTOP_COMM_LEN];	/* submitter's comm */
+};
+
+/* Completed requests per (process, disk, direction), counted in the kernel. */
+struct blk_io_key {
+	u32 pid;
+	u32 dev;
+	u32 rw;
+	u32 pad;
+	char comm[KTOP_COMM_LEN];
+};
+
+struct blk_io_totals {
+	u64 requests;
+	u64 bytes;
+	u64 latency_ns;			/* issue (or submission, if never issued) to completion */
+	u64 queue_ns;			/* insert to issue */
+};
+
+/* Log2 histogram of device latency in microseconds per (process, disk, direction). */
+struct blk_hist_key {
+	u32 pid;
+	u32 dev;
+	u32 rw;
+	u32 slot;			/* bpf_log2l(lat_us | 1): slot k holds [2^(k-1), 2^k) us */
+	char comm[KTOP_COMM_LEN];
+};
+
+/* Submitted requests per (process, disk, direction, submitter's stacks): the drill-down. */
+struct blk_stack_key {
+	u32 pid;
+	u32 dev;
+	u32 rw;
+	s32 kstack;			/* kernel stack id, or -errno */
+	s32 ustack;			/* user stack id, or -errno (off unless USER_STACKS) */
+	u32 pad;
+	char comm[KTOP_COMM_LEN];
+};
+
+/* One completed request, streamed through the `completions` ring buffer. */
+struct blk_event {
+	u64 ts_ns;			/* completion, bpf_ktime_get_ns() (CLOCK_MONOTONIC) */
+	u64 sector;
+	u64 latency_ns;
+	u64 queue_ns;
+	u32 pid;
+	u32 dev;
+	u32 bytes;
+	u32 rw;
+	char comm[KTOP_COMM_LEN];
+};
+
+/* Index into the `lost` per-CPU array. */
+enum blk_lost {
+	BLK_LOST_UNPAIRED_COMPLETE,	/* completion of a request never seen submitted */
+	BLK_LOST_INFLIGHT_FULL,		/* in-flight map full: the request goes untimed */
+	BLK_LOST_INFLIGHT_COLLISION,	/* a second request at the same (dev, sector) replaced one */
+	BLK_LOST_TOTALS_FULL,		/* per-process counters full: a completion is not counted */
+	BLK_LOST_HIST_FULL,
+	BLK_LOST_STACK_COUNTS_FULL,
+	BLK_LOST_KSTACK_COLLISION,
+	BLK_LOST_KSTACK_FULL,
+	BLK_LOST_USTACK_COLLISION,
+	BLK_LOST_USTACK_FULL,
+	BLK_LOST_RINGBUF_FULL,		/* the request stream dropped one; counters still have it */
+	BLK_LOST_NR,
+};
+
+/* ---- locks.bpf.c: lock contention ------------------------------------------------ */
+
+/* Lock type flags of lock:contention_begin, as include/trace/events/lock.h defines them. */
+#define LCB_F_SPIN	(1U << 0)
+#define LCB_F_READ	(1U << 1)
+#define LCB_F_WRITE	(1U << 2)
+#define LCB_F_RT	(1U << 3)
+#define LCB_F_PERCPU	(1U << 4)
+#define LCB_F_MUTEX	(1U << 5)
+
+#define LOCK_HIST_SLOTS	40		/* log2 slots of wait time in ns: slot k holds [2^k, 2^(k+1)) */
+#define LOCK_STACK_DEPTH 32		/* frames kept per stack; callers are found in the first few */
+
+/* A wait in progress: per task for locks that sleep, per CPU for spinning locks. */
+struct lock_start {
+	u64 time_ns;			/* bpf_ktime_get_ns() once the begin was handled */
+	u64 lock;			/* lock address; 0 marks a free per-CPU slot */
+	u32 flags;			/* LCB_F_* of the first begin */
+	s32 kstack;			/* kernel stack id in stacks_<generation>, or -errno */
+	s32 ustack;			/* user stack id in stacks_<generation>, or -errno */
+	u32 generation;			/* the map generation the stack ids belong to */
+	u32 nested;			/* begins of other locks inside this wait, whose ends to skip */
+	u32 pad;
+};
+
+/* Fixed layouts of the tracepoints' records (checked against tracefs before loading). */
+struct contention_begin_args {
+	u64 common;
+	u64 lock_addr;
+	u32 flags;
+};
+
+struct contention_end_args {
+	u64 common;
+	u64 lock_addr;
+	s32 ret;
+};
+
+struct lock_wait {
+	u64 count;
+	u64 total_ns;
+	u64 max_ns;
+	u64 min_ns;
+};
+
+/* Waits per (kernel stack, lock type): the caller view and its drill-down. */
+struct lock_stack_key {
+	s32 kstack;			/* kernel stack id, or -errno when it could not be stored */
+	u32 flags;
+};
+
+struct lock_stack_wait {
+	struct lock_wait wait;
+	u64 hist[LOCK_HIST_SLOTS];
+};
+
+/* Waits per (lock address, lock type): the lock view. */
+struct lock_addr_key {
+	u64 lock;
+	u32 flags;
+	u32 pad;
+};
+
+/* Waits per (task, stacks, lock type): the task view, and who waits at each caller. */
+struct lock_task_key {
+	u32 tid;
+	u32 tgid;
+	s32 kstack;
+	s32 ustack;
+	u32 flags;
+	u32 pad;
+	char comm[KTOP_COMM_LEN];
+};
+
+/* Index into the `lost` per-CPU array: every wait not counted whole. */
+enum lock_lost {
+	LOCK_LOST_UNPAIRED_END,		/* an end whose begin was not seen: the wait is not counted */
+	LOCK_LOST_NESTED_BEGIN,		/* a begin inside another wait: only the outer one is timed */
+	LOCK_LOST_START_FULL,		/* task start map full: the wait is not counted */
+	LOCK_LOST_STALE_SPIN,		/* a per-CPU begin whose end never came, replaced */
+	LOCK_LOST_KSTACK_COLLISION,	/* stack map bucket held another stack (-EEXIST) */
+	LOCK_LOST_KSTACK_FULL,		/* stack map out of room (-ENOMEM) */
+	LOCK_LOST_USTACK_COLLISION,
+	LOCK_LOST_USTACK_FULL,
+	LOCK_LOST_STACKS_FULL,		/* per-stack aggregate map full: not in the caller view */
+	LOCK_LOST_LOCKS_FULL,		/* per-lock aggregate map full: not in the lock view */
+	LOCK_LOST_TASKS_FULL,		/* per-task aggregate map full: not in the task view */
+	LOCK_LOST_NR,
 };
 
 #endif

@@ -82,7 +82,9 @@ class KeyedTable(DataTable):
             label = column.label + ("▼" if self.sort_descending else "▲") * (
                 column.key == self.sort_column
             )
-            self.columns[column.key].label = Text(label, justify="right" if column.right else "left")
+            self.columns[column.key].label = Text(
+                label, justify="right" if column.right else "left"
+            )
         self.refresh()
 
     def cycle_sort(self, step: int) -> str:
@@ -110,7 +112,9 @@ class KeyedTable(DataTable):
         self._all_rows = list(rows)
         if self.filter_text:
             rows = [r for r in rows if any(self.filter_text in c.text.lower() for c in r[1])]
-        selected = self.selected_key
+        # The cursor follows its row when the user has moved it, like htop; at the top it
+        # stays at the top, so the busiest row stays in view.
+        selected = self.selected_key if self.cursor_row > 0 else None
         index = next(i for i, c in enumerate(self.table_columns) if c.key == self.sort_column)
         rows = sorted(rows, key=lambda r: r[1][index].sort_value, reverse=self.sort_descending)
         wanted = {key for key, _ in rows}
@@ -134,8 +138,6 @@ class KeyedTable(DataTable):
     def _reorder(self, order: dict[str, int]) -> None:
         """Put rows in the given order without re-adding them (what DataTable.sort does,
         but by our precomputed order: the row key decides, not the cell values)."""
-        self._row_locations = TwoWayDict(
-            {row_key: order[row_key.value] for row_key in self.rows}
-        )
+        self._row_locations = TwoWayDict({row_key: order[row_key.value] for row_key in self.rows})
         self._update_count += 1
         self.refresh()
