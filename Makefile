@@ -9,11 +9,11 @@ APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
              tmux librsvg2-bin sudo gcc
 KTOP_LINK := /usr/local/bin/ktop
 
-.PHONY: all setup deps run test lint bench screenshots clean
+.PHONY: all setup deps link run test lint bench screenshots clean
 
 all: setup
 
-setup: deps $(VENV)/.installed $(KTOP_LINK)
+setup: deps $(VENV)/.installed link
 
 deps:
 	@missing=""; for p in $(APT_PKGS); do \
@@ -30,9 +30,10 @@ $(VENV)/.installed: pyproject.toml
 	@$(PY) -c "import bcc" || { echo "bcc is not importable from $(VENV): is python3-bpfcc installed?"; exit 1; }
 	@touch $@
 
-# `sudo ktop` must work: sudo's secure_path includes /usr/local/bin.
-$(KTOP_LINK): $(VENV)/.installed
-	ln -sfn $(CURDIR)/$(VENV)/bin/ktop $(KTOP_LINK)
+# `sudo ktop` must work: sudo's secure_path includes /usr/local/bin. Always refreshed, so
+# the link points at this checkout even if another one made it.
+link: $(VENV)/.installed
+	@ln -sfn $(CURDIR)/$(VENV)/bin/ktop $(KTOP_LINK)
 
 run: setup
 	$(VENV)/bin/ktop $(ARGS)

@@ -1,0 +1,448 @@
+"""User-space stack symbolization: /proc/PID/maps + ELF symbol tables (pyelftools)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import stat
+import struct
+import time
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
+
+UNKNOWN = "[unknown]"
+
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+_STB_GLOBAL = 1
+_STB_WEAK = 2
+_SHN_UNDEF = 0
+_SHN_LORESERVE = 0xFF00
+
+# A malformed ELF can make pyelftools raise almost anything; a profiler must
+# not die because one mapped file is odd, so all of these mean "no symbols".
+_ELF_ERRORS: tuple[type[BaseException], ...] = (
+    ELFError,
+    ConstructError,
+    OSError,
+    ValueError,
+    struct.error,
+    EOFError,
+    IndexError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    AssertionError,
+    OverflowError,
+)
+
+# How far back to look for an enclosing symbol when the nearest one does not
+# cover the address (nested/aliased symbols).
+_WALK_BACK = 8
+
+
+@dataclass(frozen=True)
+class UserFrame:
+    address: int
+    symbol: str  # "main+0x1a"; "[unknown]" if no symbol covers it; hex if no mapping does
+    module: str  # mapped file path, "[vdso]"/"[heap]"/"[anon]", or "[unknown]"
+
+
+@functools.lru_cache(maxsize=1)
+def _cxa_demangle() -> Callable[[str], str | None] | None:
+    # libstdc++ is already loaded wherever bcc is, so this adds no dependency.
+    try:
+        lib = ctypes.CDLL("libstdc++.so.6")
+        fn = getattr(lib, "__cxa_demangle")
+        free = ctypes.CDLL(None).free
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    free.restype = None
+    free.argtypes = [ctypes.c_void_p]
+
+    def demangle(name: str) -> str | None:
+        status = ctypes.c_int(-1)
+        ptr = fn(name.encode("utf-8", "surrogateescape"), None, None, ctypes.byref(status))
+        if not ptr:
+            return None
+        try:
+            return ctypes.string_at(ptr).decode("utf-8", "replace") if status.value == 0 else None
+        finally:
+            free(ptr)
+
+    return demangle
+
+
+@functools.lru_cache(maxsize=65536)
+def _demangle(name: str) -> str:
+    if not name.startswith("_Z"):
+        return name
+    fn = _cxa_demangle()
+    return (fn(name) if fn else None) or name
+
+
+class _SymTable:
+    """Function symbols of one ELF file, as parallel sorted arrays for bisect."""
+
+    __slots__ = (
+        "_ends",
+        "_name_offs",
+        "_name_src",
+        "_names",
+        "_segs",
+        "_sized",
+        "_starts",
+        "_strtabs",
+    )
+
+    def __init__(
+        self,
+        segments: list[tuple[int, int, int]],
+        symbols: list[tuple[int, int, bool, int, int]],
+        strtabs: list[bytes],
+    ) -> None:
+        # segments: (p_offset, p_filesz, p_vaddr); symbols: (start, end, sized, name_off, strtab_idx)
+        self._segs = segments
+        self._starts = array("Q", (s[0] for s in symbols))
+        self._ends = array("Q", (s[1] for s in symbols))
+        self._sized = bytes(1 if s[2] else 0 for s in symbols)
+        self._name_offs = array("Q", (s[3] for s in symbols))
+        self._name_src = bytes(s[4] for s in symbols)
+        self._strtabs = strtabs
+        self._names: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def vaddr_for_offset(self, file_offset: int) -> int | None:
+        # Few PT_LOADs per file; a linear scan also copes with overlapping ones.
+        for p_offset, p_filesz, p_vaddr in self._segs:
+            if p_offset <= file_offset < p_offset + p_filesz:
+                return file_offset - p_offset + p_vaddr
+        return None
+
+    def _name(self, idx: int) -> str:
+        name = self._names.get(idx)
+        if name is None:
+            tab = self._strtabs[self._name_src[idx]]
+            off = self._name_offs[idx]
+            end = tab.find(b"\0", off)
+            raw = tab[off : end if end >= 0 else len(tab)]
+            name = _demangle(raw.decode("utf-8", "replace")) or UNKNOWN
+            self._names[idx] = name
+        return name
+
+    def lookup(self, file_offset: int) -> str | None:
+        vaddr = self.vaddr_for_offset(file_offset)
+        if vaddr is None:
+            return None
+        i = bisect_right(self._starts, vaddr) - 1
+        fallback = -1
+        # Sized symbols win; a zero-size one only covers what nothing else does.
+        for j in range(i, max(i - _WALK_BACK, -1), -1):
+            if vaddr < self._ends[j]:
+                if self._sized[j]:
+                    fallback = j
+                    break
+                if fallback < 0:
+                    fallback = j
+        if fallback < 0:
+            return None
+        return f"{self._name(fallback)}+0x{vaddr - self._starts[fallback]:x}"
+
+
+_EMPTY = _SymTable([], [], [])
+
+
+def _read_exact(f: BinaryIO, offset: int, size: int, file_size: int) -> bytes | None:
+    # Bound by the real file size so crafted headers cannot ask for gigabytes.
+    if offset < 0 or size <= 0 or offset + size > file_size:
+        return None
+    f.seek(offset)
+    data = f.read(size)
+    return data if len(data) == size else None
+
+
+def _build_id(elf: ELFFile) -> str | None:
+    sources = []
+    sec = elf.get_section_by_name(".note.gnu.build-id")
+    if sec is not None and sec["sh_type"] == "SHT_NOTE":
+        sources.append(sec)
+    else:
+        sources.extend(seg for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE")
+    for src in sources:
+        for note in src.iter_notes():
+            if note["n_type"] == "NT_GNU_BUILD_ID" and isinstance(note["n_desc"], str):
+                return note["n_desc"]
+    return None
+
+
+class _ElfProbe:
+    """Cheap first look at an ELF: enough to form the cache key."""
+
+    def __init__(self, f: BinaryIO, file_size: int) -> None:
+        self.f = f
+        self.file_size = file_size
+        self.elf = ELFFile(f)
+        self.build_id = _build_id(self.elf)
+        self.sections = [s.header for s in self.elf.iter_sections()]
+        self.symtabs = [
+            (i, h)
+            for i, h in enumerate(self.sections)
+            if h["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM")
+        ]
+        self.segments = [
+            (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
+            for seg in self.elf.iter_segments()
+            if seg["p_type"] == "PT_LOAD"
+        ]
+
+    def cache_key(self) -> tuple[object, ...] | None:
+        if self.build_id is None:
+            return None
+        # Stripped and unstripped copies share a build-id but not their symbols, and
+        # prelink-style rewrites keep it while moving segments.
+        tables = tuple((h["sh_type"], h["sh_size"]) for _, h in self.symtabs)
+        return (self.build_id, tables, tuple(self.segments))
+
+    def load(self) -> _SymTable:
+        segments = self.segments
+        if not segments:
+            return _EMPTY
+        little = self.elf.little_endian
+        is64 = self.elf.elfclass == 64
+        fmt = ("<" if little else ">") + ("IBBHQQ" if is64 else "IIIBBH")
+        entsize = struct.calcsize(fmt)
+        strtabs: list[bytes] = []
+        best: dict[int, tuple[tuple[int, int, int, int], int, int, int]] = {}
+        # .symtab before .dynsym so the fuller table wins ties.
+        ordered = sorted(self.symtabs, key=lambda t: t[1]["sh_type"] != "SHT_SYMTAB")
+        for src_rank, (_, hdr) in enumerate(ordered):
+            link = hdr["sh_link"]
+            if not 0 < link < len(self.sections):
+                continue
+            strhdr = self.sections[link]
+            strtab = _read_exact(self.f, strhdr["sh_offset"], strhdr["sh_size"], self.file_size)
+            data = _read_exact(self.f, hdr["sh_offset"], hdr["sh_size"], self.file_size)
+            if strtab is None or data is None or len(strtabs) >= 255:
+                continue
+            tab_idx = len(strtabs)
+            strtabs.append(strtab)
+            data = data[: len(data) - len(data) % entsize]
+            for ent in struct.iter_unpack(fmt, data):
+                if is64:
+                    name_off, info, _other, shndx, value, size = ent
+                else:
+                    name_off, value, size, info, _other, shndx = ent
+                if (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC):
+                    continue
+                if shndx == _SHN_UNDEF or value == 0 or name_off >= len(strtab):
+                    continue
+                bind = info >> 4
+                rank = (
+                    0 if size else 1,
+                    src_rank,
+                    0 if bind == _STB_GLOBAL else 1 if bind == _STB_WEAK else 2,
+                    0 if strtab[name_off : name_off + 1] != b"_" else 1,
+                )
+                prev = best.get(value)
+                if prev is None or rank < prev[0]:
+                    best[value] = (rank, size, name_off | (tab_idx << 56), shndx)
+        starts = sorted(best)
+        symbols: list[tuple[int, int, bool, int, int]] = []
+        for k, start in enumerate(starts):
+            _rank, size, packed, shndx = best[start]
+            if size:
+                end = start + size
+            else:
+                nxt = starts[k + 1] if k + 1 < len(starts) else None
+                sec_end = None
+                if shndx < _SHN_LORESERVE and shndx < len(self.sections):
+                    sh = self.sections[shndx]
+                    if sh["sh_addr"] <= start < sh["sh_addr"] + sh["sh_size"]:
+                        sec_end = sh["sh_addr"] + sh["sh_size"]
+                cands = [e for e in (nxt, sec_end) if e is not None]
+                end = min(cands) if cands else start + 1
+            symbols.append(
+                (start, min(end, 2**64 - 1), bool(size), packed & ((1 << 56) - 1), packed >> 56)
+            )
+        return _SymTable(segments, symbols, strtabs)
+
+
+@dataclass
+class _Mapping:
+    start: int
+    end: int
+    offset: int
+    dev: str
+    inode: int
+    path: str
+    module: str
+    table: _SymTable | None = None  # None = not loaded yet
+
+    @property
+    def ident(self) -> tuple[int, int, int, str, int, str]:
+        return (self.start, self.end, self.offset, self.dev, self.inode, self.path)
+
+
+@dataclass
+class _ProcMaps:
+    starts: list[int]
+    maps: list[_Mapping]
+    read_at: float
+
+    def find(self, address: int) -> _Mapping | None:
+        i = bisect_right(self.starts, address) - 1
+        if i >= 0 and address < self.maps[i].end:
+            return self.maps[i]
+        return None
+
+
+def _parse_maps(text: str) -> list[_Mapping]:
+    out: list[_Mapping] = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        try:
+            lo, _, hi = parts[0].partition("-")
+            start, end = int(lo, 16), int(hi, 16)
+            offset = int(parts[2], 16)
+            inode = int(parts[4])
+        except ValueError:
+            continue
+        if end <= start:
+            continue
+        path = parts[5].strip() if len(parts) == 6 else ""
+        if not path:
+            module = "[anon]"
+        else:
+            # Paths may hold undecodable bytes; keep them for open(), clean them for display.
+            module = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        out.append(_Mapping(start, end, offset, parts[3], inode, path, module))
+    out.sort(key=lambda m: m.start)
+    return out
+
+
+class UserSymbolizer:
+    """Resolves user-space addresses of a process to symbol+offset and module."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self._proc_root = proc_root
+        self._procs: dict[int, _ProcMaps] = {}
+        self._by_stat: dict[tuple[str, int, int, int], _SymTable] = {}
+        self._by_build: dict[tuple[object, ...], _SymTable] = {}
+        # Minimum seconds between maps re-reads triggered by unmapped addresses,
+        # so garbage addresses from broken stack walks do not re-read every sample.
+        self._maps_retry_interval = 0.25
+
+    def forget(self, pid: int) -> None:
+        self._procs.pop(pid, None)
+
+    def resolve(self, pid: int, addresses: Sequence[int]) -> list[UserFrame]:
+        procmaps = self._procs.get(pid)
+        if procmaps is None:
+            procmaps = self._read_maps(pid, None)
+        if procmaps is None:
+            return [UserFrame(a, f"0x{a:x}", UNKNOWN) for a in addresses]
+        retried = False
+        frames: list[UserFrame] = []
+        for addr in addresses:
+            m = procmaps.find(addr)
+            if (
+                m is None
+                and not retried
+                and time.monotonic() - procmaps.read_at >= self._maps_retry_interval
+            ):
+                # Not covered: maybe a dlopen() since we last looked.
+                retried = True
+                fresh = self._read_maps(pid, procmaps)
+                if fresh is not None:
+                    procmaps = fresh
+                    m = procmaps.find(addr)
+            frames.append(self._frame(pid, m, addr))
+        return frames
+
+    def _read_maps(self, pid: int, previous: _ProcMaps | None) -> _ProcMaps | None:
+        path = os.path.join(self._proc_root, str(pid), "maps")
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read()
+        except (OSError, ValueError):
+            return None
+        maps = _parse_maps(text)
+        if previous is not None:
+            # Keep already-loaded tables for mappings that did not change.
+            known = {m.ident: m.table for m in previous.maps}
+            for m in maps:
+                m.table = known.get(m.ident)
+        procmaps = _ProcMaps([m.start for m in maps], maps, time.monotonic())
+        self._procs[pid] = procmaps
+        return procmaps
+
+    def _frame(self, pid: int, m: _Mapping | None, addr: int) -> UserFrame:
+        if m is None:
+            return UserFrame(addr, f"0x{addr:x}", UNKNOWN)
+        if not m.path.startswith("/"):
+            return UserFrame(addr, UNKNOWN, m.module)
+        if m.table is None:
+            m.table = self._table_for(pid, m)
+        sym = m.table.lookup(addr - m.start + m.offset)
+        return UserFrame(addr, sym or UNKNOWN, m.module)
+
+    def _candidates(self, pid: int, m: _Mapping) -> list[str]:
+        base = os.path.join(self._proc_root, str(pid))
+        paths = []
+        if m.path.endswith(" (deleted)"):
+            # The path may now name a different file; map_files has the real one.
+            paths.append(os.path.join(base, "map_files", f"{m.start:x}-{m.end:x}"))
+        paths.append(base + "/root" + m.path)
+        paths.append(m.path)
+        return paths
+
+    def _table_for(self, pid: int, m: _Mapping) -> _SymTable:
+        for candidate in self._candidates(pid, m):
+            try:
+                st = os.stat(candidate)
+            except (OSError, ValueError):
+                continue
+            # Never open FIFOs or devices: that could block or have side effects.
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            skey = (m.path, st.st_dev, st.st_ino, st.st_mtime_ns)
+            table = self._by_stat.get(skey)
+            if table is not None:
+                return table
+            try:
+                with open(candidate, "rb") as f:
+                    try:
+                        table = self._load(f, st.st_size)
+                    except _ELF_ERRORS:
+                        table = _EMPTY
+            except (OSError, ValueError):
+                continue  # could not open this candidate; try the next one
+            self._by_stat[skey] = table
+            return table
+        return _EMPTY
+
+    def _load(self, f: BinaryIO, file_size: int) -> _SymTable:
+        probe = _ElfProbe(f, file_size)
+        bkey = probe.cache_key()
+        if bkey is not None:
+            table = self._by_build.get(bkey)
+            if table is not None:
+                return table
+        table = probe.load()
+        if bkey is not None:
+            self._by_build[bkey] = table
+        return table
