@@ -13,7 +13,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.message import Message
-from textual.widgets import Footer, Input
+from textual.widgets import DataTable, Footer, Input
 from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
@@ -72,6 +72,7 @@ class KtopApp(App[None]):
         show_idle: bool = False,
         pid: int | None = None,
         save_dir: str = ".",
+        drill: str | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -82,6 +83,8 @@ class KtopApp(App[None]):
         self.paused = False
         self.zoomed: str | None = None
         self.note = ""
+        self.drill = drill  # "pane:WHAT" to open once data arrives (--snapshot --drill)
+        self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
 
     # ---- layout -------------------------------------------------------------------------
@@ -129,6 +132,7 @@ class KtopApp(App[None]):
             self.source.close()
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.latest = message.snapshot
         if self.paused:
             return
         self.snapshot = message.snapshot
@@ -136,6 +140,8 @@ class KtopApp(App[None]):
 
     def refresh_panes(self) -> None:
         snapshot = self.snapshot
+        pid = self.display_settings.pid
+        self.note = f"showing pid {pid} only (Esc shows all)" if pid is not None else ""
         self.query_one(HeaderBar).show(snapshot, self.paused, self.note)
         if snapshot is None:
             return
@@ -203,7 +209,18 @@ class KtopApp(App[None]):
             self.refresh_panes()
 
     def on_key(self, event) -> None:
+        if self.screen is not self.screen_stack[0]:
+            return
         box = self.query_one("#filter", Input)
+        if event.key in ("escape", "backspace") and not box.has_focus:
+            if self.display_settings.pid is not None:
+                self.display_settings = replace(self.display_settings, pid=None)
+                self.refresh_panes()
+                event.stop()
+            elif self.zoomed:
+                self._set_zoom(None)
+                event.stop()
+            return
         if event.key == "escape" and box.has_focus:
             box.value = ""
             box.display = False
@@ -222,6 +239,81 @@ class KtopApp(App[None]):
         for pane_name in PANE_ORDER:
             self.pane(pane_name).display = name is None or pane_name == name
 
+    # ---- drill-down ---------------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if not isinstance(event.data_table, KeyedTable) or self.snapshot is None:
+            return
+        pane = self.focused_pane()
+        key = event.row_key.value
+        self.open_drill(pane.PANE, pane.view, key)
+
+    def open_drill(self, pane: str, view: str, key: str) -> bool:
+        """Open the stacks behind a row; False if there is nothing to open."""
+        from ktop.screens.stacks import FunctionScreen, IoProcessScreen, LockCallerScreen
+
+        snapshot = self.snapshot
+        if snapshot is None:
+            return False
+        latest = lambda: self.latest  # noqa: E731
+        if pane == PANE_FUNCTIONS:
+            self.push_screen(FunctionScreen(key.rsplit(" ", 1)[0], snapshot, latest))
+            return True
+        if pane == PANE_PROCESSES:
+            self.display_settings = replace(self.display_settings, pid=int(key))
+            self.refresh_panes()
+            return True
+        if pane == PANE_LOCKS and snapshot.locks is not None:
+            if view == "tasks":
+                self.display_settings = replace(self.display_settings, pid=int(key))
+                self.refresh_panes()
+                return True
+            caller = next(
+                (c for c in snapshot.locks.callers if f"{c.caller}|{c.type}" == key
+                 or c.caller == key),
+                None,
+            )
+            if caller is None:
+                self.notify("stacks are kept per caller: switch to the caller view (v)")
+                return False
+            self.push_screen(LockCallerScreen(caller, snapshot, latest))
+            return True
+        if pane == PANE_BLOCKIO and snapshot.blockio is not None:
+            pid = int(key.split("|", 1)[0]) if view == "processes" else None
+            if view == "requests":
+                request = next((r for r in snapshot.blockio.requests
+                                if f"{r.time_s:.6f}|{r.disk}|{r.sector}" == key), None)
+                pid = request.pid if request else None
+            process = next(
+                (p for p in snapshot.blockio.processes
+                 if f"{p.pid}|{p.disk}|{p.rw}" == key or (view != "processes" and p.pid == pid)),
+                None,
+            )
+            if process is None:
+                return False
+            self.push_screen(IoProcessScreen(process, snapshot, latest))
+            return True
+        return False
+
+    async def prepare_export(self, pilot) -> None:
+        """For --snapshot --drill: open the requested drill-down before the picture is taken."""
+        if not self.drill:
+            return
+        pane, _, what = self.drill.partition(":")
+        if pane == PANE_FUNCTIONS:
+            key = f"{what} x"
+        elif pane == PANE_LOCKS:
+            key = what
+        elif pane in (PANE_PROCESSES, PANE_BLOCKIO):
+            key = what
+            if pane == PANE_BLOCKIO and self.snapshot and self.snapshot.blockio:
+                match = next((p for p in self.snapshot.blockio.processes if str(p.pid) == what), None)
+                key = f"{match.pid}|{match.disk}|{match.rw}" if match else what
+        else:
+            key = what
+        self.open_drill(pane, "processes" if pane == PANE_BLOCKIO else "callers", key)
+        await pilot.pause(0.3)
+
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [
             ("Up Down PgUp PgDn Home End", "move in the focused table"),
@@ -230,7 +322,7 @@ class KtopApp(App[None]):
         self.push_screen(HelpScreen("ktop", keys))
 
     def action_save(self) -> None:
-        from ktop.snapshot import SnapshotError, write_atomically  # noqa: PLC0415
+        from ktop.snapshot import SnapshotError, write_atomically
 
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")
         path = os.path.join(self.save_dir, name)

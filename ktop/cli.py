@@ -55,6 +55,17 @@ def _size(text: str) -> tuple[int, int]:
     return size
 
 
+def _drill(text: str) -> str:
+    pane, sep, what = text.partition(":")
+    if not sep or not what or pane not in ("functions", "locks", "blockio", "processes"):
+        raise argparse.ArgumentTypeError(
+            f"expected functions:SYMBOL, locks:CALLER, blockio:PID or processes:PID, not {text!r}"
+        )
+    if pane in ("blockio", "processes") and not what.isdigit():
+        raise argparse.ArgumentTypeError(f"{pane} takes a pid, not {what!r}")
+    return text
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="ktop",
@@ -78,10 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how long --snapshot collects (default 3)")
     parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
                         help="screen size for --snapshot .svg/.txt (default 160x50)")
+    parser.add_argument("--drill", type=_drill, metavar="PANE:WHAT",
+                        help="with --snapshot .svg/.txt: picture the stacks behind one row, e.g. "
+                        "functions:vfs_read, locks:CALLER, blockio:PID, processes:PID")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
-    if args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50)):
-        parser.error("--duration and --size go with --snapshot FILE")
+    if args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50) or args.drill):
+        parser.error("--duration, --size and --drill go with --snapshot FILE")
     return args
 
 
@@ -104,7 +118,7 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from ktop.snapshot import SnapshotError, check_writable, run_snapshot, snapshot_format  # noqa: PLC0415
+    from ktop.snapshot import SnapshotError, check_writable, run_snapshot, snapshot_format
 
     try:
         snapshot_format(args.snapshot)
@@ -115,7 +129,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     try:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration, args.size, show_idle=args.idle,
-            pid=args.pid,
+            pid=args.pid, drill=args.drill,
         )
     except SnapshotError as e:
         return _fail(str(e))
@@ -128,8 +142,8 @@ def run_snapshot(args: argparse.Namespace) -> int:
 def run_interactive(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
-    from ktop.app import build_app  # noqa: PLC0415
-    from ktop.engine import LiveSource  # noqa: PLC0415
+    from ktop.app import build_app
+    from ktop.engine import LiveSource
 
     # Textual draws on sys.__stderr__. Give it its own descriptor for the terminal and point
     # fd 2 at a private file, so nothing bcc, clang or libbpf prints lands on the screen.

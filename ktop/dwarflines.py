@@ -268,7 +268,7 @@ class KernelLineTable:
             # Regular files only: opening a FIFO or device given as --vmlinux could block.
             if not stat.S_ISREG(os.stat(path).st_mode):
                 return None
-            f = open(path, "rb")  # noqa: SIM115 - owned by the table, closed by close()
+            f = open(path, "rb")
         except (OSError, ValueError):
             return None
         try:

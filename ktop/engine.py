@@ -17,10 +17,11 @@ from ktop import __version__
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors import bpfload
 from ktop.collectors.bpfload import Unavailable
-from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.processes import ProcessCollector
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot
+from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot, UserFrame
 from ktop.symbols import Kallsyms
+from ktop.usersyms import UserSymbolizer
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,12 @@ class DataSource(Protocol):
     cumulative: bool
 
     def start(self) -> None: ...
+    def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
+        """User frames named while the process lives; a process that exited keeps the names
+        resolved before (the aggregate holds them), later addresses show as hex."""
+        frames = self._user_symbols.resolve(pid, addresses)
+        return [UserFrame(f.symbol, f.module) for f in frames]
+
     def collect(self) -> Snapshot: ...
     def close(self) -> None: ...
 
@@ -54,6 +61,7 @@ class LiveSource:
         self._ticks: CpuTicks | None = None
         self._started = time.monotonic()
         self._kallsyms: Kallsyms | None = None
+        self._user_symbols = UserSymbolizer()
 
     def start(self) -> None:
         if PANE_FUNCTIONS in self.options.panes:
@@ -75,7 +83,7 @@ class LiveSource:
         return self._kallsyms
 
     def _start_cpu(self) -> None:
-        from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415 - keeps bcc out of replay
+        from ktop.collectors.cpu import CpuSampler
 
         sampler = CpuSampler(self.options.hz, self.options.interval_s)
         try:
@@ -89,8 +97,14 @@ class LiveSource:
             return
         self._cpu = sampler
         self._cpu_aggregate = CpuAggregator(
-            kallsyms, sampler.hz, sampler.cpus, self.options.window_s
+            kallsyms, sampler.hz, sampler.cpus, self.options.window_s, self._resolve_user
         )
+
+    def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
+        """User frames named while the process lives; a process that exited keeps the names
+        resolved before (the aggregate holds them), later addresses show as hex."""
+        frames = self._user_symbols.resolve(pid, addresses)
+        return [UserFrame(f.symbol, f.module) for f in frames]
 
     def collect(self) -> Snapshot:
         ticks = read_cpu_ticks()
@@ -138,6 +152,12 @@ class RecordedSource:
 
     def start(self) -> None:
         pass
+
+    def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
+        """User frames named while the process lives; a process that exited keeps the names
+        resolved before (the aggregate holds them), later addresses show as hex."""
+        frames = self._user_symbols.resolve(pid, addresses)
+        return [UserFrame(f.symbol, f.module) for f in frames]
 
     def collect(self) -> Snapshot:
         snapshot = self._snapshots[min(self._next, len(self._snapshots) - 1)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ktop.aggregate.stacktree import callers_tree
 from ktop.model import (
     BlockProfile,
     CpuProfile,
@@ -29,6 +30,7 @@ def _user_frames(frames: tuple[UserFrame, ...]) -> list[dict[str, str]]:
 
 
 def cpu_to_json(cpu: CpuProfile, include_idle: bool = False) -> dict[str, Any]:
+    functions = [f for f in cpu.functions if include_idle or not f.idle]
     return {
         "window_s": round(cpu.window_s, 3),
         "cumulative": cpu.cumulative,
@@ -51,9 +53,10 @@ def cpu_to_json(cpu: CpuProfile, include_idle: bool = False) -> dict[str, Any]:
                 "samples": f.samples,
                 "percent": round(f.percent, 3),
                 "idle": f.idle,
+                # percent in the tree is the share of this function's samples, as perf top -g
+                "callers": callers_tree(f.symbol, cpu.stacks).to_json(f.samples),
             }
-            for f in cpu.functions
-            if include_idle or not f.idle
+            for f in functions
         ],
         "stacks": [
             {

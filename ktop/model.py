@@ -6,8 +6,8 @@ imports bcc or Textual, so the UI can be driven from recorded data without root.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 # Pane names, used as keys of Snapshot.unavailable and in --drill.
 PANE_FUNCTIONS = "functions"

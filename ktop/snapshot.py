@@ -88,7 +88,7 @@ async def render_screen(
     source: DataSource, size: tuple[int, int], fmt: str, show_idle: bool = False, **app_args
 ) -> str:
     """Drive the real app headless on the snapshot and export what it shows."""
-    from ktop.app import build_app  # noqa: PLC0415 - Textual only when a screen is wanted
+    from ktop.app import build_app
 
     app = build_app(source, interval_s=0.05, show_idle=show_idle, **app_args)
     async with app.run_test(size=size) as pilot:

@@ -51,7 +51,7 @@ class Kallsyms:
         self.hidden = not entries  # kptr_restrict shows every address as 0
 
     @classmethod
-    def from_text(cls, text: str) -> "Kallsyms":
+    def from_text(cls, text: str) -> Kallsyms:
         entries = []
         for line in text.splitlines():
             parts = line.split()
@@ -68,7 +68,7 @@ class Kallsyms:
         return cls(entries)
 
     @classmethod
-    def load(cls, path: str = "/proc/kallsyms") -> "Kallsyms":
+    def load(cls, path: str = "/proc/kallsyms") -> Kallsyms:
         with open(path, encoding="ascii", errors="replace") as f:
             return cls.from_text(f.read())
 

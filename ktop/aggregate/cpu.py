@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks

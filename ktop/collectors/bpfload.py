@@ -99,7 +99,7 @@ def bpf_source_dir() -> str:
 
 def import_bcc() -> Any:
     try:
-        import bcc  # noqa: PLC0415 - only collectors import bcc, and only when they start
+        import bcc
     except ImportError:
         raise Unavailable("bcc is not installed: apt install python3-bpfcc") from None
     return bcc
@@ -108,7 +108,7 @@ def import_bcc() -> Any:
 class _CapturedStderr:
     """Points fd 2 at a temporary file: libbcc and the verifier print there, not on our tty."""
 
-    def __enter__(self) -> "_CapturedStderr":
+    def __enter__(self) -> _CapturedStderr:
         self._file = tempfile.TemporaryFile(mode="w+b")
         self._saved = os.dup(2)
         os.dup2(self._file.fileno(), 2)

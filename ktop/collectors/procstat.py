@@ -16,7 +16,7 @@ class CpuTicks:
     idle: int = 0
     steal: int = 0
 
-    def __sub__(self, other: "CpuTicks") -> "CpuTicks":
+    def __sub__(self, other: CpuTicks) -> CpuTicks:
         return CpuTicks(
             self.user - other.user,
             self.kernel - other.kernel,
@@ -24,7 +24,7 @@ class CpuTicks:
             self.steal - other.steal,
         )
 
-    def __add__(self, other: "CpuTicks") -> "CpuTicks":
+    def __add__(self, other: CpuTicks) -> CpuTicks:
         return CpuTicks(
             self.user + other.user,
             self.kernel + other.kernel,

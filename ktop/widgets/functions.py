@@ -59,7 +59,7 @@ def _heat(percent: float) -> str:
 
 def _functions_of_pid(snapshot: Snapshot, pid: int):
     """The sampler's data for one process, folded by leaf function."""
-    from ktop.model import HotFunction  # noqa: PLC0415
+    from ktop.model import HotFunction
 
     cpu = snapshot.cpu
     expected = cpu.sample_hz * cpu.window_s * cpu.cpus or 1

@@ -3,8 +3,9 @@ why the table is empty or the pane unavailable."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.containers import Vertical

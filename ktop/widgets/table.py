@@ -6,8 +6,9 @@ changed cells are written, stale rows removed, and the cursor follows its row's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from rich.text import Text
 from textual._two_way_dict import TwoWayDict
@@ -67,6 +68,7 @@ class KeyedTable(DataTable):
         self.filter_text = ""
         self._rows: dict[str, Sequence[Cell]] = {}
         self._all_rows: list[Row] = []
+        self._order: dict[str, int] = {}
 
     def on_mount(self) -> None:
         for column in self.table_columns:
@@ -131,7 +133,9 @@ class KeyedTable(DataTable):
                         self.update_cell(key, column.key, after)
             self._rows[key] = cells
         order = {key: i for i, (key, _) in enumerate(rows)}
-        self._reorder(order)
+        if order != self._order:  # re-ordering invalidates every cached row render
+            self._reorder(order)
+            self._order = order
         if selected in order:
             self.move_cursor(row=order[selected], animate=False, scroll=False)
 

@@ -1,0 +1,105 @@
+"""Callers and callees trees of one function, folded from whole sampled stacks.
+
+Callers (perf top -g, caller mode): the function at the root, each level the functions that
+called the level above, with their share of the function's samples. Callees: the function at
+the root, each level what it called, down to where the samples landed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ktop.model import StackSample
+
+TRUNCATED = "[truncated: deeper than the collected depth]"
+
+
+def function_name(frame: str) -> str:
+    """'vfs_read+0x9a' -> 'vfs_read'; a bare hex address stays as it is."""
+    return frame.split("+", 1)[0]
+
+
+@dataclass
+class StackNode:
+    name: str
+    samples: int = 0
+    user: bool = False  # a user-space frame (below the kernel frames)
+    children: dict[str, StackNode] = field(default_factory=dict)
+
+    def child(self, name: str, user: bool = False) -> StackNode:
+        key = ("u:" if user else "k:") + name
+        node = self.children.get(key)
+        if node is None:
+            node = self.children[key] = StackNode(name, user=user)
+        return node
+
+    def sorted_children(self) -> list[StackNode]:
+        return sorted(self.children.values(), key=lambda n: (-n.samples, n.name))
+
+    def to_json(self, total: int) -> dict[str, Any]:
+        return {
+            "symbol": self.name,
+            "user": self.user,
+            "samples": self.samples,
+            "percent": round(100.0 * self.samples / total, 2) if total else 0.0,
+            "children": [c.to_json(total) for c in self.sorted_children()],
+        }
+
+
+def _chain(stack: StackSample) -> list[tuple[str, bool]]:
+    """Innermost-first frames as (name, is_user): kernel frames, then user frames."""
+    chain = [(function_name(f), False) for f in stack.frames]
+    if stack.truncated:
+        chain.append((TRUNCATED, False))
+    chain.extend((f.symbol.split("+", 1)[0] if "+" in f.symbol else f"{f.symbol} [{f.module}]", True)
+                 for f in stack.user_frames)
+    return chain
+
+
+def callers_tree(function: str, stacks: Iterable[StackSample]) -> StackNode:
+    """Stacks whose innermost frame is `function`, folded outward from it."""
+    root = StackNode(function)
+    for stack in stacks:
+        if not stack.frames or function_name(stack.frames[0]) != function:
+            continue
+        root.samples += stack.samples
+        node = root
+        for name, user in _chain(stack)[1:]:
+            node = node.child(name, user)
+            node.samples += stack.samples
+    return root
+
+
+def callees_tree(function: str, stacks: Iterable[StackSample]) -> StackNode:
+    """Stacks that pass through `function` (outermost occurrence), folded inward to the leaf."""
+    root = StackNode(function)
+    for stack in stacks:
+        names = [function_name(f) for f in stack.frames]
+        if function not in names:
+            continue
+        root.samples += stack.samples
+        node = root
+        # The outermost occurrence, so recursion counts once.
+        position = len(names) - 1 - names[::-1].index(function)
+        for name in reversed(names[:position]):
+            node = node.child(name)
+            node.samples += stack.samples
+    return root
+
+
+def processes_hitting(function: str, stacks: Iterable[StackSample]) -> list[tuple[int, str, int]]:
+    """(pid, comm, samples) of the processes whose samples landed in `function`."""
+    totals: dict[tuple[int, str], int] = {}
+    for stack in stacks:
+        if stack.frames and function_name(stack.frames[0]) == function:
+            key = (stack.pid, stack.comm)
+            totals[key] = totals.get(key, 0) + stack.samples
+    return sorted(((p, c, n) for (p, c), n in totals.items()), key=lambda r: (-r[2], r[0]))
+
+
+def unique_stacks(function: str, stacks: Iterable[StackSample]) -> list[StackSample]:
+    """Every whole stack that landed in `function`, most samples first."""
+    hits = [s for s in stacks if s.frames and function_name(s.frames[0]) == function]
+    return sorted(hits, key=lambda s: -s.samples)
