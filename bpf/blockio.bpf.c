@@ -119,6 +119,78 @@ static __always_inline void count_submission(void *ctx, struct blk_inflight *req
 		count_lost(BLK_LOST_STACK_COUNTS_FULL);
 }
 
+/* Stores a new in-flight request under the first free nth at its (dev, sector). */
+static __always_inline int store_request(struct blk_req_key *key, struct blk_inflight *req)
+{
+#pragma unroll
+	for (u32 nth = 0; nth < BLK_SAME_SECTOR_MAX; nth++) {
+		key->nth = nth;
+		int err = inflight.insert(key, req);
+		if (!err)
+			return 0;
+		if (err != -EEXIST) {
+			count_lost(BLK_LOST_INFLIGHT_FULL);
+			return -1;
+		}
+	}
+	count_lost(BLK_LOST_INFLIGHT_COLLISION);
+	return -1;
+}
+
+/* The in-flight request at (dev, sector) that has not yet reached a stage (its timestamp
+ * there is 0); failing that, the first one there. Sets key->nth to it. */
+static __always_inline struct blk_inflight *find_request(struct blk_req_key *key, bool issue)
+{
+	struct blk_inflight *first = 0;
+	u32 first_nth = 0;
+#pragma unroll
+	for (u32 nth = 0; nth < BLK_SAME_SECTOR_MAX; nth++) {
+		key->nth = nth;
+		struct blk_inflight *req = inflight.lookup(key);
+		if (!req)
+			continue;
+		if (!(issue ? req->issue_ns : req->insert_ns))
+			return req;
+		if (!first) {
+			first = req;
+			first_nth = nth;
+		}
+	}
+	key->nth = first_nth;
+	return first;
+}
+
+/* Takes the in-flight request a completion at (dev, sector) belongs to out of the map:
+ * of several there, the one issued first. Deleting is the claim: of two CPUs completing at
+ * the same sector, only one delete succeeds. */
+static __always_inline bool claim_request(u32 dev, u64 sector, struct blk_inflight *out)
+{
+	struct blk_req_key key = {.sector = sector, .dev = dev};
+	u64 best_rank = ~0ULL;
+	s32 best = -1;
+#pragma unroll
+	for (u32 nth = 0; nth < BLK_SAME_SECTOR_MAX; nth++) {
+		key.nth = nth;
+		struct blk_inflight *req = inflight.lookup(&key);
+		if (!req)
+			continue;
+		/* Issued ones by issue time, then never-issued ones (flush sequences). */
+		u64 rank = req->issue_ns ? req->issue_ns : req->start_ns | (1ULL << 63);
+		if (rank < best_rank) {
+			best_rank = rank;
+			best = nth;
+		}
+	}
+	if (best < 0)
+		return false;
+	key.nth = best;
+	struct blk_inflight *req = inflight.lookup(&key);
+	if (!req)
+		return false;
+	*out = *req;
+	return inflight.delete(&key) == 0;
+}
+
 /* A request (or bio) made by the current task: remember who, and count where from. */
 static __always_inline void track_submission(void *ctx, u32 dev, u64 sector, u32 rw, u32 bytes,
 					     u32 flags)
@@ -133,10 +205,7 @@ static __always_inline void track_submission(void *ctx, u32 dev, u64 sector, u32
 	req.bytes = bytes;
 	req.flags = flags;
 	bpf_get_current_comm(&req.comm, sizeof(req.comm));
-	if (inflight.lookup(&key))
-		count_lost(BLK_LOST_INFLIGHT_COLLISION);
-	if (inflight.update(&key, &req))
-		count_lost(BLK_LOST_INFLIGHT_FULL);
+	store_request(&key, &req);
 	count_submission(ctx, &req, dev);
 }
 
@@ -155,10 +224,8 @@ static __always_inline struct blk_inflight *late_request(struct blk_req_key *key
 	req.rw = rw;
 	req.bytes = bytes;
 	req.flags = BLK_FLAG_LATE;
-	if (inflight.update(key, &req)) {
-		count_lost(BLK_LOST_INFLIGHT_FULL);
+	if (store_request(key, &req))
 		return 0;
-	}
 	return inflight.lookup(key);
 }
 
@@ -249,7 +316,7 @@ TRACEPOINT_PROBE(block, block_rq_insert)
 	if (rw == BLK_RW_OTHER)
 		return 0;
 	struct blk_req_key key = {.sector = args->sector, .dev = args->dev};
-	struct blk_inflight *req = inflight.lookup(&key);
+	struct blk_inflight *req = find_request(&key, false);
 	if (!req)
 		req = late_request(&key, rw, args->bytes);
 	if (req)
@@ -263,7 +330,7 @@ TRACEPOINT_PROBE(block, block_rq_issue)
 	if (rw == BLK_RW_OTHER)
 		return 0;
 	struct blk_req_key key = {.sector = args->sector, .dev = args->dev};
-	struct blk_inflight *req = inflight.lookup(&key);
+	struct blk_inflight *req = find_request(&key, true);
 	if (!req)
 		req = late_request(&key, rw, args->bytes);
 	if (req) {
@@ -278,14 +345,11 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 	/* The flush machinery's own request (rwbs "FF") is not a read or write. */
 	if (rw_of(args->rwbs) == BLK_RW_OTHER)
 		return 0;
-	struct blk_req_key key = {.sector = args->sector, .dev = args->dev};
-	struct blk_inflight *found = inflight.lookup(&key);
-	if (!found) {
+	struct blk_inflight req;
+	if (!claim_request(args->dev, args->sector, &req)) {
 		count_lost(BLK_LOST_UNPAIRED_COMPLETE);
 		return 0;
 	}
-	struct blk_inflight req = *found;
-	inflight.delete(&key);
 	/* nr_sector is what this completion finished: the bytes /proc/diskstats counts. */
 	count_completion(&req, args->dev, args->sector, args->nr_sector << 9);
 	return 0;
@@ -296,23 +360,25 @@ TRACEPOINT_PROBE(block, block_rq_complete)
 TRACEPOINT_PROBE(block, block_rq_merge)
 {
 	struct blk_req_key key = {.sector = args->sector, .dev = args->dev};
-	inflight.delete(&key);
+	struct blk_inflight *req = find_request(&key, true);
+	if (req && !req->issue_ns)
+		inflight.delete(&key);
 	return 0;
 }
 #endif
 
-/* A bio merged in front of a request moves the request's start sector, and so its key. */
+/* A bio merged in front of a queued request moves the request's start sector, its key. */
 TRACEPOINT_PROBE(block, block_bio_frontmerge)
 {
-	struct blk_req_key old_key = {.sector = args->sector + args->nr_sector, .dev = args->dev};
-	struct blk_inflight *found = inflight.lookup(&old_key);
-	if (!found)
+	struct blk_req_key key = {.sector = args->sector + args->nr_sector, .dev = args->dev};
+	struct blk_inflight *found = find_request(&key, true);
+	if (!found || found->issue_ns)
 		return 0;
 	struct blk_inflight req = *found;
-	struct blk_req_key new_key = {.sector = args->sector, .dev = args->dev};
-	inflight.delete(&old_key);
-	if (inflight.update(&new_key, &req))
-		count_lost(BLK_LOST_INFLIGHT_FULL);
+	if (inflight.delete(&key))
+		return 0;
+	struct blk_req_key moved = {.sector = args->sector, .dev = args->dev};
+	store_request(&moved, &req);
 	return 0;
 }
 
@@ -334,14 +400,11 @@ TRACEPOINT_PROBE(block, block_bio_complete)
 	u32 dev = args->dev;
 	if (!bio_devices.lookup(&dev) || rw_of(args->rwbs) == BLK_RW_OTHER)
 		return 0;
-	struct blk_req_key key = {.sector = args->sector, .dev = dev};
-	struct blk_inflight *found = inflight.lookup(&key);
-	if (!found) {
+	struct blk_inflight req;
+	if (!claim_request(dev, args->sector, &req)) {
 		count_lost(BLK_LOST_UNPAIRED_COMPLETE);
 		return 0;
 	}
-	struct blk_inflight req = *found;
-	inflight.delete(&key);
 	/* A driver may have advanced the bio's iterator by now: take the size at queue time. */
 	count_completion(&req, dev, args->sector, req.bytes);
 	return 0;

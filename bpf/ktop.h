@@ -38,11 +38,13 @@ enum blk_rw {
 };
 
 /* The tracepoints expose no request pointer: a request is known by its device and start
- * sector while it is in flight. */
+ * sector while it is in flight, and by `nth` when others at the same sector are in flight
+ * too (readers of one file, O_DIRECT, in step): each takes the first free nth. */
+#define BLK_SAME_SECTOR_MAX	4
 struct blk_req_key {
 	u64 sector;
 	u32 dev;			/* kernel dev_t: major << 20 | minor */
-	u32 pad;
+	u32 nth;			/* 0 .. BLK_SAME_SECTOR_MAX - 1 */
 };
 
 #define BLK_FLAG_BIO		1	/* bio-based device: queued and completed as a bio */
@@ -113,7 +115,7 @@ struct blk_event {
 enum blk_lost {
 	BLK_LOST_UNPAIRED_COMPLETE,	/* completion of a request never seen submitted */
 	BLK_LOST_INFLIGHT_FULL,		/* in-flight map full: the request goes untimed */
-	BLK_LOST_INFLIGHT_COLLISION,	/* a second request at the same (dev, sector) replaced one */
+	BLK_LOST_INFLIGHT_COLLISION,	/* more than BLK_SAME_SECTOR_MAX in flight at one sector */
 	BLK_LOST_TOTALS_FULL,		/* per-process counters full: a completion is not counted */
 	BLK_LOST_HIST_FULL,
 	BLK_LOST_STACK_COUNTS_FULL,
@@ -136,7 +138,7 @@ enum blk_lost {
 #define LCB_F_MUTEX	(1U << 5)
 
 #define LOCK_HIST_SLOTS	40		/* log2 slots of wait time in ns: slot k holds [2^k, 2^(k+1)) */
-#define LOCK_STACK_DEPTH 32		/* frames kept per stack; callers are found in the first few */
+#define LOCK_STACK_DEPTH 48		/* kernel frames kept; callers are found in the first few */
 
 /* A wait in progress: per task for locks that sleep, per CPU for spinning locks. */
 struct lock_start {
@@ -144,7 +146,7 @@ struct lock_start {
 	u64 lock;			/* lock address; 0 marks a free per-CPU slot */
 	u32 flags;			/* LCB_F_* of the first begin */
 	s32 kstack;			/* kernel stack id in stacks_<generation>, or -errno */
-	s32 ustack;			/* user stack id in stacks_<generation>, or -errno */
+	s32 ustack;			/* user stack id in user_stacks_<generation>, or -errno */
 	u32 generation;			/* the map generation the stack ids belong to */
 	u32 nested;			/* begins of other locks inside this wait, whose ends to skip */
 	u32 pad;

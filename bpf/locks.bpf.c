@@ -20,7 +20,10 @@
 #define TASK_WAITS_ENTRIES 8192
 #endif
 #ifndef STACK_ENTRIES
-#define STACK_ENTRIES 8192
+#define STACK_ENTRIES 16384
+#endif
+#ifndef USER_STACK_ENTRIES
+#define USER_STACK_ENTRIES 8192
 #endif
 #ifndef START_ENTRIES
 #define START_ENTRIES 16384
@@ -28,11 +31,18 @@
 #ifndef USER_STACKS
 #define USER_STACKS 1
 #endif
+/* What a tracepoint program returns decides whether the kernel hands the event on to the
+ * tracepoint's other perf users: 0 would blind a `perf lock record` running beside ktop. */
+#define PASS_ON 1
 /* A spinning wait this long means its end was missed (soft lockups are reported at 20 s). */
 #define STALE_SPIN_NS (30ULL * 1000000000ULL)
 
 struct lock_stack {
 	u64 ip[LOCK_STACK_DEPTH];
+};
+
+struct user_stack {
+	u64 ip[KTOP_USER_STACK_DEPTH];
 };
 
 BPF_ARRAY(generation, u32, 1);
@@ -48,6 +58,10 @@ BPF_HASH(task_waits_0, struct lock_task_key, struct lock_wait, TASK_WAITS_ENTRIE
 BPF_HASH(task_waits_1, struct lock_task_key, struct lock_wait, TASK_WAITS_ENTRIES);
 BPF_TABLE("stacktrace", int, struct lock_stack, stacks_0, STACK_ENTRIES);
 BPF_TABLE("stacktrace", int, struct lock_stack, stacks_1, STACK_ENTRIES);
+/* User stacks apart: a stack map refuses a new stack whose bucket is taken (-EEXIST), so
+ * sharing one map would double the losses. */
+BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_0, USER_STACK_ENTRIES);
+BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_1, USER_STACK_ENTRIES);
 BPF_PERCPU_ARRAY(lost, u64, LOCK_LOST_NR);
 
 static __always_inline void count_lost(int reason)
@@ -67,6 +81,11 @@ static __always_inline u32 current_generation(void)
 static __always_inline s32 kernel_stack(void *ctx, u32 g)
 {
 	s32 id = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
+	/* Two stacks whose hashes share a bucket collide in every interval, and the loser's
+	 * waits would all go without a stack: store it again without its innermost frame (a
+	 * lock function; the caller is further out), which hashes to another bucket. */
+	if (id == -EEXIST)
+		id = g ? stacks_1.get_stackid(ctx, 1) : stacks_0.get_stackid(ctx, 1);
 	if (id == -EEXIST)
 		count_lost(LOCK_LOST_KSTACK_COLLISION);
 	else if (id == -ENOMEM)
@@ -78,8 +97,11 @@ static __always_inline s32 user_stack(void *ctx, u32 g, u32 tgid)
 {
 	if (!USER_STACKS || !tgid)
 		return -EFAULT;
-	s32 id = g ? stacks_1.get_stackid(ctx, BPF_F_USER_STACK)
-		   : stacks_0.get_stackid(ctx, BPF_F_USER_STACK);
+	s32 id = g ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK)
+		   : user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK);
+	if (id == -EEXIST)	/* as for kernel stacks: without the innermost frame */
+		id = g ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK | 1)
+		       : user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK | 1);
 	if (id == -EEXIST)
 		count_lost(LOCK_LOST_USTACK_COLLISION);
 	else if (id == -ENOMEM)
@@ -113,8 +135,8 @@ static __always_inline void add_wait(struct lock_wait *w, u64 wait_ns)
 		w->min_ns = wait_ns;
 }
 
-static __always_inline struct lock_stack_wait *stack_wait_entry(u32 g, struct lock_stack_key *key,
-							  struct lock_stack_wait *init)
+static __always_inline struct lock_stack_wait *
+stack_wait_entry(u32 g, struct lock_stack_key *key, struct lock_stack_wait *init)
 {
 	struct lock_stack_wait *w;
 
@@ -134,8 +156,8 @@ static __always_inline struct lock_stack_wait *stack_wait_entry(u32 g, struct lo
 	return w;
 }
 
-static __always_inline struct lock_wait *lock_wait_entry(u32 g, struct lock_addr_key *key,
-						   struct lock_wait *init)
+static __always_inline struct lock_wait *
+lock_wait_entry(u32 g, struct lock_addr_key *key, struct lock_wait *init)
 {
 	struct lock_wait *w;
 
@@ -155,8 +177,8 @@ static __always_inline struct lock_wait *lock_wait_entry(u32 g, struct lock_addr
 	return w;
 }
 
-static __always_inline struct lock_wait *task_wait_entry(u32 g, struct lock_task_key *key,
-						   struct lock_wait *init)
+static __always_inline struct lock_wait *
+task_wait_entry(u32 g, struct lock_task_key *key, struct lock_wait *init)
 {
 	struct lock_wait *w;
 
@@ -236,13 +258,13 @@ int on_contention_begin(struct contention_begin_args *args)
 	if ((flags & (LCB_F_SPIN | LCB_F_MUTEX)) == LCB_F_SPIN) {
 		start = cpu_starts.lookup(&zero);
 		if (!start)
-			return 0;
+			return PASS_ON;
 		if (start->lock) {
 			/* An interrupt contending while this CPU already spins: keep the outer. */
 			if (bpf_ktime_get_ns() - start->time_ns < STALE_SPIN_NS) {
 				start->nested++;
 				count_lost(LOCK_LOST_NESTED_BEGIN);
-				return 0;
+				return PASS_ON;
 			}
 			count_lost(LOCK_LOST_STALE_SPIN);
 		}
@@ -254,14 +276,14 @@ int on_contention_begin(struct contention_begin_args *args)
 				start->nested++;
 				count_lost(LOCK_LOST_NESTED_BEGIN);
 			}
-			return 0;
+			return PASS_ON;
 		}
 		struct lock_start empty = {};
 		task_starts.insert(&tid, &empty);
 		start = task_starts.lookup(&tid);
 		if (!start) {
 			count_lost(LOCK_LOST_START_FULL);
-			return 0;
+			return PASS_ON;
 		}
 	}
 
@@ -274,7 +296,7 @@ int on_contention_begin(struct contention_begin_args *args)
 	/* After the stack walks, so their cost is not reported as time waiting for the lock. */
 	start->time_ns = bpf_ktime_get_ns();
 	start->lock = lock;
-	return 0;
+	return PASS_ON;
 }
 
 int on_contention_end(struct contention_end_args *args)
@@ -291,7 +313,7 @@ int on_contention_end(struct contention_end_args *args)
 		start = task_starts.lookup(&tid);
 		if (!start) {
 			count_lost(LOCK_LOST_UNPAIRED_END);
-			return 0;
+			return PASS_ON;
 		}
 	}
 	if (start->lock != lock) {
@@ -299,7 +321,7 @@ int on_contention_end(struct contention_end_args *args)
 			start->nested--;	/* the end of a begin nested in this wait */
 		else
 			count_lost(LOCK_LOST_UNPAIRED_END);
-		return 0;
+		return PASS_ON;
 	}
 
 	/* Copied before the slot is freed: a deleted hash element may be reused at once. */
@@ -309,5 +331,5 @@ int on_contention_end(struct contention_end_args *args)
 	else
 		task_starts.delete(&tid);
 	account(args, &begin, now > begin.time_ns ? now - begin.time_ns : 0);
-	return 0;
+	return PASS_ON;
 }
