@@ -39,6 +39,47 @@ class DataSource(Protocol):
     cumulative: bool
 
     def start(self) -> None: ...
+    def _make_locks(self):
+        from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
+        from ktop.collectors.locks import LockCollector  # noqa: PLC0415
+
+        return LockCollector(self.options.interval_s), LockAggregator(
+            self.kallsyms(), self.options.window_s
+        )
+
+    def _make_blockio(self):
+        from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
+        from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+
+        return BlockCollector(self.options.interval_s), BlockAggregator(
+            self.options.window_s, symbols=self.kallsyms()
+        )
+
+    def _start_tracer(self, pane: str, make) -> tuple | None:
+        """(collector, aggregator) started, or None with the pane's reason recorded."""
+        try:
+            collector, aggregator = make()
+            collector.start()
+        except Unavailable as e:
+            self.unavailable[pane] = str(e)
+            return None
+        except Exception as e:  # a bcc surprise must cost one pane, never the app
+            self.unavailable[pane] = f"failed to start: {e}"
+            return None
+        return collector, aggregator
+
+    def _collect_tracer(self, pane: str, pair: tuple | None):
+        if pair is None:
+            return None, None
+        collector, aggregator = pair
+        try:
+            aggregator.add(collector.drain())
+            return aggregator.profile(self.cumulative), pair
+        except Exception as e:
+            self.unavailable[pane] = f"stopped: {e}"
+            collector.close()
+            return None, None
+
     def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
         """User frames named while the process lives; a process that exited keeps the names
         resolved before (the aggregate holds them), later addresses show as hex."""
@@ -62,21 +103,35 @@ class LiveSource:
         self._started = time.monotonic()
         self._kallsyms: Kallsyms | None = None
         self._user_symbols = UserSymbolizer()
+        self._locks: tuple | None = None
+        self._blockio: tuple | None = None
 
     def start(self) -> None:
         if PANE_FUNCTIONS in self.options.panes:
             self._start_cpu()
+        if PANE_LOCKS in self.options.panes:
+            self._locks = self._start_tracer(PANE_LOCKS, self._make_locks)
+        if PANE_BLOCKIO in self.options.panes:
+            self._blockio = self._start_tracer(PANE_BLOCKIO, self._make_blockio)
         if any(p in self.options.panes for p in (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)):
             self.headers = bpfload.headers_description()
-        # Last, so that the first interval's figures do not include compiling BPF programs.
+        # Drain once and discard: every window starts when all collectors are attached, not
+        # while later programs were still compiling.
+        for collector in self._attached():
+            collector.drain()
         self._processes.start()
         self._ticks = read_cpu_ticks()
 
+    def _attached(self) -> list:
+        pairs = [p[0] for p in (self._locks, self._blockio) if p is not None]
+        return ([self._cpu] if self._cpu else []) + pairs
+
     def kallsyms(self) -> Kallsyms:
         if self._kallsyms is None:
+            bpfload.check_privileges()  # "needs root" says more than "addresses hidden"
             self._kallsyms = Kallsyms.load()
-            if self._kallsyms.hidden:
-                raise Unavailable(
+        if self._kallsyms.hidden:
+            raise Unavailable(
                     "kernel addresses are hidden (kptr_restrict): run as root, "
                     "or `sysctl kernel.kptr_restrict=0`"
                 )
@@ -100,6 +155,47 @@ class LiveSource:
             kallsyms, sampler.hz, sampler.cpus, self.options.window_s, self._resolve_user
         )
 
+    def _make_locks(self):
+        from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
+        from ktop.collectors.locks import LockCollector  # noqa: PLC0415
+
+        return LockCollector(self.options.interval_s), LockAggregator(
+            self.kallsyms(), self.options.window_s
+        )
+
+    def _make_blockio(self):
+        from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
+        from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+
+        return BlockCollector(self.options.interval_s), BlockAggregator(
+            self.options.window_s, symbols=self.kallsyms()
+        )
+
+    def _start_tracer(self, pane: str, make) -> tuple | None:
+        """(collector, aggregator) started, or None with the pane's reason recorded."""
+        try:
+            collector, aggregator = make()
+            collector.start()
+        except Unavailable as e:
+            self.unavailable[pane] = str(e)
+            return None
+        except Exception as e:  # a bcc surprise must cost one pane, never the app
+            self.unavailable[pane] = f"failed to start: {e}"
+            return None
+        return collector, aggregator
+
+    def _collect_tracer(self, pane: str, pair: tuple | None):
+        if pair is None:
+            return None, None
+        collector, aggregator = pair
+        try:
+            aggregator.add(collector.drain())
+            return aggregator.profile(self.cumulative), pair
+        except Exception as e:
+            self.unavailable[pane] = f"stopped: {e}"
+            collector.close()
+            return None, None
+
     def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
         """User frames named while the process lives; a process that exited keeps the names
         resolved before (the aggregate holds them), later addresses show as hex."""
@@ -119,6 +215,8 @@ class LiveSource:
                 self.unavailable[PANE_FUNCTIONS] = f"sampler stopped: {e}"
                 self._cpu.close()
                 self._cpu = None
+        locks, self._locks = self._collect_tracer(PANE_LOCKS, self._locks)
+        blockio, self._blockio = self._collect_tracer(PANE_BLOCKIO, self._blockio)
         processes = self._processes.collect()
         duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
         return Snapshot(
@@ -130,6 +228,8 @@ class LiveSource:
             headers=self.headers,
             cpu=cpu_profile,
             processes=processes,
+            locks=locks,
+            blockio=blockio,
             unavailable=dict(self.unavailable),
         )
 
@@ -137,7 +237,10 @@ class LiveSource:
         for collector in (self._cpu, self._processes):
             if collector is not None:
                 collector.close()
-        self._cpu = None
+        for pair in (self._locks, self._blockio):
+            if pair is not None:
+                pair[0].close()
+        self._cpu = self._locks = self._blockio = None
 
 
 class RecordedSource:
@@ -152,6 +255,47 @@ class RecordedSource:
 
     def start(self) -> None:
         pass
+
+    def _make_locks(self):
+        from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
+        from ktop.collectors.locks import LockCollector  # noqa: PLC0415
+
+        return LockCollector(self.options.interval_s), LockAggregator(
+            self.kallsyms(), self.options.window_s
+        )
+
+    def _make_blockio(self):
+        from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
+        from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+
+        return BlockCollector(self.options.interval_s), BlockAggregator(
+            self.options.window_s, symbols=self.kallsyms()
+        )
+
+    def _start_tracer(self, pane: str, make) -> tuple | None:
+        """(collector, aggregator) started, or None with the pane's reason recorded."""
+        try:
+            collector, aggregator = make()
+            collector.start()
+        except Unavailable as e:
+            self.unavailable[pane] = str(e)
+            return None
+        except Exception as e:  # a bcc surprise must cost one pane, never the app
+            self.unavailable[pane] = f"failed to start: {e}"
+            return None
+        return collector, aggregator
+
+    def _collect_tracer(self, pane: str, pair: tuple | None):
+        if pair is None:
+            return None, None
+        collector, aggregator = pair
+        try:
+            aggregator.add(collector.drain())
+            return aggregator.profile(self.cumulative), pair
+        except Exception as e:
+            self.unavailable[pane] = f"stopped: {e}"
+            collector.close()
+            return None, None
 
     def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
         """User frames named while the process lives; a process that exited keeps the names
