@@ -12,6 +12,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import get_current_worker
@@ -101,12 +102,20 @@ class KtopApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.query_one(HeaderBar).show(None)
+        self.header_bar().show(None)
         self.pane(PANE_FUNCTIONS).table.focus()
         self.collect_loop()
 
+    @property
+    def main_screen(self):
+        """The screen holding the panes: App.query_one would search a drill-down on top."""
+        return self.screen_stack[0]
+
     def pane(self, name: str) -> Pane:
-        return self.query_one(f"#pane-{name}", Pane)
+        return self.main_screen.query_one(f"#pane-{name}", Pane)
+
+    def header_bar(self) -> HeaderBar:
+        return self.main_screen.query_one(HeaderBar)
 
     def focused_pane(self) -> Pane:
         widget = self.focused
@@ -142,7 +151,11 @@ class KtopApp(App[None]):
         snapshot = self.snapshot
         pid = self.display_settings.pid
         self.note = f"showing pid {pid} only (Esc shows all)" if pid is not None else ""
-        self.query_one(HeaderBar).show(snapshot, self.paused, self.note)
+        try:
+            header = self.header_bar()
+        except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
+            return
+        header.show(snapshot, self.paused, self.note)
         if snapshot is None:
             return
         with self.batch_update():
@@ -159,19 +172,28 @@ class KtopApp(App[None]):
         self.exit()
 
     def action_focus_pane(self, name: str) -> None:
+        if self.screen is not self.main_screen:
+            return
         if self.zoomed and self.zoomed != name:
             self._set_zoom(name)
         self.pane(name).table.focus()
 
     def action_focus_pane_step(self, step: int) -> None:
+        if self.screen is not self.main_screen:  # Tab on a drill-down switches its view
+            cycle = getattr(self.screen, "action_cycle_view", None)
+            if cycle:
+                cycle()
+            return
         current = PANE_ORDER.index(self.focused_pane().PANE)
         self.action_focus_pane(PANE_ORDER[(current + step) % len(PANE_ORDER)])
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.query_one(HeaderBar).show(self.snapshot, self.paused, self.note)
+        self.header_bar().show(self.snapshot, self.paused, self.note)
 
     def action_toggle_idle(self) -> None:
+        if self.screen is not self.main_screen:
+            return
         self.display_settings = replace(self.display_settings, show_idle=not self.display_settings.show_idle)
         self.notify("idle rows shown" if self.display_settings.show_idle else "idle rows hidden")
         self.refresh_panes()
@@ -183,15 +205,24 @@ class KtopApp(App[None]):
         )
 
     def action_cycle_view(self) -> None:
+        if self.screen is not self.main_screen:
+            cycle = getattr(self.screen, "action_cycle_view", None)
+            if cycle:
+                cycle()
+            return
         pane = self.focused_pane()
         view = pane.cycle_view(self.snapshot, self.display_settings)
         self.notify(f"{pane.TITLE[2:]}: {view}")
 
     def action_sort(self, step: int) -> None:
+        if self.screen is not self.main_screen:
+            return
         label = self.focused_pane().table.cycle_sort(step)
         self.notify(f"sorted by {label}")
 
     def action_filter(self) -> None:
+        if self.screen is not self.main_screen:
+            return
         box = self.query_one("#filter", Input)
         box.value = self.focused_pane().table.filter_text
         box.display = True
@@ -230,11 +261,13 @@ class KtopApp(App[None]):
             event.stop()
 
     def action_zoom(self) -> None:
+        if self.screen is not self.main_screen:
+            return
         self._set_zoom(None if self.zoomed else self.focused_pane().PANE)
 
     def _set_zoom(self, name: str | None) -> None:
         self.zoomed = name
-        grid = self.query_one("#panes", Grid)
+        grid = self.main_screen.query_one("#panes", Grid)
         grid.set_class(name is not None, "zoomed")
         for pane_name in PANE_ORDER:
             self.pane(pane_name).display = name is None or pane_name == name

@@ -53,8 +53,12 @@ def _chain(stack: StackSample) -> list[tuple[str, bool]]:
     chain = [(function_name(f), False) for f in stack.frames]
     if stack.truncated:
         chain.append((TRUNCATED, False))
-    chain.extend((f.symbol.split("+", 1)[0] if "+" in f.symbol else f"{f.symbol} [{f.module}]", True)
-                 for f in stack.user_frames)
+    for frame in stack.user_frames:
+        if "+" in frame.symbol:
+            chain.append((frame.symbol.split("+", 1)[0], True))
+        else:  # unnamed: say in which file, so "[unknown]" is not all the user learns
+            module = frame.module if frame.module.startswith("[") else f"[{frame.module}]"
+            chain.append((f"{frame.symbol} {module}", True))
     return chain
 
 
