@@ -29,36 +29,30 @@ enum cpu_lost {
 
 /* ---- blockio.bpf.c: block I/O requests --------------------------------------------- */
 
-/* Direction of a request as ktop counts it; flushes and discards are not counted, as
- * /proc/diskstats keeps them apart from reads and writes too. */
+/* Direction of a request as ktop counts it: as /proc/diskstats does, flushes and discards
+ * are neither reads nor writes. */
 enum blk_rw {
 	BLK_RW_READ,
 	BLK_RW_WRITE,
 	BLK_RW_OTHER,
 };
 
-/* The tracepoints expose no request pointer: a request is known by its device and start
- * sector while it is in flight, and by `nth` when others at the same sector are in flight
- * too (readers of one file, O_DIRECT, in step): each takes the first free nth. */
-#define BLK_SAME_SECTOR_MAX	4
-struct blk_req_key {
-	u64 sector;
-	u32 dev;			/* kernel dev_t: major << 20 | minor */
-	u32 nth;			/* 0 .. BLK_SAME_SECTOR_MAX - 1 */
-};
-
-#define BLK_FLAG_BIO		1	/* bio-based device: queued and completed as a bio */
+#define BLK_FLAG_BIO		1	/* bio-based device: a bio from queue to completion */
 #define BLK_FLAG_LATE		2	/* first seen at insert/issue: submission not seen */
 
-/* One request in flight, from submission to completion. */
+/* One request (or bio) in flight, keyed by its struct request (struct bio) address. */
 struct blk_inflight {
-	u64 start_ns;			/* block_io_start / block_getrq / block_bio_queue */
+	u64 start_ns;			/* block_io_start / block_bio_queue, or first sighting */
 	u64 insert_ns;			/* last block_rq_insert, 0 if it bypassed the scheduler */
-	u64 issue_ns;			/* last block_rq_issue, 0 if never issued as a request */
+	u64 issue_ns;			/* last block_rq_issue; block_bio_queue for a bio */
+	u64 sector;			/* start sector at issue */
+	u64 done_bytes;			/* completed so far (partial completions) */
 	u32 pid;			/* submitter's tgid */
+	u32 dev;			/* kernel dev_t: major << 20 | minor */
 	u32 rw;				/* enum blk_rw */
-	u32 bytes;			/* size at issue (after merges), or at submission */
 	u32 flags;			/* BLK_FLAG_* */
+	u32 bytes;			/* size at issue (at queue, for a bio) */
+	u32 pad;
 	char comm[KTOP_COMM_LEN];	/* submitter's comm */
 };
 
@@ -93,7 +87,7 @@ struct blk_stack_key {
 	u32 dev;
 	u32 rw;
 	s32 kstack;			/* kernel stack id, or -errno */
-	s32 ustack;			/* user stack id, or -errno (off unless USER_STACKS) */
+	s32 ustack;			/* user stack id, or -errno (-EFAULT unless USER_STACKS) */
 	u32 pad;
 	char comm[KTOP_COMM_LEN];
 };
@@ -114,8 +108,8 @@ struct blk_event {
 /* Index into the `lost` per-CPU array. */
 enum blk_lost {
 	BLK_LOST_UNPAIRED_COMPLETE,	/* completion of a request never seen submitted */
-	BLK_LOST_INFLIGHT_FULL,		/* in-flight map full: the request goes untimed */
-	BLK_LOST_INFLIGHT_COLLISION,	/* more than BLK_SAME_SECTOR_MAX in flight at one sector */
+	BLK_LOST_COMPLETE_MISSED,	/* a request's address reused while we had it in flight */
+	BLK_LOST_INFLIGHT_FULL,		/* in-flight map full: the request goes uncounted */
 	BLK_LOST_TOTALS_FULL,		/* per-process counters full: a completion is not counted */
 	BLK_LOST_HIST_FULL,
 	BLK_LOST_STACK_COUNTS_FULL,
@@ -142,7 +136,7 @@ enum blk_lost {
 
 /* A wait in progress: per task for locks that sleep, per CPU for spinning locks. */
 struct lock_start {
-	u64 time_ns;			/* bpf_ktime_get_ns() once the begin was handled */
+	u64 time_ns;			/* CLOCK_BOOTTIME, as /proc/<tid>/stat's starttime */
 	u64 lock;			/* lock address; 0 marks a free per-CPU slot */
 	u32 flags;			/* LCB_F_* of the first begin */
 	s32 kstack;			/* kernel stack id in stacks_<generation>, or -errno */

@@ -39,53 +39,6 @@ class DataSource(Protocol):
     cumulative: bool
 
     def start(self) -> None: ...
-    def _make_locks(self):
-        from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
-        from ktop.collectors.locks import LockCollector  # noqa: PLC0415
-
-        return LockCollector(self.options.interval_s), LockAggregator(
-            self.kallsyms(), self.options.window_s
-        )
-
-    def _make_blockio(self):
-        from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
-        from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
-
-        return BlockCollector(self.options.interval_s), BlockAggregator(
-            self.options.window_s, symbols=self.kallsyms()
-        )
-
-    def _start_tracer(self, pane: str, make) -> tuple | None:
-        """(collector, aggregator) started, or None with the pane's reason recorded."""
-        try:
-            collector, aggregator = make()
-            collector.start()
-        except Unavailable as e:
-            self.unavailable[pane] = str(e)
-            return None
-        except Exception as e:  # a bcc surprise must cost one pane, never the app
-            self.unavailable[pane] = f"failed to start: {e}"
-            return None
-        return collector, aggregator
-
-    def _collect_tracer(self, pane: str, pair: tuple | None):
-        if pair is None:
-            return None, None
-        collector, aggregator = pair
-        try:
-            aggregator.add(collector.drain())
-            return aggregator.profile(self.cumulative), pair
-        except Exception as e:
-            self.unavailable[pane] = f"stopped: {e}"
-            collector.close()
-            return None, None
-
-    def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
-        """User frames named while the process lives; a process that exited keeps the names
-        resolved before (the aggregate holds them), later addresses show as hex."""
-        frames = self._user_symbols.resolve(pid, addresses)
-        return [UserFrame(f.symbol, f.module) for f in frames]
-
     def collect(self) -> Snapshot: ...
     def close(self) -> None: ...
 
@@ -255,53 +208,6 @@ class RecordedSource:
 
     def start(self) -> None:
         pass
-
-    def _make_locks(self):
-        from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
-        from ktop.collectors.locks import LockCollector  # noqa: PLC0415
-
-        return LockCollector(self.options.interval_s), LockAggregator(
-            self.kallsyms(), self.options.window_s
-        )
-
-    def _make_blockio(self):
-        from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
-        from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
-
-        return BlockCollector(self.options.interval_s), BlockAggregator(
-            self.options.window_s, symbols=self.kallsyms()
-        )
-
-    def _start_tracer(self, pane: str, make) -> tuple | None:
-        """(collector, aggregator) started, or None with the pane's reason recorded."""
-        try:
-            collector, aggregator = make()
-            collector.start()
-        except Unavailable as e:
-            self.unavailable[pane] = str(e)
-            return None
-        except Exception as e:  # a bcc surprise must cost one pane, never the app
-            self.unavailable[pane] = f"failed to start: {e}"
-            return None
-        return collector, aggregator
-
-    def _collect_tracer(self, pane: str, pair: tuple | None):
-        if pair is None:
-            return None, None
-        collector, aggregator = pair
-        try:
-            aggregator.add(collector.drain())
-            return aggregator.profile(self.cumulative), pair
-        except Exception as e:
-            self.unavailable[pane] = f"stopped: {e}"
-            collector.close()
-            return None, None
-
-    def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
-        """User frames named while the process lives; a process that exited keeps the names
-        resolved before (the aggregate holds them), later addresses show as hex."""
-        frames = self._user_symbols.resolve(pid, addresses)
-        return [UserFrame(f.symbol, f.module) for f in frames]
 
     def collect(self) -> Snapshot:
         snapshot = self._snapshots[min(self._next, len(self._snapshots) - 1)]

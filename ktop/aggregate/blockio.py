@@ -1,0 +1,255 @@
+"""Fold drained block I/O counters into the Block I/O pane's profile over recent seconds."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ktop.collectors.blockio import BlockDrain, CompletedRequest
+from ktop.collectors.disks import DiskNames, split_dev
+from ktop.model import BlockProfile, DiskStats, IoProcess, IoRequest
+from ktop.symbols import Kallsyms
+
+# (pid, comm, dev, rw): one row of the per-process table.
+IoKey = tuple[int, str, int, str]
+AddressFormatter = Callable[[int], str]
+# Frames of the tracing machinery itself (and, above them, the BPF program, unnamed unless
+# bpf_jit_kallsyms is on), innermost in every stack a tracepoint takes; they say nothing
+# about who made the I/O.
+_TRACING_PREFIXES = (
+    "__traceiter_", "bpf_trace_run", "__bpf_trace_", "perf_trace_", "trace_call_bpf"
+)
+_TRACING_DEPTH = 6  # they are all within the innermost few frames
+KEEP_REQUESTS = 4096  # newest completed requests kept for the request list
+
+
+def bucket_bounds(slot: int) -> tuple[int, int]:
+    """(low_us, high_us), both inclusive as biolatency prints them, of log2 slot `slot`.
+
+    The kernel files a latency of n us under bpf_log2l(n | 1), so slot 1 holds 0-1 us,
+    slot 2 holds 2-3 us, slot 3 holds 4-7 us, and slot k holds 2^(k-1) .. 2^k - 1 us.
+    """
+    if slot <= 1:
+        return 0, 1
+    return 1 << (slot - 1), (1 << slot) - 1
+
+
+def histogram(slots: Mapping[int, int]) -> tuple[tuple[int, int, int], ...]:
+    """Contiguous buckets from the lowest to the highest non-empty slot."""
+    used = [slot for slot, count in slots.items() if count]
+    if not used:
+        return ()
+    lo, hi = max(1, min(used)), max(used)
+    counts: Counter = Counter()
+    for slot, count in slots.items():
+        counts[max(1, slot)] += count
+    return tuple((*bucket_bounds(slot), counts[slot]) for slot in range(lo, hi + 1))
+
+
+@dataclass
+class _Totals:
+    requests: int = 0
+    bytes: int = 0
+    latency_ns: int = 0
+    queue_ns: int = 0
+
+    def add(self, other: _Totals) -> None:
+        self.requests += other.requests
+        self.bytes += other.bytes
+        self.latency_ns += other.latency_ns
+        self.queue_ns += other.queue_ns
+
+
+@dataclass
+class _Interval:
+    start: float
+    end: float
+    totals: dict[IoKey, _Totals] = field(default_factory=dict)
+    slots: Counter = field(default_factory=Counter)  # (IoKey, slot) -> completions
+    stacks: Counter = field(default_factory=Counter)  # (IoKey, frames) -> submissions
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end - self.start)
+
+    def merge(self, other: _Interval) -> None:
+        for key, totals in other.totals.items():
+            self.totals.setdefault(key, _Totals()).add(totals)
+        self.slots.update(other.slots)
+        self.stacks.update(other.stacks)
+
+
+class BlockAggregator:
+    def __init__(
+        self,
+        window_s: float = 5.0,
+        disk_names: Callable[[int], str] | Mapping[int, str] | None = None,
+        symbols: Kallsyms | AddressFormatter | None = None,
+    ) -> None:
+        """disk_names: dev_t -> name (default: read from /sys); symbols: kernel address ->
+        "symbol+0xoff" (a Kallsyms, or any callable; default: bare hex)."""
+        self.window_s = window_s
+        if disk_names is None:
+            disk_names = DiskNames()
+        self._disk_names = disk_names
+        if isinstance(symbols, Kallsyms):
+            symbols = symbols.format
+        self._format_address: AddressFormatter = symbols or (lambda address: f"{address:#x}")
+        self._recent: deque[_Interval] = deque()
+        self._all: _Interval | None = None
+        self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
+        self._lost: dict[str, int] = {}
+        self._frame_cache: dict[int, str] = {}
+
+    def disk_name(self, dev: int) -> str:
+        names = self._disk_names
+        name = names.get(dev) if isinstance(names, Mapping) else names(dev)
+        if name:
+            return name
+        major, minor = split_dev(dev)
+        return f"{major}:{minor}"
+
+    def _frame(self, address: int) -> str:
+        frame = self._frame_cache.get(address)
+        if frame is None:
+            frame = self._format_address(address)
+            if len(self._frame_cache) > 100_000:  # bounded over days of running
+                self._frame_cache.clear()
+            self._frame_cache[address] = frame
+        return frame
+
+    def _frames(self, addresses: Iterable[int]) -> tuple[str, ...]:
+        frames = [self._frame(a) for a in addresses]
+        innermost = frames[:_TRACING_DEPTH]
+        tracing = [i for i, f in enumerate(innermost) if f.startswith(_TRACING_PREFIXES)]
+        return tuple(frames[tracing[-1] + 1 :] if tracing else frames)
+
+    def add(self, drain: BlockDrain) -> None:
+        interval = _Interval(drain.start, drain.end)
+        for row in drain.totals:
+            key = (row.pid, row.comm, row.dev, row.rw)
+            interval.totals.setdefault(key, _Totals()).add(
+                _Totals(row.requests, row.bytes, row.latency_ns, row.queue_ns)
+            )
+        for bucket in drain.histogram:
+            interval.slots[(bucket.pid, bucket.comm, bucket.dev, bucket.rw), bucket.slot] += (
+                bucket.count
+            )
+        for stack in drain.stacks:
+            frames = self._frames(stack.kernel)
+            if frames:  # an empty stack is already counted as lost
+                interval.stacks[(stack.pid, stack.comm, stack.dev, stack.rw), frames] += (
+                    stack.requests
+                )
+        for request in drain.requests:
+            self._requests.append((request.time - drain.origin, request))
+
+        self._recent.append(interval)
+        while self._recent and self._recent[0].end <= drain.end - self.window_s:
+            self._recent.popleft()
+        if self._all is None:
+            self._all = _Interval(drain.start, drain.end)
+        self._all.end = drain.end
+        self._all.merge(interval)
+        self._lost = dict(drain.lost)
+
+    def profile(self, cumulative: bool = False, max_requests: int = 200) -> BlockProfile:
+        if cumulative:
+            merged = self._all or _Interval(0.0, 0.0)
+            window_s = merged.duration_s
+            oldest = float("-inf")
+        else:
+            merged = _Interval(0.0, 0.0)
+            for interval in self._recent:
+                merged.merge(interval)
+            window_s = sum(interval.duration_s for interval in self._recent)
+            oldest = (self._recent[-1].end - self.window_s) if self._recent else 0.0
+        return BlockProfile(
+            lost=dict(self._lost),
+            disks=self._disks(merged),
+            processes=self._processes(merged),
+            requests=self._request_rows(oldest, max_requests),
+            window_s=window_s,
+        )
+
+    def _disks(self, merged: _Interval) -> tuple[DiskStats, ...]:
+        per_disk: dict[int, dict[str, _Totals]] = {}
+        for (_pid, _comm, dev, rw), totals in merged.totals.items():
+            per_disk.setdefault(dev, {}).setdefault(rw, _Totals()).add(totals)
+        slots: dict[int, Counter] = {}
+        for ((_pid, _comm, dev, _rw), slot), count in merged.slots.items():
+            slots.setdefault(dev, Counter())[slot] += count
+        disks = []
+        for dev, by_rw in per_disk.items():
+            reads, writes = by_rw.get("R", _Totals()), by_rw.get("W", _Totals())
+            requests = reads.requests + writes.requests
+            if not requests:
+                continue
+            major, minor = split_dev(dev)
+            disks.append(
+                DiskStats(
+                    disk=self.disk_name(dev),
+                    major=major,
+                    minor=minor,
+                    reads=reads.requests,
+                    writes=writes.requests,
+                    read_bytes=reads.bytes,
+                    write_bytes=writes.bytes,
+                    avg_lat_ms=(reads.latency_ns + writes.latency_ns) / requests / 1e6,
+                    hist_us=histogram(slots.get(dev, {})),
+                )
+            )
+        return tuple(sorted(disks, key=lambda d: (d.disk, d.major, d.minor)))
+
+    def _processes(self, merged: _Interval) -> tuple[IoProcess, ...]:
+        slots: dict[IoKey, Counter] = {}
+        for (key, slot), count in merged.slots.items():
+            slots.setdefault(key, Counter())[slot] += count
+        stacks: dict[IoKey, list[tuple[tuple[str, ...], int]]] = {}
+        for (key, frames), requests in merged.stacks.items():
+            stacks.setdefault(key, []).append((frames, requests))
+        rows = []
+        for key, totals in merged.totals.items():
+            if not totals.requests:
+                continue
+            pid, comm, dev, rw = key
+            major, minor = split_dev(dev)
+            rows.append(
+                IoProcess(
+                    pid=pid,
+                    comm=comm,
+                    disk=self.disk_name(dev),
+                    major=major,
+                    minor=minor,
+                    rw=rw,
+                    requests=totals.requests,
+                    bytes=totals.bytes,
+                    avg_lat_ms=totals.latency_ns / totals.requests / 1e6,
+                    avg_queue_ms=totals.queue_ns / totals.requests / 1e6,
+                    stacks=tuple(sorted(stacks.get(key, ()), key=lambda s: (-s[1], s[0]))),
+                    hist_us=histogram(slots.get(key, {})),
+                )
+            )
+        rows.sort(key=lambda p: (-p.bytes, -p.requests, p.pid, p.disk, p.rw))
+        return tuple(rows)
+
+    def _request_rows(self, oldest: float, max_requests: int) -> tuple[IoRequest, ...]:
+        rows: list[IoRequest] = []
+        for time_s, request in reversed(self._requests):
+            if len(rows) >= max_requests or request.time <= oldest:
+                break
+            rows.append(
+                IoRequest(
+                    time_s=time_s,
+                    comm=request.comm,
+                    pid=request.pid,
+                    disk=self.disk_name(request.dev),
+                    rw=request.rw,
+                    sector=request.sector,
+                    bytes=request.bytes,
+                    queue_ms=request.queue_ns / 1e6,
+                    lat_ms=request.latency_ns / 1e6,
+                )
+            )
+        return tuple(rows)

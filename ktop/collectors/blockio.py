@@ -1,0 +1,594 @@
+"""Block I/O: bpf/blockio.bpf.c on the block layer's raw tracepoints, drained every interval.
+
+Per-process counters, latency histograms and stack counts are kept in the kernel, so they
+stay exact when the stream of individual requests (a ring buffer) drops events. The
+program reads struct request and struct bio at offsets taken from the kernel's BTF.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ktop.collectors.bpfload import (
+    Unavailable,
+    check_privileges,
+    compile_program,
+    ensure_tracefs,
+    require_tracepoints,
+    tracepoint_exists,
+)
+from ktop.collectors.disks import bio_based_devices
+
+PROGRAM = "blockio.bpf.c"
+# Map names, as bpf/blockio.bpf.c declares them.
+MAP_GENERATION = "generation"
+MAP_INFLIGHT = "inflight"
+MAP_BIO_DEVICES = "bio_devices"
+MAP_TOTALS = ("totals_0", "totals_1")
+MAP_HIST = ("latency_hist_0", "latency_hist_1")
+MAP_STACK_COUNTS = ("stack_counts_0", "stack_counts_1")
+MAP_STACKS = ("stacks_0", "stacks_1")
+MAP_LOST = "lost"
+MAP_COMPLETIONS = "completions"
+LOST_NAMES = (  # enum blk_lost in bpf/ktop.h, in order
+    "unpaired_complete",
+    "complete_missed",
+    "inflight_full",
+    "totals_map_full",
+    "hist_map_full",
+    "stack_counts_map_full",
+    "kstack_collision",
+    "kstack_map_full",
+    "ustack_collision",
+    "ustack_map_full",
+    "ringbuf_full",
+)
+RW_NAMES = ("R", "W")  # enum blk_rw: BLK_RW_READ, BLK_RW_WRITE
+
+REQUIRED_TRACEPOINTS = [
+    "block:block_rq_insert",
+    "block:block_rq_issue",
+    "block:block_rq_complete",
+    "block:block_rq_merge",
+    "block:block_bio_queue",
+    "block:block_bio_complete",
+]
+BTF_PATH = "/sys/kernel/btf/vmlinux"
+# -D macro -> (struct, member path): the fields bpf/blockio.bpf.c reads, and their sizes.
+STRUCT_FIELDS = {
+    "RQ_Q": ("request", "q", 8),
+    "RQ_CMD_FLAGS": ("request", "cmd_flags", 4),
+    "RQ_DATA_LEN": ("request", "__data_len", 4),
+    "RQ_SECTOR": ("request", "__sector", 8),
+    "Q_DISK": ("request_queue", "disk", 8),
+    "DISK_MAJOR": ("gendisk", "major", 4),
+    "DISK_FIRST_MINOR": ("gendisk", "first_minor", 4),
+    "BIO_BDEV": ("bio", "bi_bdev", 8),
+    "BIO_OPF": ("bio", "bi_opf", 4),
+    "BIO_SECTOR": ("bio", "bi_iter.bi_sector", 8),
+    "BIO_SIZE": ("bio", "bi_iter.bi_size", 4),
+    "BDEV_DEV": ("block_device", "bd_dev", 4),
+}
+# -D macro -> (raw tracepoint, struct its argument points to).
+TRACEPOINT_ARGS = {
+    "RQ_INSERT_ARG": ("block_rq_insert", "request"),
+    "RQ_ISSUE_ARG": ("block_rq_issue", "request"),
+    "RQ_COMPLETE_ARG": ("block_rq_complete", "request"),
+    "RQ_MERGE_ARG": ("block_rq_merge", "request"),
+    "BIO_QUEUE_ARG": ("block_bio_queue", "bio"),
+    "BIO_COMPLETE_ARG": ("block_bio_complete", "bio"),
+}
+STALE_AFTER_S = 60.0  # older than any block layer timeout with retries: never completing
+SWEEP_EVERY_S = 5.0
+BIO_DEVICES_EVERY_S = 10.0  # zram/dm devices come and go
+
+
+class BtfError(Exception):
+    """The kernel's BTF lacks (or garbles) something the program needs."""
+
+
+# BTF kinds (include/uapi/linux/btf.h) and the bytes each adds after struct btf_type.
+_INT, _PTR, _ARRAY, _STRUCT, _UNION, _ENUM, _TYPEDEF, _FUNC_PROTO, _ENUM64 = (
+    1, 2, 3, 4, 5, 6, 8, 13, 19,
+)
+_QUALIFIERS = {9, 10, 11, 18}  # volatile, const, restrict, type_tag
+_EXTRA_BYTES = {1: 4, 3: 12, 14: 4, 17: 4}
+_EXTRA_PER_ITEM = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}
+
+
+class KernelBtf:
+    """Just enough of a BTF reader to find struct member offsets and tracepoint arguments."""
+
+    def __init__(self, data: bytes) -> None:
+        if len(data) < 24:
+            raise BtfError("truncated BTF header")
+        magic, _version, _flags, header_len = struct.unpack_from("<HBBI", data, 0)
+        if magic != 0xEB9F:
+            raise BtfError("not BTF (bad magic)")
+        type_off, type_len, str_off, _str_len = struct.unpack_from("<IIII", data, 8)
+        self._data = data
+        self._strings = header_len + str_off
+        self._types: list[int] = [0]  # type id -> offset of its struct btf_type; 0 is void
+        self._structs: dict[str, int] = {}
+        self._typedefs: dict[str, int] = {}
+        pos, end = header_len + type_off, header_len + type_off + type_len
+        while pos < end:
+            name_off, info = struct.unpack_from("<II", data, pos)
+            kind, vlen = info >> 24 & 0x1F, info & 0xFFFF
+            self._types.append(pos)
+            if kind in (_STRUCT, _UNION) and name_off:
+                self._structs.setdefault(self._name(name_off), len(self._types) - 1)
+            elif kind == _TYPEDEF and data.startswith(b"btf_trace_", self._strings + name_off):
+                self._typedefs[self._name(name_off)] = len(self._types) - 1
+            pos += 12 + _EXTRA_BYTES.get(kind, 0) + _EXTRA_PER_ITEM.get(kind, 0) * vlen
+
+    @classmethod
+    def load(cls, path: str = BTF_PATH) -> KernelBtf:
+        with open(path, "rb") as f:
+            return cls(f.read())
+
+    def _name(self, offset: int) -> str:
+        start = self._strings + offset
+        return self._data[start : self._data.index(b"\0", start)].decode()
+
+    def _type_name(self, type_id: int) -> str:
+        name_off = struct.unpack_from("<I", self._data, self._types[self._resolve(type_id)])[0]
+        return self._name(name_off) if name_off else ""
+
+    def _type(self, type_id: int) -> tuple[int, int, int, int, int]:
+        """(kind, vlen, kind_flag, size_or_type, offset of what follows the btf_type)."""
+        pos = self._types[type_id]
+        _name, info, size_or_type = struct.unpack_from("<III", self._data, pos)
+        return info >> 24 & 0x1F, info & 0xFFFF, info >> 31, size_or_type, pos + 12
+
+    def _resolve(self, type_id: int) -> int:
+        """Through typedefs and qualifiers to the type itself."""
+        for _ in range(32):
+            kind, _vlen, _kflag, target, _ = self._type(type_id)
+            if kind != _TYPEDEF and kind not in _QUALIFIERS:
+                return type_id
+            type_id = target
+        raise BtfError("typedef loop")
+
+    def size_of(self, type_id: int) -> int:
+        type_id = self._resolve(type_id)
+        kind, _vlen, _kflag, size, extra = self._type(type_id)
+        if kind == _PTR:
+            return ct.sizeof(ct.c_void_p)
+        if kind == _ARRAY:
+            element, _index, count = struct.unpack_from("<III", self._data, extra)
+            return self.size_of(element) * count
+        return size
+
+    def _find_member(self, type_id: int, name: str) -> tuple[int, int] | None:
+        """(byte offset, type id) of a member, looking inside anonymous structs and unions."""
+        kind, vlen, kind_flag, _size, extra = self._type(self._resolve(type_id))
+        if kind not in (_STRUCT, _UNION):
+            return None
+        for i in range(vlen):
+            name_off, member_type, offset = struct.unpack_from("<III", self._data, extra + 12 * i)
+            bits = offset & 0xFFFFFF if kind_flag else offset
+            if kind_flag and offset >> 24:
+                continue  # a bitfield: never one of ours
+            if name_off and self._name(name_off) == name:
+                return bits // 8, member_type
+            if not name_off:
+                inner = self._find_member(member_type, name)
+                if inner:
+                    return bits // 8 + inner[0], inner[1]
+        return None
+
+    def member(self, struct_name: str, path: str) -> tuple[int, int]:
+        """(byte offset, size) of `path` ("bi_iter.bi_sector") inside struct `struct_name`."""
+        type_id = self._structs.get(struct_name)
+        if type_id is None:
+            raise BtfError(f"no struct {struct_name}")
+        offset = 0
+        for name in path.split("."):
+            found = self._find_member(type_id, name)
+            if found is None:
+                raise BtfError(f"struct {struct_name} has no {path}")
+            offset += found[0]
+            type_id = found[1]
+        return offset, self.size_of(type_id)
+
+    def tracepoint_arg(self, tracepoint: str, struct_name: str) -> int:
+        """Index among a raw tracepoint's arguments of the first `struct struct_name *`."""
+        typedef = self._typedefs.get(f"btf_trace_{tracepoint}")
+        if typedef is None:
+            raise BtfError(f"no tracepoint {tracepoint}")
+        kind, _vlen, _kflag, target, _ = self._type(self._resolve(typedef))
+        if kind == _PTR:
+            kind, vlen, _kflag, _ret, extra = self._type(self._resolve(target))
+            if kind == _FUNC_PROTO:
+                # The first parameter is the probe's own data pointer, not an argument.
+                for i in range(1, vlen):
+                    _name, param = struct.unpack_from("<II", self._data, extra + 8 * i)
+                    p_kind, _v, _k, pointee, _e = self._type(self._resolve(param))
+                    if p_kind != _PTR:
+                        continue
+                    s_kind, _v, _k, _s, _e = self._type(self._resolve(pointee))
+                    if s_kind == _STRUCT and self._type_name(pointee) == struct_name:
+                        return i - 1
+        raise BtfError(f"tracepoint {tracepoint} takes no struct {struct_name} *")
+
+
+def struct_offset_flags(btf: KernelBtf) -> list[str]:
+    """-D flags with what bpf/blockio.bpf.c needs to read requests and bios on this kernel."""
+    flags = []
+    for macro, (struct_name, path, size) in STRUCT_FIELDS.items():
+        offset, actual = btf.member(struct_name, path)
+        if actual != size:
+            raise BtfError(f"{struct_name}.{path} is {actual} bytes, not {size}")
+        flags.append(f"-D{macro}={offset}")
+    # Which argument is the request (bio): before 5.11 most of these took the queue first.
+    for macro, (tracepoint, struct_name) in TRACEPOINT_ARGS.items():
+        flags.append(f"-D{macro}={btf.tracepoint_arg(tracepoint, struct_name)}")
+    return flags
+
+
+class _ProgInfo(ct.Structure):
+    """struct bpf_prog_info (include/uapi/linux/bpf.h), up to recursion_misses (5.12+)."""
+
+    _fields_ = [
+        ("type", ct.c_uint32), ("id", ct.c_uint32), ("tag", ct.c_uint8 * 8),
+        ("jited_prog_len", ct.c_uint32), ("xlated_prog_len", ct.c_uint32),
+        ("jited_prog_insns", ct.c_uint64), ("xlated_prog_insns", ct.c_uint64),
+        ("load_time", ct.c_uint64), ("created_by_uid", ct.c_uint32),
+        ("nr_map_ids", ct.c_uint32), ("map_ids", ct.c_uint64), ("name", ct.c_char * 16),
+        ("ifindex", ct.c_uint32), ("gpl_compatible", ct.c_uint32),
+        ("netns_dev", ct.c_uint64), ("netns_ino", ct.c_uint64),
+        ("nr_jited_ksyms", ct.c_uint32), ("nr_jited_func_lens", ct.c_uint32),
+        ("jited_ksyms", ct.c_uint64), ("jited_func_lens", ct.c_uint64),
+        ("btf_id", ct.c_uint32), ("func_info_rec_size", ct.c_uint32),
+        ("func_info", ct.c_uint64), ("nr_func_info", ct.c_uint32),
+        ("nr_line_info", ct.c_uint32), ("line_info", ct.c_uint64),
+        ("jited_line_info", ct.c_uint64), ("nr_jited_line_info", ct.c_uint32),
+        ("line_info_rec_size", ct.c_uint32), ("jited_line_info_rec_size", ct.c_uint32),
+        ("nr_prog_tags", ct.c_uint32), ("prog_tags", ct.c_uint64),
+        ("run_time_ns", ct.c_uint64), ("run_cnt", ct.c_uint64),
+        ("recursion_misses", ct.c_uint64),
+    ]
+
+
+assert _ProgInfo.recursion_misses.offset == 208, "struct bpf_prog_info changed shape"
+
+
+def recursion_misses(prog_fd: int) -> int:
+    """Times the kernel skipped this program (re-entered on one CPU); 0 if it cannot say."""
+    try:
+        from bcc.libbcc import lib  # noqa: PLC0415 - only collectors import bcc
+    except ImportError:
+        return 0
+    info = _ProgInfo()
+    size = ct.c_uint32(ct.sizeof(info))
+    try:
+        if lib.bpf_obj_get_info(prog_fd, ct.byref(info), ct.byref(size)) != 0:
+            return 0
+    except AttributeError:
+        return 0
+    return int(info.recursion_misses) if size.value >= _ProgInfo.recursion_misses.offset + 8 else 0
+
+
+class BlkEvent(ct.Structure):
+    """struct blk_event in bpf/ktop.h."""
+
+    _fields_ = [
+        ("ts_ns", ct.c_uint64),
+        ("sector", ct.c_uint64),
+        ("latency_ns", ct.c_uint64),
+        ("queue_ns", ct.c_uint64),
+        ("pid", ct.c_uint32),
+        ("dev", ct.c_uint32),
+        ("bytes", ct.c_uint32),
+        ("rw", ct.c_uint32),
+        ("comm", ct.c_char * 16),
+    ]
+
+
+assert ct.sizeof(BlkEvent) == 64, "keep BlkEvent in step with struct blk_event"
+
+
+@dataclass(frozen=True)
+class IoTotal:
+    """Requests completed in the interval by one (process, disk, direction)."""
+
+    pid: int
+    comm: str
+    dev: int  # kernel dev_t: major << 20 | minor
+    rw: str  # "R" or "W"
+    requests: int
+    bytes: int
+    latency_ns: int  # summed: issue (or submission, if never issued) to completion
+    queue_ns: int  # summed: insert to issue
+
+
+@dataclass(frozen=True)
+class LatencyBucket:
+    """Completions of one (process, disk, direction) whose latency fell in log2 slot `slot`."""
+
+    pid: int
+    comm: str
+    dev: int
+    rw: str
+    slot: int  # slot k holds latencies in [2^(k-1), 2^k) us; slot 1 holds [0, 2) us
+    count: int
+
+
+@dataclass(frozen=True)
+class IoStack:
+    """Requests submitted in the interval from one code path."""
+
+    pid: int
+    comm: str
+    dev: int
+    rw: str
+    requests: int
+    kernel: tuple[int, ...]  # innermost first
+    user: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CompletedRequest:
+    time: float  # time.monotonic() of completion
+    pid: int
+    comm: str
+    dev: int
+    rw: str
+    sector: int
+    bytes: int
+    latency_ns: int
+    queue_ns: int
+
+
+@dataclass(frozen=True)
+class BlockDrain:
+    origin: float  # time.monotonic() when the collector started
+    start: float  # time.monotonic() of the interval's start
+    end: float
+    totals: tuple[IoTotal, ...]
+    histogram: tuple[LatencyBucket, ...]
+    stacks: tuple[IoStack, ...]
+    requests: tuple[CompletedRequest, ...]  # as streamed; oldest first
+    lost: dict[str, int]  # cumulative since start, by reason
+
+
+def _comm(raw: bytes) -> str:
+    return raw.decode(errors="replace")
+
+
+def _rw(code: int) -> str:
+    return RW_NAMES[code] if 0 <= code < len(RW_NAMES) else "?"
+
+
+class BlockCollector:
+    pane = "blockio"
+
+    def __init__(
+        self,
+        interval_s: float = 1.0,
+        user_stacks: bool = False,
+        sys_root: str = "/sys",
+    ) -> None:
+        """user_stacks: also walk the submitter's user stack (costs a little per request)."""
+        self._interval_s = interval_s
+        self._user_stacks = user_stacks
+        self._sys_root = sys_root
+        self._bpf: Any = None
+        self._generation = 0
+        self._origin = 0.0
+        self._last = 0.0
+        self._stack_missing = 0
+        self._stale = 0
+        self._last_sweep = 0.0
+        self._last_bio_refresh = 0.0
+        self._pending: list[CompletedRequest] = []
+        self.submitter_tracepoint = ""
+
+    def start(self) -> None:
+        """Compile, load and attach; Unavailable says why not and what would fix it."""
+        check_privileges()  # first: without root, tracefs and BTF checks would mislead
+        ensure_tracefs()
+        require_tracepoints(REQUIRED_TRACEPOINTS, "Linux 5.0 and later have them")
+        try:
+            cflags = struct_offset_flags(KernelBtf.load(BTF_PATH))
+        except OSError:
+            raise Unavailable(
+                f"kernel has no BTF ({BTF_PATH}): block I/O needs CONFIG_DEBUG_INFO_BTF=y"
+            ) from None
+        except BtfError as e:
+            raise Unavailable(f"cannot read block requests on this kernel: {e}") from None
+        # block_io_start (6.5+) fires where each request is made, in the submitting task.
+        self.submitter_tracepoint = "block:block_rq_insert"
+        if tracepoint_exists("block", "block_io_start"):
+            self.submitter_tracepoint = "block:block_io_start"
+            cflags.append("-DHAVE_IO_START")
+        if self._user_stacks:
+            cflags.append("-DUSER_STACKS")
+        ringbuf_pages = 256 if self._interval_s <= 1.0 else 1024
+        cflags.append(f"-DRINGBUF_PAGES={ringbuf_pages}")
+        # bcc attaches every RAW_TRACEPOINT_PROBE itself as it loads the program.
+        self._bpf = compile_program(PROGRAM, cflags)
+        try:
+            self._map(MAP_COMPLETIONS).open_ring_buffer(self._on_completion)
+            self.refresh_bio_devices()
+        except Exception as e:
+            self.close()
+            raise Unavailable(f"cannot open the block I/O ring buffer: {e}") from None
+        self._origin = self._last = self._last_sweep = time.monotonic()
+
+    def _map(self, name: str) -> Any:
+        return self._bpf[name.encode()]  # bcc warns about str names
+
+    def _on_completion(self, _ctx: Any, data: Any, _size: int) -> int:
+        event = ct.cast(data, ct.POINTER(BlkEvent)).contents
+        self._pending.append(
+            CompletedRequest(
+                time=event.ts_ns / 1e9,
+                pid=event.pid,
+                comm=_comm(event.comm),
+                dev=event.dev,
+                rw=_rw(event.rw),
+                sector=event.sector,
+                bytes=event.bytes,
+                latency_ns=event.latency_ns,
+                queue_ns=event.queue_ns,
+            )
+        )
+        return 0
+
+    def drain(self) -> BlockDrain:
+        """Swap map generations, then read and empty the one the program just left."""
+        assert self._bpf is not None, "start() first"
+        old = self._generation
+        self._generation ^= 1
+        gen_map = self._map(MAP_GENERATION)
+        gen_map[gen_map.Key(0)] = gen_map.Leaf(self._generation)
+        end = time.monotonic()
+        time.sleep(0.001)  # let a tracepoint that read the old generation finish writing it
+
+        totals = tuple(
+            IoTotal(
+                pid=key.pid,
+                comm=_comm(key.comm),
+                dev=key.dev,
+                rw=_rw(key.rw),
+                requests=value.requests,
+                bytes=value.bytes,
+                latency_ns=value.latency_ns,
+                queue_ns=value.queue_ns,
+            )
+            for key, value in _drain_hash(self._map(MAP_TOTALS[old]))
+        )
+        histogram = tuple(
+            LatencyBucket(
+                pid=key.pid,
+                comm=_comm(key.comm),
+                dev=key.dev,
+                rw=_rw(key.rw),
+                slot=key.slot,
+                count=int(getattr(value, "value", value)),
+            )
+            for key, value in _drain_hash(self._map(MAP_HIST[old]))
+        )
+        stacks_map = self._map(MAP_STACKS[old])
+        walked: dict[int, tuple[int, ...]] = {}
+
+        def walk(stack_id: int) -> tuple[int, ...]:
+            if stack_id < 0:
+                return ()
+            if stack_id not in walked:
+                try:
+                    walked[stack_id] = tuple(stacks_map.walk(stack_id))
+                except KeyError:
+                    self._stack_missing += 1
+                    walked[stack_id] = ()
+            return walked[stack_id]
+
+        stacks = tuple(
+            IoStack(
+                pid=key.pid,
+                comm=_comm(key.comm),
+                dev=key.dev,
+                rw=_rw(key.rw),
+                requests=int(getattr(value, "value", value)),
+                kernel=walk(key.kstack),
+                user=walk(key.ustack) if key.ustack != -errno.EFAULT else (),
+            )
+            for key, value in _drain_hash(self._map(MAP_STACK_COUNTS[old]))
+        )
+        stacks_map.clear()
+
+        self._bpf.ring_buffer_consume()
+        requests, self._pending = tuple(self._pending), []
+
+        now = time.monotonic()
+        if now - self._last_sweep >= SWEEP_EVERY_S:
+            self._sweep_stale(now)
+        if now - self._last_bio_refresh >= BIO_DEVICES_EVERY_S:
+            self.refresh_bio_devices()
+        drain = BlockDrain(
+            self._origin, self._last, end, totals, histogram, stacks, requests, self.lost()
+        )
+        self._last = end
+        return drain
+
+    def _sweep_stale(self, now: float) -> None:
+        """Delete in-flight entries that will never complete (their completion went unseen)."""
+        self._last_sweep = now
+        inflight = self._map(MAP_INFLIGHT)
+        cutoff_ns = int((now - STALE_AFTER_S) * 1e9)
+        try:
+            entries = list(inflight.items_lookup_batch())
+        except Exception:
+            entries = list(inflight.items())
+        stale = [key for key, req in entries if req.start_ns < cutoff_ns]
+        for key in stale:
+            try:
+                del inflight[key]
+                self._stale += 1
+            except KeyError:  # completed meanwhile
+                pass
+
+    def refresh_bio_devices(self) -> None:
+        """Tell the program which devices are bio-based; drain() repeats it now and then."""
+        self._last_bio_refresh = time.monotonic()
+        table = self._map(MAP_BIO_DEVICES)
+        wanted = bio_based_devices(self._sys_root)
+        present = {key.value for key in table.keys()}
+        for dev in wanted - present:
+            table[table.Key(dev)] = table.Leaf(1)
+        for dev in present - wanted:
+            try:
+                del table[table.Key(dev)]
+            except KeyError:
+                pass
+
+    def in_flight(self) -> int:
+        """Requests tracked as in flight now (ones whose completion went unseen included)."""
+        assert self._bpf is not None
+        return sum(1 for _ in self._map(MAP_INFLIGHT).keys())
+
+    def bio_devices(self) -> set[int]:
+        """dev_t of the devices timed as bios (for tests and the report)."""
+        assert self._bpf is not None
+        return {key.value for key in self._map(MAP_BIO_DEVICES).keys()}
+
+    def lost(self) -> dict[str, int]:
+        assert self._bpf is not None
+        lost_map = self._map(MAP_LOST)
+        totals = {
+            name: sum(int(v) for v in lost_map[lost_map.Key(index)])
+            for index, name in enumerate(LOST_NAMES)
+        }
+        totals["stack_missing"] = self._stack_missing
+        totals["stale_inflight"] = self._stale
+        # Events the kernel did not hand to a probe at all (it re-entered on one CPU).
+        totals["recursion_misses"] = sum(
+            recursion_misses(fn.fd) for fn in self._bpf.funcs.values()
+        )
+        return totals
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+
+
+def _drain_hash(table: Any) -> list:
+    """Batch lookup-and-delete (one syscall per batch); per-key fallback on old kernels."""
+    try:
+        return list(table.items_lookup_and_delete_batch())
+    except Exception:
+        items = list(table.items())
+        for key, _ in items:
+            try:
+                del table[key]
+            except KeyError:
+                pass
+        return items

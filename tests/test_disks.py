@@ -1,0 +1,128 @@
+"""Device names and kinds from a fake /sys tree, as lsblk would show them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ktop.collectors.disks import DiskNames, bio_based_devices, kernel_dev, split_dev
+
+
+def write(path, text: str = "") -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def add_disk(sys_root, devices_path: str, name: str, number: str, *, blk_mq: bool,
+             partitions: dict[str, str] | None = None, dm_name: str = "") -> None:
+    """A disk as the kernel lays it out: the device under /sys/devices, links in
+    /sys/block and /sys/dev/block, partitions as subdirectories."""
+    disk = sys_root / "devices" / devices_path / "block" / name
+    write(disk / "dev", number + "\n")
+    if blk_mq:
+        os.makedirs(disk / "mq" / "0")
+        write(disk / "queue" / "scheduler", "none [mq-deadline]\n")
+    else:
+        os.makedirs(disk / "queue")
+    if dm_name:
+        write(disk / "dm" / "name", dm_name + "\n")
+    os.makedirs(sys_root / "block", exist_ok=True)
+    os.makedirs(sys_root / "dev" / "block", exist_ok=True)
+    os.symlink(disk, sys_root / "block" / name)
+    os.symlink(disk, sys_root / "dev" / "block" / number)
+    for part_name, part_number in (partitions or {}).items():
+        write(disk / part_name / "dev", part_number + "\n")
+        write(disk / part_name / "partition", "1\n")
+        os.symlink(disk / part_name, sys_root / "dev" / "block" / part_number)
+
+
+@pytest.fixture
+def fake_sys(tmp_path):
+    root = tmp_path / "sys"
+    add_disk(root, "pci0000:00/0000:00:02.0/virtio1", "vda", "254:0", blk_mq=True,
+             partitions={"vda1": "254:1", "vda15": "254:15"})
+    add_disk(root, "pci0000:00/0000:00:04.0/nvme/nvme0", "nvme0n1", "259:0", blk_mq=True,
+             partitions={"nvme0n1p2": "259:2"})
+    add_disk(root, "virtual", "zram0", "253:0", blk_mq=False, partitions={"zram0p1": "253:1"})
+    add_disk(root, "virtual", "dm-0", "252:0", blk_mq=False, dm_name="vg-root")
+    add_disk(root, "pci0000:00/cciss", "cciss!c0d0", "104:0", blk_mq=True)
+    return str(root)
+
+
+def test_dev_t_round_trip():
+    assert kernel_dev(254, 0) == 254 << 20
+    assert split_dev(kernel_dev(259, 65537)) == (259, 65537)
+
+
+def test_disks_and_partitions_are_named_as_lsblk_names_them(fake_sys):
+    names = DiskNames(fake_sys)
+    assert names(kernel_dev(254, 0)) == "vda"
+    assert names(kernel_dev(254, 1)) == "vda1"
+    assert names(kernel_dev(254, 15)) == "vda15"
+    assert names(kernel_dev(259, 0)) == "nvme0n1"
+    assert names(kernel_dev(259, 2)) == "nvme0n1p2"
+    assert names(kernel_dev(253, 0)) == "zram0"
+    assert names(kernel_dev(252, 0)) == "vg-root"  # device-mapper by its mapped name
+    assert names(kernel_dev(104, 0)) == "cciss/c0d0"
+
+
+def test_unknown_device_is_named_by_number(fake_sys):
+    assert DiskNames(fake_sys).name(kernel_dev(8, 16)) == "8:16"
+
+
+def test_missing_sysfs_names_every_device_by_number(tmp_path):
+    names = DiskNames(str(tmp_path / "nothing-here"))
+    assert names(kernel_dev(254, 0)) == "254:0"
+    assert bio_based_devices(str(tmp_path / "nothing-here")) == set()
+
+
+def test_a_device_that_appears_later_is_named_once_it_is_there(tmp_path):
+    root = tmp_path / "sys"
+    names = DiskNames(str(root))
+    assert names(kernel_dev(253, 1)) == "253:1"
+    add_disk(root, "virtual", "zram1", "253:1", blk_mq=False)
+    assert names(kernel_dev(253, 1)) == "zram1"
+
+
+def test_names_are_remembered_for_a_while(fake_sys):
+    names = DiskNames(fake_sys)
+    assert names(kernel_dev(254, 0)) == "vda"
+    os.remove(os.path.join(fake_sys, "dev", "block", "254:0"))
+    assert names(kernel_dev(254, 0)) == "vda"
+    names.clear()
+    assert names(kernel_dev(254, 0)) == "254:0"
+    expiring = DiskNames(fake_sys, ttl_s=0.0)  # a dev_t given to another device later
+    assert expiring(kernel_dev(259, 0)) == "nvme0n1"
+    os.remove(os.path.join(fake_sys, "dev", "block", "259:0"))
+    os.symlink(os.path.join(fake_sys, "block", "zram0"),
+               os.path.join(fake_sys, "dev", "block", "259:0"))
+    assert expiring(kernel_dev(259, 0)) == "zram0"
+
+
+def test_bio_based_devices_are_those_without_a_request_queue(fake_sys):
+    assert bio_based_devices(fake_sys) == {
+        kernel_dev(253, 0),
+        kernel_dev(253, 1),  # a bio to a partition is traced with the partition's dev_t
+        kernel_dev(252, 0),
+    }
+
+
+def test_a_disk_with_an_unreadable_dev_file_is_skipped(fake_sys):
+    os.remove(os.path.join(fake_sys, "block", "zram0", "dev"))
+    assert kernel_dev(253, 0) not in bio_based_devices(fake_sys)
+
+
+def test_real_sysfs_names_its_disks():
+    """On any Linux: every disk in /sys/block is named by its own directory name."""
+    if not os.path.isdir("/sys/block"):
+        pytest.skip("no /sys/block here")
+    names = DiskNames()
+    for disk in os.listdir("/sys/block"):
+        with open(f"/sys/block/{disk}/dev") as f:
+            major, minor = map(int, f.read().split(":"))
+        expected = disk.replace("!", "/")
+        if os.path.exists(f"/sys/block/{disk}/dm/name"):
+            continue
+        assert names(kernel_dev(major, minor)) == expected
