@@ -33,7 +33,10 @@
 #endif
 /* What a tracepoint program returns decides whether the kernel hands the event on to the
  * tracepoint's other perf users: 0 would blind a `perf lock record` running beside ktop. */
+#ifndef PASS_ON
 #define PASS_ON 1
+#endif
+#define compiler_barrier() asm volatile("" ::: "memory")
 /* A spinning wait this long means its end was missed (soft lockups are reported at 20 s). */
 #define STALE_SPIN_NS (30ULL * 1000000000ULL)
 
@@ -249,6 +252,7 @@ static __always_inline void account(void *ctx, struct lock_start *begin, u64 wai
 
 int on_contention_begin(struct contention_begin_args *args)
 {
+	u64 now = bpf_ktime_get_boot_ns();
 	u64 lock = args->lock_addr;
 	u32 flags = args->flags;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -261,7 +265,7 @@ int on_contention_begin(struct contention_begin_args *args)
 			return PASS_ON;
 		if (start->lock) {
 			/* An interrupt contending while this CPU already spins: keep the outer. */
-			if (bpf_ktime_get_ns() - start->time_ns < STALE_SPIN_NS) {
+			if (now - start->time_ns < STALE_SPIN_NS) {
 				start->nested++;
 				count_lost(LOCK_LOST_NESTED_BEGIN);
 				return PASS_ON;
@@ -287,21 +291,25 @@ int on_contention_begin(struct contention_begin_args *args)
 		}
 	}
 
+	/* Claim the slot before the slow stack walks: an interrupt that contends meanwhile on
+	 * this CPU then counts as nested, instead of overwriting half of this record. */
+	start->time_ns = now;
+	start->nested = 0;
+	start->lock = lock;
+	compiler_barrier();
 	u32 g = current_generation();
 	start->generation = g;
 	start->flags = flags;
-	start->nested = 0;
 	start->kstack = kernel_stack(args, g);
 	start->ustack = user_stack(args, g, pid_tgid >> 32);
 	/* After the stack walks, so their cost is not reported as time waiting for the lock. */
-	start->time_ns = bpf_ktime_get_ns();
-	start->lock = lock;
+	start->time_ns = bpf_ktime_get_boot_ns();
 	return PASS_ON;
 }
 
 int on_contention_end(struct contention_end_args *args)
 {
-	u64 now = bpf_ktime_get_ns();
+	u64 now = bpf_ktime_get_boot_ns();
 	u64 lock = args->lock_addr;
 	u32 zero = 0, tid = 0;
 	struct lock_start *start = cpu_starts.lookup(&zero);

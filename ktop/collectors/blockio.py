@@ -23,6 +23,7 @@ from ktop.collectors.bpfload import (
     tracepoint_exists,
 )
 from ktop.collectors.disks import bio_based_devices
+from ktop.collectors.maps import clear_stack_map, drain_hash
 
 PROGRAM = "blockio.bpf.c"
 # Map names, as bpf/blockio.bpf.c declares them.
@@ -463,7 +464,7 @@ class BlockCollector:
                 latency_ns=value.latency_ns,
                 queue_ns=value.queue_ns,
             )
-            for key, value in _drain_hash(self._map(MAP_TOTALS[old]))
+            for key, value in drain_hash(self._map(MAP_TOTALS[old]))
         )
         histogram = tuple(
             LatencyBucket(
@@ -474,7 +475,7 @@ class BlockCollector:
                 slot=key.slot,
                 count=int(getattr(value, "value", value)),
             )
-            for key, value in _drain_hash(self._map(MAP_HIST[old]))
+            for key, value in drain_hash(self._map(MAP_HIST[old]))
         )
         stacks_map = self._map(MAP_STACKS[old])
         walked: dict[int, tuple[int, ...]] = {}
@@ -500,9 +501,9 @@ class BlockCollector:
                 kernel=walk(key.kstack),
                 user=walk(key.ustack) if key.ustack != -errno.EFAULT else (),
             )
-            for key, value in _drain_hash(self._map(MAP_STACK_COUNTS[old]))
+            for key, value in drain_hash(self._map(MAP_STACK_COUNTS[old]))
         )
-        stacks_map.clear()
+        clear_stack_map(stacks_map)
 
         self._bpf.ring_buffer_consume()
         requests, self._pending = tuple(self._pending), []
@@ -578,17 +579,3 @@ class BlockCollector:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
-
-
-def _drain_hash(table: Any) -> list:
-    """Batch lookup-and-delete (one syscall per batch); per-key fallback on old kernels."""
-    try:
-        return list(table.items_lookup_and_delete_batch())
-    except Exception:
-        items = list(table.items())
-        for key, _ in items:
-            try:
-                del table[key]
-            except KeyError:
-                pass
-        return items

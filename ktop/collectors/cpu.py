@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
+from ktop.collectors.maps import clear_stack_map, drain_hash, read_stack
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
@@ -121,7 +122,7 @@ class CpuSampler:
             return walked[key]
 
         rows = []
-        for key, value in _drain_hash(counts_map):
+        for key, value in drain_hash(counts_map):
             samples = int(getattr(value, "value", value))
             rows.append(
                 StackCount(
@@ -133,8 +134,8 @@ class CpuSampler:
                     user_mode=key.kstack == -errno.EFAULT,
                 )
             )
-        kernel_stacks.clear()
-        user_stacks.clear()
+        clear_stack_map(kernel_stacks)
+        clear_stack_map(user_stacks)
         drain = CpuDrain(self._last, end, tuple(rows), self.lost())
         self._last = end
         return drain
@@ -152,29 +153,3 @@ class CpuSampler:
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
-
-
-def read_stack(table, stack_id: int) -> tuple[int, ...]:
-    """A stack map entry's addresses, innermost first, up to the first empty slot.
-
-    (bcc's own walker assumes 127 slots; our user stack map has fewer.)"""
-    addresses = []
-    for address in table[table.Key(stack_id)].ip:
-        if not address:
-            break
-        addresses.append(address)
-    return tuple(addresses)
-
-
-def _drain_hash(table) -> list:
-    """Batch lookup-and-delete (one syscall per batch); per-key fallback on old kernels."""
-    try:
-        return list(table.items_lookup_and_delete_batch())
-    except Exception:
-        items = list(table.items())
-        for key, _ in items:
-            try:
-                del table[key]
-            except KeyError:
-                pass
-        return items

@@ -1,0 +1,328 @@
+"""Fold drained lock waits into the lock contention profile over a window of recent seconds.
+
+Callers are found as `perf lock contention` means them: the first frame outside the lock
+and scheduler internals, judged by the kernel's own `__lock_text` and `__sched_text`
+ranges rather than by skipping a fixed number of frames.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ktop.collectors.locks import HIST_SLOTS, LockDrain
+from ktop.model import LockAddress, LockCaller, LockProfile, LockStack, LockTask
+from ktop.symbols import KERNEL_MODULE, Kallsyms
+
+# Lock type flags of lock:contention_begin (include/trace/events/lock.h).
+LCB_F_SPIN = 1 << 0
+LCB_F_READ = 1 << 1
+LCB_F_WRITE = 1 << 2
+LCB_F_RT = 1 << 3
+LCB_F_PERCPU = 1 << 4
+LCB_F_MUTEX = 1 << 5
+
+# perf's lock_type_table (tools/perf/builtin-lock.c), with the names perf 6.1 prints.
+LOCK_TYPES = {
+    0: "semaphore",
+    LCB_F_SPIN: "spinlock",
+    LCB_F_SPIN | LCB_F_READ: "rwlock:R",
+    LCB_F_SPIN | LCB_F_WRITE: "rwlock:W",
+    LCB_F_READ: "rwsem:R",
+    LCB_F_WRITE: "rwsem:W",
+    LCB_F_RT: "rtmutex",
+    LCB_F_RT | LCB_F_READ: "rwlock-rt:R",
+    LCB_F_RT | LCB_F_WRITE: "rwlock-rt:W",
+    LCB_F_PERCPU | LCB_F_READ: "pcpu-sem:R",
+    LCB_F_PERCPU | LCB_F_WRITE: "pcpu-sem:W",
+    LCB_F_MUTEX: "mutex",
+    LCB_F_MUTEX | LCB_F_SPIN: "mutex",  # a mutex's optimistic spin, before it sleeps
+}
+
+# Frames of the tracing machinery itself, above the lock function that hit the tracepoint.
+_TRACING_PREFIXES = (
+    "bpf_prog_",
+    "bpf_trampoline_",
+    "bpf_trace_run",
+    "__bpf_trace_",
+    "__traceiter_",
+    "trace_contention_",
+    "perf_trace_",
+)
+# Section markers in kallsyms: a lock past one of these is not "inside" it.
+_SECTION_MARKER = re.compile(r"^(__start_|__stop_|__end_|__init_|__bss_|__per_cpu_)|^_[se][a-z]*$")
+# Why a stack is missing, as its caller column says it.
+_MISSING_STACK = {
+    -errno.EEXIST: "[stack lost: collision]",
+    -errno.ENOMEM: "[stack lost: map full]",
+    -errno.EFAULT: "[no kernel stack]",
+}
+
+
+def lock_type_name(flags: int) -> str:
+    """'spinlock', 'rwsem:W', ... as perf names them; 'unknown:0x..' for anything else."""
+    return LOCK_TYPES.get(flags, f"unknown:{flags:#x}")
+
+
+def hist_buckets(slots: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """Log2 slots as (low_ns, high_ns, count), from the first to the last non-empty slot.
+
+    Slot k counts waits in [2^k, 2^(k+1)) ns; slot 0 also holds a wait of 0 ns.
+    """
+    used = [k for k, count in enumerate(slots) if count]
+    if not used:
+        return ()
+    return tuple(
+        (0 if k == 0 else 1 << k, 1 << (k + 1), slots[k]) for k in range(used[0], used[-1] + 1)
+    )
+
+
+class StackSymbolizer:
+    """Kernel stacks to frames and caller, judged by the kernel's lock/sched text ranges."""
+
+    def __init__(self, kallsyms: Kallsyms) -> None:
+        self._kallsyms = kallsyms
+        ranges = (
+            kallsyms.range_of("__lock_text_start", "__lock_text_end"),
+            kallsyms.range_of("__sched_text_start", "__sched_text_end"),
+        )
+        self._internal = tuple(r for r in ranges if r)
+        self._text = kallsyms.range_of("_stext", "_etext")
+        self._cache: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
+
+    def is_internal(self, address: int) -> bool:
+        """Inside the spinlock (__lock_text) or mutex/rwsem/scheduler (__sched_text) code."""
+        return any(lo <= address < hi for lo, hi in self._internal)
+
+    def is_tracing(self, address: int) -> bool:
+        resolved = self._kallsyms.lookup(address)
+        return bool(
+            resolved and (resolved.module == "[bpf]" or resolved.name.startswith(_TRACING_PREFIXES))
+        )
+
+    def resolve(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
+        """(frames "symbol+0xoff" innermost first without the tracing frames, caller)."""
+        cached = self._cache.get(addresses)
+        if cached is None:
+            cached = self._resolve(addresses)
+            if len(self._cache) > 50_000:  # bounded over days of running
+                self._cache.clear()
+            self._cache[addresses] = cached
+        return cached
+
+    def _resolve(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
+        start = 0
+        while start < len(addresses) and self.is_tracing(addresses[start]):
+            start += 1
+        kept = addresses[start:] or addresses
+        frames = tuple(self._kallsyms.format(a) for a in kept)
+        if not frames:
+            return (), _MISSING_STACK[-errno.EFAULT]
+        for address, frame in zip(kept, frames):
+            if not self.is_internal(address):
+                return frames, frame
+        return frames, frames[0]  # all internal: the innermost lock function says the most
+
+    def lock_symbol(self, address: int) -> str:
+        """The global variable a lock lives in: an exact kallsyms match, or symbol+0xoff inside
+        a kernel data symbol (as perf's -l names it); "" for locks in allocated memory."""
+        exact = self._kallsyms.exact(address)
+        if exact and not _SECTION_MARKER.match(exact):
+            return exact
+        if self._text and self._text[0] <= address < self._text[1]:
+            return ""  # no lock lives in code: the nearest symbol would be a function
+        resolved = self._kallsyms.lookup(address)
+        if resolved is None or resolved.module != KERNEL_MODULE:
+            return ""
+        if _SECTION_MARKER.match(resolved.name) or resolved.name.startswith("__pfx_"):
+            return ""  # without CONFIG_KALLSYMS_ALL only markers precede data: not a name
+        return str(resolved)
+
+
+@dataclass
+class _Waits:
+    contended: int = 0
+    total_ns: int = 0
+    max_ns: int = 0
+    min_ns: int = 0
+
+    def add(self, contended: int, total_ns: int, max_ns: int, min_ns: int) -> None:
+        if not contended:
+            return
+        self.min_ns = min(self.min_ns, min_ns) if self.contended else min_ns
+        self.contended += contended
+        self.total_ns += total_ns
+        self.max_ns = max(self.max_ns, max_ns)
+
+    def merge(self, other: _Waits) -> None:
+        self.add(other.contended, other.total_ns, other.max_ns, other.min_ns)
+
+
+@dataclass
+class _CallerWaits:
+    waits: _Waits = field(default_factory=_Waits)
+    hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    stacks: dict[tuple[str, ...], _Waits] = field(default_factory=dict)
+    tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
+
+    def merge(self, other: _CallerWaits) -> None:
+        self.waits.merge(other.waits)
+        self.hist = [a + b for a, b in zip(self.hist, other.hist)]
+        _merge_into(self.stacks, other.stacks)
+        _merge_into(self.tasks, other.tasks)
+
+
+@dataclass
+class _Interval:
+    start: float
+    end: float
+    callers: dict[tuple[str, str], _CallerWaits] = field(default_factory=dict)
+    locks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
+    tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
+
+    def merge(self, other: _Interval) -> None:
+        self.start = min(self.start, other.start)
+        self.end = max(self.end, other.end)
+        for key, caller in other.callers.items():
+            self.callers.setdefault(key, _CallerWaits()).merge(caller)
+        _merge_into(self.locks, other.locks)
+        _merge_into(self.tasks, other.tasks)
+
+
+def _merge_into(into: dict, other: dict[object, _Waits]) -> None:
+    for key, waits in other.items():
+        into.setdefault(key, _Waits()).merge(waits)
+
+
+class LockAggregator:
+    def __init__(self, kallsyms: Kallsyms, window_s: float = 5.0) -> None:
+        self.window_s = window_s
+        self.symbolizer = StackSymbolizer(kallsyms)
+        self._recent: deque[_Interval] = deque()
+        self._all: _Interval | None = None
+        self._lost: dict[str, int] = {}
+        self._lock_names: dict[int, str] = {}
+
+    def add(self, drain: LockDrain) -> None:
+        interval = self._fold(drain)
+        self._recent.append(interval)
+        # Keep the intervals whose middle lies in the window: n intervals of ~1 s for 5 s.
+        newest = interval.end
+        while len(self._recent) > 1:
+            oldest = self._recent[0]
+            if newest - (oldest.start + oldest.end) / 2 <= self.window_s:
+                break
+            self._recent.popleft()
+        if self._all is None:
+            self._all = _Interval(interval.start, interval.end)
+        self._all.merge(interval)
+        self._lost = dict(drain.lost)
+
+    def _fold(self, drain: LockDrain) -> _Interval:
+        interval = _Interval(drain.start, drain.end)
+        for row in drain.stacks:
+            frames, caller = self._stack(row.kernel, row.kernel_error)
+            waits = interval.callers.setdefault(
+                (caller, lock_type_name(row.flags)), _CallerWaits()
+            )
+            waits.waits.add(row.contended, row.total_ns, row.max_ns, row.min_ns)
+            waits.hist = [a + b for a, b in zip(waits.hist, row.hist)]
+            waits.stacks.setdefault(frames, _Waits()).add(
+                row.contended, row.total_ns, row.max_ns, row.min_ns
+            )
+        for row in drain.tasks:
+            _, caller = self._stack(row.kernel, row.kernel_error)
+            task = (row.tid, row.comm)
+            stats = (row.contended, row.total_ns, row.max_ns, row.min_ns)
+            interval.tasks.setdefault(task, _Waits()).add(*stats)
+            waits = interval.callers.get((caller, lock_type_name(row.flags)))
+            if waits is not None:  # None only if the per-stack map was full
+                waits.tasks.setdefault(task, _Waits()).add(*stats)
+        for row in drain.locks:
+            key = (row.address, lock_type_name(row.flags))
+            interval.locks.setdefault(key, _Waits()).add(
+                row.contended, row.total_ns, row.max_ns, row.min_ns
+            )
+        return interval
+
+    def _stack(self, kernel: tuple[int, ...], error: int) -> tuple[tuple[str, ...], str]:
+        if not kernel:
+            return (), _MISSING_STACK.get(error, f"[no stack: {error}]")
+        return self.symbolizer.resolve(kernel)
+
+    def _lock_symbol(self, address: int) -> str:
+        name = self._lock_names.get(address)
+        if name is None:
+            if len(self._lock_names) > 100_000:
+                self._lock_names.clear()
+            name = self._lock_names[address] = self.symbolizer.lock_symbol(address)
+        return name
+
+    def profile(self, cumulative: bool = False) -> LockProfile:
+        if cumulative:
+            intervals: Iterable[_Interval] = [self._all] if self._all else []
+        else:
+            intervals = self._recent
+        total = None
+        for interval in intervals:
+            if total is None:
+                total = _Interval(interval.start, interval.end)
+            total.merge(interval)
+        if total is None:
+            return LockProfile(events=0, lost=dict(self._lost), callers=(), locks=(), tasks=())
+        return self._build(total)
+
+    def _build(self, interval: _Interval) -> LockProfile:
+        callers = tuple(
+            LockCaller(
+                caller=caller,
+                type=lock_type,
+                contended=w.waits.contended,
+                total_wait_ns=w.waits.total_ns,
+                max_wait_ns=w.waits.max_ns,
+                min_wait_ns=w.waits.min_ns,
+                stacks=tuple(
+                    LockStack(frames, s.contended, s.total_ns, s.max_ns)
+                    for frames, s in _by_total_wait(w.stacks)
+                ),
+                hist_ns=hist_buckets(w.hist),
+                tasks=tuple(
+                    (tid, comm, s.contended, s.total_ns) for (tid, comm), s in _by_total_wait(w.tasks)
+                ),
+            )
+            for (caller, lock_type), w in sorted(
+                interval.callers.items(), key=lambda kv: (-kv[1].waits.total_ns, kv[0])
+            )
+        )
+        locks = tuple(
+            LockAddress(
+                address=f"{address:#x}",
+                symbol=self._lock_symbol(address),
+                type=lock_type,
+                contended=w.contended,
+                total_wait_ns=w.total_ns,
+                max_wait_ns=w.max_ns,
+            )
+            for (address, lock_type), w in _by_total_wait(interval.locks)
+        )
+        tasks = tuple(
+            LockTask(
+                pid=tid, comm=comm, contended=w.contended, total_wait_ns=w.total_ns, max_wait_ns=w.max_ns
+            )
+            for (tid, comm), w in _by_total_wait(interval.tasks)
+        )
+        return LockProfile(
+            events=sum(c.contended for c in callers),
+            lost=dict(self._lost),
+            callers=callers,
+            locks=locks,
+            tasks=tasks,
+            window_s=interval.end - interval.start,
+        )
+
+
+def _by_total_wait(waits: dict) -> list:
+    return sorted(waits.items(), key=lambda kv: (-kv[1].total_ns, kv[0]))

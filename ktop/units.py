@@ -1,0 +1,24 @@
+"""Human units, formatted as the perf tools print them."""
+
+from __future__ import annotations
+
+_TIME_UNITS = ("ns", "us", "ms", "s")
+
+
+def format_ns(ns: float) -> str:
+    """A duration as `perf lock contention` prints it: '512 ns', '1.23 us', '45.60 ms', '2.13 s'.
+
+    Whole nanoseconds below a microsecond, two decimals in the largest unit that keeps the
+    number under 1000 (seconds have no larger unit).
+    """
+    if ns < 0:
+        return "-" + format_ns(-ns)
+    if ns < 1000:
+        return f"{round(ns)} ns"
+    value = float(ns)
+    for unit in _TIME_UNITS[1:]:
+        value /= 1000
+        # Decide on the rounded value, so 999_999 ns reads "1.00 ms", not "1000.00 us".
+        if round(value, 2) < 1000 or unit == _TIME_UNITS[-1]:
+            return f"{value:.2f} {unit}"
+    raise AssertionError("unreachable")

@@ -1,0 +1,31 @@
+"""Durations read as perf prints them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ktop.units import format_ns
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (0, "0 ns"),
+        (999, "999 ns"),
+        (1000, "1.00 us"),
+        (1234, "1.23 us"),
+        (285_550, "285.55 us"),
+        (999_994, "999.99 us"),
+        (999_999, "1.00 ms"),  # not "1000.00 us"
+        (45_600_000, "45.60 ms"),
+        (2_130_000_000, "2.13 s"),
+        (3_600_000_000_000, "3600.00 s"),  # seconds are the largest unit, as in perf
+        (12.6, "13 ns"),
+    ],
+)
+def test_format_ns(ns, text):
+    assert format_ns(ns) == text
+
+
+def test_negative_durations_keep_their_sign():
+    assert format_ns(-1500) == "-1.50 us"
