@@ -1,0 +1,199 @@
+"""Shared fixtures: recorded data for the UI, a kallsyms fixture, the JSON contract, root checks.
+
+tests/fixtures/recorded.json is a real `ktop --snapshot recorded.json --duration 3` taken on
+the 2-CPU VM while `dd if=/dev/urandom of=/dev/null bs=1M` ran, then edited by hand: fixed
+hostname, version and time; 39 user samples turned into idle-task samples (the busy
+recording had none); hostile process names; a plausible lock and block I/O section so all
+four panes render. tests/fixtures/kallsyms.txt is lines of this kernel's /proc/kallsyms
+plus module lines as a Debian kernel shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The header shows snapshot.taken_at in local time: pin the zone so SVG baselines match.
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SCREEN_SIZE = (160, 50)
+PANE_TITLES = ("Hot kernel functions", "Lock contention", "Block I/O", "Processes")
+
+# Live tests load BPF programs; a few unit tests mount, chattr or chown in tmp_path.
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+# ---- live tests on a shared machine ----------------------------------------------------
+
+AUTOGROUP = "/proc/self/autogroup"
+
+
+@contextlib.contextmanager
+def first_in_line():
+    """This session (pytest and its children) ahead of the rest of the machine, for live tests
+    whose assertions need a workload to own a CPU. With autogroup scheduling every session
+    gets an equal share whatever its tasks' nice values, so the session's autogroup is
+    raised to nice -20, and put back after."""
+    try:
+        with open(AUTOGROUP) as f:
+            before = f.read().split()[-1]  # "/autogroup-9 nice 0"
+        with open(AUTOGROUP, "w") as f:
+            f.write("-20")
+    except OSError:  # no autogroup scheduling: nice alone decides
+        before = None
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, -20)
+    try:
+        yield
+    finally:
+        if before is not None:
+            with open(AUTOGROUP, "w") as f:
+                f.write(before)
+        else:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+
+
+@pytest.fixture(scope="session")
+def recorded_data() -> dict[str, Any]:
+    with open(FIXTURES / "recorded.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture
+def recorded_json(recorded_data: dict[str, Any]) -> dict[str, Any]:
+    """A private copy of the recorded JSON, free to edit in the test."""
+    return copy.deepcopy(recorded_data)
+
+
+@pytest.fixture
+def recorded_snapshot(recorded_data: dict[str, Any]):
+    from ktop.export import from_json
+
+    return from_json(copy.deepcopy(recorded_data))
+
+
+@pytest.fixture(scope="session")
+def kallsyms_text() -> str:
+    return (FIXTURES / "kallsyms.txt").read_text()
+
+
+def fixture_address(text: str, name: str) -> int:
+    """A symbol's address read straight from the fixture text (not through ktop's parser)."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == name:
+            return int(parts[0], 16)
+    raise KeyError(name)
+
+
+@pytest.fixture
+def kallsyms(kallsyms_text: str):
+    from ktop.symbols import Kallsyms
+
+    return Kallsyms.from_text(kallsyms_text)
+
+
+@pytest.fixture
+def addr(kallsyms_text: str) -> Callable[[str], int]:
+    return lambda name: fixture_address(kallsyms_text, name)
+
+
+def run_app(app, scenario: Callable[[Any], Awaitable[None]], size=SCREEN_SIZE, **kwargs) -> None:
+    """Run `app` headless, wait until it shows its first snapshot, run the scenario, quit.
+
+    The app is left by exit(), as a user's `q` does, not by tearing the screen down under a
+    live collect loop (that race is tested on its own in test_ui.py)."""
+
+    async def main() -> None:
+        async with app.run_test(size=size, **kwargs) as pilot:
+            await wait_for_data(pilot)
+            await scenario(pilot)
+            if app.is_running:
+                await pilot.exit(None)
+
+    asyncio.run(main())
+
+
+async def wait_for_data(pilot) -> None:
+    for _ in range(500):
+        if pilot.app.snapshot is not None:
+            break
+        await pilot.pause(0.01)
+    assert pilot.app.snapshot is not None, "the app never received a snapshot"
+    await pilot.pause()
+
+
+# ---- the JSON contract from issue 2 ------------------------------------------------------
+
+FRAME = re.compile(r"^([A-Za-z_.$][\w.$]*\+0x[0-9a-f]+|0x[0-9a-f]+)$")
+
+
+def _check_types(obj: dict[str, Any], spec: dict[str, type | tuple[type, ...]], where: str) -> None:
+    for key, kind in spec.items():
+        assert key in obj, f"{where}: missing {key!r}"
+        value = obj[key]
+        assert isinstance(value, kind) and not (
+            isinstance(value, bool) and kind in (int, float, (int, float))
+        ), f"{where}.{key} = {value!r} is not {kind}"
+
+
+def check_contract(d: dict[str, Any]) -> None:
+    """The keys and types the issue promises to tools that read `--snapshot X.json`."""
+    number = (int, float)
+    _check_types(
+        d,
+        {
+            "ktop_version": str, "kernel": str, "hostname": str, "duration_s": number,
+            "sample_hz": int, "cpus": int, "processes": list, "unavailable": dict,
+        },
+        "snapshot",
+    )
+    for pane, reason in d["unavailable"].items():
+        assert isinstance(pane, str) and isinstance(reason, str) and "\n" not in reason
+    cpu = d.get("cpu")
+    if cpu is None:
+        assert "functions" in d["unavailable"], "no cpu data and no reason given"
+    else:
+        _check_types(
+            cpu,
+            {
+                "total_samples": int, "idle_samples": int, "kernel_samples": int,
+                "user_samples": int, "lost": dict, "functions": list, "stacks": list,
+            },
+            "cpu",
+        )
+        for name, count in cpu["lost"].items():
+            assert isinstance(name, str) and isinstance(count, int) and count >= 0
+        for f in cpu["functions"]:
+            _check_types(
+                f, {"symbol": str, "module": str, "samples": int, "percent": number}, "function"
+            )
+        samples = [f["samples"] for f in cpu["functions"]]
+        assert samples == sorted(samples, reverse=True), "functions not sorted by samples"
+        for s in cpu["stacks"]:
+            _check_types(
+                s, {"pid": int, "comm": str, "samples": int, "frames": list}, "stack"
+            )
+            for frame in s["frames"]:
+                assert isinstance(frame, str) and FRAME.match(frame), f"bad frame {frame!r}"
+    for p in d["processes"]:
+        _check_types(
+            p,
+            {
+                "pid": int, "comm": str, "user": str, "state": str, "cpu_percent": number,
+                "sys_percent": number, "threads": int, "rss_bytes": int,
+            },
+            "process",
+        )

@@ -1,0 +1,202 @@
+"""Folding drained samples into the hot-functions profile: shares, idle, windows.
+
+Drains are built by hand as the CPU sampler would hand them over, with addresses taken from
+the kallsyms fixture, so every expectation below is arithmetic on the input.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ktop.aggregate.cpu import CpuAggregator
+from ktop.collectors.cpu import CpuDrain, StackCount
+from ktop.collectors.procstat import CpuTicks
+
+HZ, CPUS = 99, 2
+
+
+@pytest.fixture
+def stacks(addr):
+    """Kernel stacks (innermost first) as the stack map returns them."""
+    return {
+        "urandom": (
+            addr("chacha_permute") + 0xDA,
+            addr("chacha_block_generic") + 0x73,
+            addr("get_random_bytes_user") + 0x74,
+            addr("do_syscall_64") + 0x71,
+        ),
+        "copy": (addr("_copy_to_iter") + 0x1B0, addr("get_random_bytes_user") + 0x9C),
+        "halt": (addr("pv_native_safe_halt") + 0xB, addr("default_idle") + 0x9),
+        "irq_in_idle": (addr("_raw_spin_lock_irqsave") + 0x2E, addr("default_idle") + 0x9),
+        "stray": (addr("_etext") + 0x100, addr("do_syscall_64") + 0x71),
+    }
+
+
+def drain(start: float, seconds: float, *counts: StackCount, lost=None) -> CpuDrain:
+    return CpuDrain(start, start + seconds, tuple(counts), dict(lost or {}))
+
+
+def count(pid, comm, samples, kernel=(), user_mode=False) -> StackCount:
+    return StackCount(pid, comm, samples, tuple(kernel), (), user_mode)
+
+
+def user_mode(pid, comm, samples) -> StackCount:
+    """Sampled in user space: the kernel stack id is -EFAULT, so no kernel frames."""
+    return count(pid, comm, samples, (), user_mode=True)
+
+
+def by_symbol(profile):
+    return {f.symbol: f for f in profile.functions}
+
+
+def test_percent_is_a_share_of_the_machines_cpu_time(kallsyms, stacks):
+    """samples / (Hz x seconds x CPUs) x 100, as the header promises."""
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5)
+    agg.add(drain(100.0, 2.0, count(4242, "dd", 150, stacks["urandom"]),
+                  count(4242, "dd", 40, stacks["copy"])), CpuTicks())
+    profile = agg.profile()
+    machine = HZ * 2.0 * CPUS
+    functions = by_symbol(profile)
+    assert functions["chacha_permute"].samples == 150
+    assert functions["chacha_permute"].percent == pytest.approx(100 * 150 / machine)
+    assert functions["_copy_to_iter"].percent == pytest.approx(100 * 40 / machine)
+    assert profile.expected_samples == round(machine)
+    assert [f.symbol for f in profile.functions] == ["chacha_permute", "_copy_to_iter"]
+
+
+def test_under_sampled_idle_cpus_do_not_inflate_shares(kallsyms, stacks):
+    """Tickless idle CPUs take few samples: a share of samples would say 100% here."""
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 3.0, count(7, "dd", 297, stacks["urandom"])), CpuTicks())
+    chacha = by_symbol(agg.profile())["chacha_permute"]
+    assert chacha.percent == pytest.approx(50.0)  # one CPU of two, busy all along
+
+
+def test_idle_task_in_an_idle_function_is_flagged_idle(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(
+        drain(0.0, 1.0, count(0, "swapper/1", 90, stacks["halt"]),
+              count(0, "swapper/0", 6, stacks["irq_in_idle"]),
+              count(4242, "dd", 99, stacks["urandom"])),
+        CpuTicks(),
+    )
+    profile = agg.profile()
+    functions = by_symbol(profile)
+    assert functions["pv_native_safe_halt"].idle
+    # An interrupt taken while idle is kernel work, not idling.
+    assert not functions["_raw_spin_lock_irqsave"].idle
+    assert not functions["chacha_permute"].idle
+    assert profile.idle_samples == 90
+    assert profile.kernel_samples == 6 + 99
+    assert [s.idle for s in profile.stacks if s.comm == "swapper/1"] == [True]
+
+
+def test_user_mode_samples_count_as_user_time_not_functions(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 1.0, user_mode(31, "python3", 80), count(31, "python3", 20, stacks["copy"])),
+            CpuTicks())
+    profile = agg.profile()
+    assert profile.user_samples == 80
+    assert profile.kernel_samples == 20
+    assert profile.total_samples == 100
+    assert [f.symbol for f in profile.functions] == ["_copy_to_iter"]
+    assert all(s.frames for s in profile.stacks)
+
+
+def test_unresolvable_frame_shows_hex_not_a_neighbours_name(kallsyms, stacks, addr):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 1.0, count(9, "kworker/0:1", 5, stacks["stray"])), CpuTicks())
+    profile = agg.profile()
+    stray = addr("_etext") + 0x100
+    assert profile.functions[0].symbol == hex(stray)
+    assert profile.functions[0].module == "[unknown]"
+    assert profile.stacks[0].frames == (hex(stray), "do_syscall_64+0x71")
+
+
+def test_whole_stacks_are_kept_innermost_first(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 1.0, count(4242, "dd", 50, stacks["urandom"])), CpuTicks())
+    (stack,) = agg.profile().stacks
+    assert (stack.pid, stack.comm, stack.samples) == (4242, "dd", 50)
+    assert stack.frames == (
+        "chacha_permute+0xda",
+        "chacha_block_generic+0x73",
+        "get_random_bytes_user+0x74",
+        "do_syscall_64+0x71",
+    )
+    assert set(stack.modules) == {"[kernel.kallsyms]"}
+
+
+def test_same_stack_from_two_drains_is_one_row(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 1.0, count(4242, "dd", 50, stacks["urandom"])), CpuTicks())
+    agg.add(drain(1.0, 1.0, count(4242, "dd", 30, stacks["urandom"])), CpuTicks())
+    profile = agg.profile()
+    assert [(s.comm, s.samples) for s in profile.stacks] == [("dd", 80)]
+    assert profile.window_s == pytest.approx(2.0)
+
+
+def seconds_of(agg: CpuAggregator, intervals: int, stacks) -> None:
+    """One 1-second drain per interval; interval i's samples come from pid 1000+i."""
+    for i in range(intervals):
+        agg.add(
+            drain(float(i), 1.0, count(1000 + i, f"task{i}", 10 * (i + 1), stacks["urandom"])),
+            CpuTicks(user=10, kernel=20 * (i + 1), idle=100),
+        )
+
+
+def test_sliding_window_forgets_old_intervals(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=3.0)
+    seconds_of(agg, 5, stacks)
+    profile = agg.profile()
+    assert profile.window_s == pytest.approx(3.0)
+    assert not profile.cumulative
+    assert sorted(s.pid for s in profile.stacks) == [1002, 1003, 1004]
+    chacha = by_symbol(profile)["chacha_permute"]
+    assert chacha.samples == 30 + 40 + 50
+    assert chacha.percent == pytest.approx(100 * 120 / (HZ * 3.0 * CPUS))
+
+
+def test_cumulative_keeps_every_interval(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=3.0)
+    seconds_of(agg, 5, stacks)
+    profile = agg.profile(cumulative=True)
+    assert profile.cumulative
+    assert profile.window_s == pytest.approx(5.0)
+    assert sorted(s.pid for s in profile.stacks) == [1000, 1001, 1002, 1003, 1004]
+    assert by_symbol(profile)["chacha_permute"].samples == 10 + 20 + 30 + 40 + 50
+
+
+def test_window_shorter_than_one_interval_still_shows_the_last_interval(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=0.5)
+    seconds_of(agg, 3, stacks)
+    profile = agg.profile()
+    assert [s.pid for s in profile.stacks] == [1002]
+    assert profile.window_s == pytest.approx(1.0)
+
+
+def test_cpu_time_split_follows_the_window(kallsyms, stacks):
+    """The header's kernel/user/idle split comes from /proc/stat ticks of the same window."""
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=2.0)
+    seconds_of(agg, 4, stacks)
+    kernel, user, idle = 20 * 3 + 20 * 4, 10 + 10, 100 + 100
+    times = agg.profile().times
+    total = kernel + user + idle
+    assert times.kernel == pytest.approx(100 * kernel / total)
+    assert times.user == pytest.approx(100 * user / total)
+    assert times.idle == pytest.approx(100 * idle / total)
+
+
+def test_losses_are_reported_as_the_sampler_counted_them(kallsyms, stacks):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 1.0, count(1, "a", 1, stacks["copy"]), lost={"kstack_collision": 3}),
+            CpuTicks())
+    agg.add(drain(1.0, 1.0, lost={"kstack_collision": 5, "counts_map_full": 1}), CpuTicks())
+    assert dict(agg.profile().lost) == {"kstack_collision": 5, "counts_map_full": 1}
+
+
+def test_no_samples_gives_an_empty_profile_not_a_division_error(kallsyms):
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(0.0, 0.0), CpuTicks())
+    profile = agg.profile()
+    assert profile.functions == () and profile.total_samples == 0

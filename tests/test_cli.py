@@ -1,0 +1,86 @@
+"""Command-line errors as a user meets them: `python -m ktop ...` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def ktop(*args: str, cwd=None, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ktop", *args],
+        capture_output=True, text=True, timeout=60, cwd=cwd, stdin=stdin,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--snapshot", "x.json", "--duration", "-1"], "--duration"),
+        (["--snapshot", "x.json", "--duration", "0"], "--duration"),
+        (["--snapshot", "x.json", "--duration", "nan"], "--duration"),
+        (["--frequency", "0"], "--frequency"),
+        (["-F", "100000"], "--frequency"),
+        (["--snapshot", "x.svg", "--size", "10"], "--size"),
+        (["--snapshot", "x.svg", "--size", "10x"], "--size"),
+        (["--snapshot", "x.svg", "--size", "5x5"], "--size"),
+        (["--interval", "abc"], "--interval"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--duration", "5"], "--snapshot"),
+    ],
+)
+def test_bad_arguments_print_usage_and_exit_2(args, complaint, tmp_path):
+    result = ktop(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: ktop")
+    assert complaint in result.stderr
+    assert result.stdout == ""
+    assert os.listdir(tmp_path) == []
+
+
+def test_help_lists_the_options():
+    result = ktop("--help")
+    assert result.returncode == 0
+    for option in ("--frequency", "--interval", "--snapshot", "--duration", "--size", "--idle"):
+        assert option in result.stdout
+
+
+def test_version():
+    result = ktop("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("ktop ")
+
+
+def test_without_a_terminal_it_says_to_use_snapshot():
+    result = ktop()
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--snapshot" in lines[0]
+
+
+def test_snapshot_into_a_missing_directory_fails_at_once_with_one_line(tmp_path):
+    target = tmp_path / "no" / "such" / "dir" / "out.json"
+    result = ktop("--snapshot", str(target), "--duration", "30", cwd=tmp_path)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ktop: ") and "does not exist" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_snapshot_with_an_unknown_extension_names_the_formats(tmp_path):
+    result = ktop("--snapshot", str(tmp_path / "out.png"), cwd=tmp_path)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and ".svg" in lines[0] and ".json" in lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+def test_snapshot_onto_a_directory_is_refused(tmp_path):
+    (tmp_path / "out.svg").mkdir()
+    result = ktop("--snapshot", str(tmp_path / "out.svg"), cwd=tmp_path)
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,130 @@
+"""`ktop --snapshot FILE` end to end on the real kernel, and SIGTERM in the middle (root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+from conftest import PANE_TITLES, check_contract, first_in_line, root_only
+
+pytestmark = [pytest.mark.live, root_only]
+
+PROGRAM = "on_cpu_sample"  # the CPU sampler's BPF program, as bpftool names it
+
+
+def ktop_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ktop", *args]
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory):
+    """All three formats at once (each run compiles its own programs: run them side by side)."""
+    directory = tmp_path_factory.mktemp("snapshots")
+    runs = {}
+    with first_in_line():
+        for ext in ("json", "txt", "svg"):
+            path = directory / f"ktop.{ext}"
+            runs[ext] = (path, subprocess.Popen(
+                ktop_command("--snapshot", str(path), "--duration", "2"),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ))
+        results = {}
+        for ext, (path, process) in runs.items():
+            out, err = process.communicate(timeout=120)
+            results[ext] = (path, process.returncode, out, err)
+    return directory, results
+
+
+def finished(snapshots, ext: str):
+    directory, results = snapshots
+    path, code, out, err = results[ext]
+    assert code == 0, err
+    assert err.strip() == f"ktop: wrote {path}"  # one line; nothing from bcc or clang
+    assert out == ""
+    assert sorted(os.listdir(directory)) == ["ktop.json", "ktop.svg", "ktop.txt"]  # no temporaries
+    return path
+
+
+def test_json_snapshot_meets_the_contract(snapshots):
+    data = json.loads(finished(snapshots, "json").read_text())
+    check_contract(data)
+    assert data["unavailable"].get("functions") is None
+    assert data["sample_hz"] == 99 and data["cpus"] == os.cpu_count()
+    assert data["kernel"] == os.uname().release and data["hostname"] == socket.gethostname()
+    assert 1.9 <= data["duration_s"] <= 6.0
+    cpu = data["cpu"]
+    assert cpu["total_samples"] > 0 and cpu["functions"] and cpu["stacks"]
+    machine = data["sample_hz"] * data["duration_s"] * data["cpus"]
+    for f in cpu["functions"]:
+        assert f["percent"] == pytest.approx(100 * f["samples"] / machine, rel=2e-3, abs=2e-3)
+    assert not any(f.get("idle") for f in cpu["functions"])  # no --idle given
+    assert all(s["frames"] for s in cpu["stacks"])
+    assert any(p["comm"] == "python" or "ktop" in p.get("cmdline", "") for p in data["processes"])
+
+
+def test_text_snapshot_is_the_screen_without_escapes(snapshots):
+    text = finished(snapshots, "txt").read_bytes().decode("utf-8")
+    controls = {c for c in text if ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) <= 0x9F}
+    assert not controls  # no ESC, no C1 CSI, nothing a terminal would act on
+    for title in PANE_TITLES:
+        assert title in text
+    lines = text.splitlines()
+    assert len(lines) == 50 and max(len(line) for line in lines) <= 160
+    assert socket.gethostname() in lines[0]
+    assert "Overhead" in text and "COMMAND" in text
+
+
+def test_svg_snapshot_parses_and_shows_the_panes(snapshots):
+    root = ET.parse(finished(snapshots, "svg")).getroot()
+    assert root.tag.endswith("svg")
+    words = " ".join("".join(root.itertext()).replace("\xa0", " ").split())
+    for title in PANE_TITLES:
+        assert title in words
+    assert "Overhead" in words
+
+
+def cpu_sampler_programs() -> set[int]:
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    return {p["id"] for p in json.loads(out) if p.get("name") == PROGRAM}
+
+
+def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
+    target = tmp_path / "x.json"
+    before = cpu_sampler_programs()  # another ktop may be running: only new ids are ours
+    with first_in_line():
+        process = subprocess.Popen(
+            ktop_command("--snapshot", str(target), "--duration", "30"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            ours: set[int] = set()
+            deadline = time.monotonic() + 60
+            while not ours and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.2)
+                ours = cpu_sampler_programs() - before
+            assert ours, "the sampler never appeared in bpftool prog show"
+            time.sleep(0.5)
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode not in (0, None)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ktop: "), err
+    assert "Traceback" not in err
+    for _ in range(50):  # the kernel frees a program once its last reference is gone
+        if not ours & cpu_sampler_programs():
+            break
+        time.sleep(0.1)
+    assert not ours & cpu_sampler_programs()
+    assert os.listdir(tmp_path) == []  # nothing written, no temporary left

@@ -1,0 +1,130 @@
+"""Kernel symbolization from kallsyms text: what a stack frame is called in every pane."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import root_only
+
+from ktop.symbols import KERNEL_MODULE, IdleClassifier, Kallsyms
+
+
+def test_address_inside_a_function_is_symbol_plus_offset(kallsyms, addr):
+    frame = addr("chacha_permute") + 0xDA
+    resolved = kallsyms.lookup(frame)
+    assert (resolved.name, resolved.offset, resolved.module) == ("chacha_permute", 0xDA, KERNEL_MODULE)
+    assert kallsyms.format(frame) == "chacha_permute+0xda"
+
+
+def test_function_entry_is_offset_zero(kallsyms, addr):
+    assert kallsyms.format(addr("chacha_block_generic")) == "chacha_block_generic+0x0"
+
+
+def test_last_byte_before_the_next_symbol_still_names_the_function(kallsyms, addr):
+    end = addr("__pfx_random_read_iter") - 1
+    offset = end - addr("get_random_bytes_user")
+    assert kallsyms.format(end) == f"get_random_bytes_user+{offset:#x}"
+
+
+def test_module_symbols_carry_the_module_name(kallsyms, addr):
+    ext4 = kallsyms.lookup(addr("ext4_buffered_write_iter") + 0x44)
+    assert (ext4.name, ext4.module) == ("ext4_buffered_write_iter", "[ext4]")
+    bpf = kallsyms.lookup(addr("bpf_prog_5bc11209b800a05c_on_cpu_sample") + 0x2C)
+    assert bpf.module == "[bpf]"
+
+
+def test_line_order_does_not_matter(kallsyms_text, addr):
+    """/proc/kallsyms lists modules after the core kernel, not in address order."""
+    lines = kallsyms_text.splitlines()
+    random.Random(7).shuffle(lines)
+    shuffled = Kallsyms.from_text("\n".join(lines))
+    for name in ("chacha_permute", "ext4_da_write_begin", "do_syscall_64", "_raw_spin_trylock"):
+        assert shuffled.format(addr(name) + 0x10) == f"{name}+0x10"
+
+
+def test_address_after_etext_is_hex_not_a_wrong_name(kallsyms, addr):
+    """Past the end of kernel text lies rodata: no function owns the address."""
+    stray = addr("_etext") + 0x100
+    assert kallsyms.lookup(stray) is None
+    assert kallsyms.format(stray) == hex(stray)
+
+
+def test_address_in_a_gap_far_from_any_symbol_is_hex(kallsyms, addr):
+    """Between the core kernel's last symbol and the first module lies unmapped space."""
+    gap = addr("ext4_file_write_iter") - 0x1000_0000
+    assert kallsyms.lookup(gap) is None
+    assert kallsyms.format(gap) == hex(gap)
+
+
+def test_address_below_the_first_symbol_is_hex(kallsyms, addr):
+    low = addr("_stext") - 0x40
+    assert kallsyms.format(low) == hex(low)
+
+
+def test_address_far_past_the_last_module_symbol_is_hex(kallsyms, addr):
+    far = addr("ext4_da_write_begin") + 0x10_0000
+    assert kallsyms.lookup(far) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: symbols.py treats every name starting with __end_/__stop_ as a region end "
+    "marker, so real functions (__end_swap_bio_read, __stop_tty) resolve to hex",
+)
+@pytest.mark.parametrize("function", ["__end_swap_bio_read", "__stop_tty"])
+def test_functions_whose_names_look_like_end_markers_still_resolve(kallsyms, addr, function):
+    assert kallsyms.format(addr(function) + 0x30) == f"{function}+0x30"
+
+
+def test_range_of_lock_text_markers(kallsyms, addr):
+    lo, hi = kallsyms.range_of("__lock_text_start", "__lock_text_end")
+    assert (lo, hi) == (addr("__lock_text_start"), addr("__lock_text_end"))
+    assert lo <= addr("_raw_spin_lock_irqsave") < hi
+    assert lo <= addr("resilient_queued_spin_lock_slowpath") < hi
+    assert not lo <= addr("__schedule") < hi
+    assert not lo <= addr("__pfx___do_softirq") < hi
+
+
+def test_range_of_missing_or_reversed_markers_is_none(kallsyms):
+    assert kallsyms.range_of("__lock_text_end", "__lock_text_start") is None
+    assert kallsyms.range_of("__nonexistent_start", "__lock_text_end") is None
+
+
+def test_exact_names_a_global_lock_only_at_its_address(kallsyms, addr):
+    assert kallsyms.exact(addr("tasklist_lock")) == "tasklist_lock"
+    assert kallsyms.exact(addr("tasklist_lock") + 8) is None
+    assert kallsyms.exact(addr("jiffies_lock")) == "jiffies_lock"
+
+
+def test_hidden_addresses_are_detected():
+    """kptr_restrict shows every address as zero: ktop must say so, not name everything."""
+    hidden = Kallsyms.from_text(
+        "0000000000000000 T _stext\n0000000000000000 T do_syscall_64\n"
+        "0000000000000000 t ext4_file_write_iter\t[ext4]\n"
+    )
+    assert hidden.hidden
+    assert hidden.format(0xFFFFFFFF81001000) == "0xffffffff81001000"
+
+
+def test_malformed_lines_are_skipped(kallsyms_text, addr):
+    noisy = "garbage\n\nzzzz T bad_address\nffffffff81000000\n" + kallsyms_text
+    table = Kallsyms.from_text(noisy)
+    assert table.format(addr("do_syscall_64") + 1) == "do_syscall_64+0x1"
+    assert table.address_of("bad_address") is None
+
+
+def test_idle_classifier(kallsyms, addr):
+    idle = IdleClassifier(kallsyms)
+    assert idle.is_idle(addr("pv_native_safe_halt") + 0xB)  # known idle function
+    assert idle.is_idle(addr("default_idle") + 0x9)  # inside .cpuidle.text
+    assert not idle.is_idle(addr("chacha_permute") + 0xDA)
+    assert not idle.is_idle(addr("_raw_spin_lock_irqsave") + 0x20)
+
+
+@root_only
+def test_real_proc_kallsyms_resolves_a_syscall_entry():
+    table = Kallsyms.load()
+    assert not table.hidden and len(table) > 10_000
+    entry = table.address_of("do_syscall_64")
+    assert table.format(entry + 0x10) == "do_syscall_64+0x10"
