@@ -23,7 +23,7 @@ from ktop.collectors.bpfload import (
     tracepoint_exists,
 )
 from ktop.collectors.disks import bio_based_devices
-from ktop.collectors.maps import clear_stack_map, drain_hash
+from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses
 
 PROGRAM = "blockio.bpf.c"
 # Map names, as bpf/blockio.bpf.c declares them.
@@ -231,49 +231,6 @@ def struct_offset_flags(btf: KernelBtf) -> list[str]:
     for macro, (tracepoint, struct_name) in TRACEPOINT_ARGS.items():
         flags.append(f"-D{macro}={btf.tracepoint_arg(tracepoint, struct_name)}")
     return flags
-
-
-class _ProgInfo(ct.Structure):
-    """struct bpf_prog_info (include/uapi/linux/bpf.h), up to recursion_misses (5.12+)."""
-
-    _fields_ = [
-        ("type", ct.c_uint32), ("id", ct.c_uint32), ("tag", ct.c_uint8 * 8),
-        ("jited_prog_len", ct.c_uint32), ("xlated_prog_len", ct.c_uint32),
-        ("jited_prog_insns", ct.c_uint64), ("xlated_prog_insns", ct.c_uint64),
-        ("load_time", ct.c_uint64), ("created_by_uid", ct.c_uint32),
-        ("nr_map_ids", ct.c_uint32), ("map_ids", ct.c_uint64), ("name", ct.c_char * 16),
-        ("ifindex", ct.c_uint32), ("gpl_compatible", ct.c_uint32),
-        ("netns_dev", ct.c_uint64), ("netns_ino", ct.c_uint64),
-        ("nr_jited_ksyms", ct.c_uint32), ("nr_jited_func_lens", ct.c_uint32),
-        ("jited_ksyms", ct.c_uint64), ("jited_func_lens", ct.c_uint64),
-        ("btf_id", ct.c_uint32), ("func_info_rec_size", ct.c_uint32),
-        ("func_info", ct.c_uint64), ("nr_func_info", ct.c_uint32),
-        ("nr_line_info", ct.c_uint32), ("line_info", ct.c_uint64),
-        ("jited_line_info", ct.c_uint64), ("nr_jited_line_info", ct.c_uint32),
-        ("line_info_rec_size", ct.c_uint32), ("jited_line_info_rec_size", ct.c_uint32),
-        ("nr_prog_tags", ct.c_uint32), ("prog_tags", ct.c_uint64),
-        ("run_time_ns", ct.c_uint64), ("run_cnt", ct.c_uint64),
-        ("recursion_misses", ct.c_uint64),
-    ]
-
-
-assert _ProgInfo.recursion_misses.offset == 208, "struct bpf_prog_info changed shape"
-
-
-def recursion_misses(prog_fd: int) -> int:
-    """Times the kernel skipped this program (re-entered on one CPU); 0 if it cannot say."""
-    try:
-        from bcc.libbcc import lib  # noqa: PLC0415 - only collectors import bcc
-    except ImportError:
-        return 0
-    info = _ProgInfo()
-    size = ct.c_uint32(ct.sizeof(info))
-    try:
-        if lib.bpf_obj_get_info(prog_fd, ct.byref(info), ct.byref(size)) != 0:
-            return 0
-    except AttributeError:
-        return 0
-    return int(info.recursion_misses) if size.value >= _ProgInfo.recursion_misses.offset + 8 else 0
 
 
 class BlkEvent(ct.Structure):
@@ -570,9 +527,7 @@ class BlockCollector:
         totals["stack_missing"] = self._stack_missing
         totals["stale_inflight"] = self._stale
         # Events the kernel did not hand to a probe at all (it re-entered on one CPU).
-        totals["recursion_misses"] = sum(
-            recursion_misses(fn.fd) for fn in self._bpf.funcs.values()
-        )
+        totals["recursion_misses"] = program_misses(self._bpf)
         return totals
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
-from ktop.collectors.maps import clear_stack_map, drain_hash, read_stack
+from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses, read_stack
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
@@ -54,7 +54,7 @@ def _map_sizes(hz: int, cpus: int, interval_s: float) -> tuple[int, int, int]:
     per_interval = hz * cpus * interval_s
     counts = min(max(4096, int(per_interval * 2)), 262144)
     stacks = min(max(16384, int(per_interval * 8)), 65536)
-    user_stacks = min(max(8192, int(per_interval * 4)), 32768)
+    user_stacks = min(max(16384, int(per_interval * 4)), 32768)
     return counts, stacks, user_stacks
 
 
@@ -147,6 +147,8 @@ class CpuSampler:
         for index, name in enumerate(LOST_NAMES):
             totals[name] = sum(int(v) for v in lost_map[lost_map.Key(index)])
         totals["stack_missing"] = self._stack_missing
+        # Samples the kernel skipped because another BPF program was running on that CPU.
+        totals["recursion_misses"] = program_misses(self._bpf)
         return totals
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from ktop.collectors.bpfload import (
     ensure_tracefs,
     require_tracepoints,
 )
-from ktop.collectors.maps import clear_stack_map, drain_hash, read_stack
+from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses, read_stack
 
 PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
@@ -292,6 +292,8 @@ class LockCollector:
         }
         totals["stale_begin"] = self._stale_begins
         totals["stack_missing"] = self._stack_missing
+        # Lock events the kernel did not hand us: contention inside another BPF program.
+        totals["recursion_misses"] = program_misses(self._bpf)
         return totals
 
     def close(self) -> None:
