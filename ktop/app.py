@@ -3,7 +3,9 @@ nothing of bcc: `build_app` takes any data source, live collectors or recorded d
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -48,6 +50,7 @@ class KtopApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark,f1", "help", "Help"),
         Binding("tab", "focus_pane_step(1)", "Next pane", show=False, priority=True),
         Binding("shift+tab", "focus_pane_step(-1)", "Previous pane", show=False, priority=True),
@@ -104,6 +107,10 @@ class KtopApp(App[None]):
         self.query_one("#filter", Input).display = False
         self.header_bar().show(None)
         self.pane(PANE_FUNCTIONS).table.focus()
+        # kill, a closed terminal or kill -INT: leave like `q` does, terminal restored.
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            loop.add_signal_handler(signum, self.action_quit)
         self.collect_loop()
 
     @property

@@ -11,8 +11,9 @@ KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
 # a gap (or past the end of text), and naming it after that symbol would be a lie.
 MAX_SYMBOL_SPAN = 256 * 1024
 
-# kallsyms markers that end a region rather than start a function.
-_END_MARKERS = ("_etext", "_end", "__end_", "__stop_", "_einittext")
+# kallsyms markers that end a region rather than start a function. Exact names: real
+# functions such as __stop_tty or __end_swap_bio_read start with the same letters.
+_END_MARKERS = frozenset({"_etext", "_einittext", "_end", "_edata", "__bss_stop", "__end_rodata"})
 
 # Idle functions outside .cpuidle.text on some kernels, as perf's symbol__is_idle() lists them.
 IDLE_FUNCTIONS = frozenset(
@@ -81,7 +82,7 @@ class Kallsyms:
             return None
         name = self._names[i]
         offset = address - self._addresses[i]
-        if offset > MAX_SYMBOL_SPAN or name.startswith(_END_MARKERS):
+        if offset > MAX_SYMBOL_SPAN or name in _END_MARKERS:
             return None
         return Resolved(name, offset, self._modules[i])
 

@@ -8,10 +8,14 @@ markup is defused separately: widgets render these strings as plain Text, never 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # C0 controls, DEL and C1 controls (0x80-0x9f: 0x9b is a one-byte CSI on some terminals),
 # plus bidi overrides that can reorder what the user reads.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Invisible format and separator characters (zero-width space, marks, line separators):
+# "ss\u200bhd" must not pass for "sshd".
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -21,7 +25,13 @@ def _escape(match: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     """'\\x1b[2J' for an ESC byte: what the name really holds, and harmless to print."""
-    return _UNSAFE.sub(_escape, text)
+    text = _UNSAFE.sub(_escape, text)
+    if text.isascii():
+        return text
+    return "".join(
+        f"\\u{ord(c):04x}" if unicodedata.category(c) in _INVISIBLE_CATEGORIES else c
+        for c in text
+    )
 
 
 def human_bytes(n: float) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 
@@ -128,3 +130,44 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
         time.sleep(0.1)
     assert not ours & cpu_sampler_programs()
     assert os.listdir(tmp_path) == []  # nothing written, no temporary left
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory an unprivileged user may write into (tmp_path's parents are root-only)."""
+    directory = tempfile.mkdtemp(prefix="ktop-nobody-")
+    os.chmod(directory, 0o777)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_without_privileges_every_bpf_pane_says_why_and_processes_still_work(shared_dir):
+    """As a user without root or capabilities: `setpriv` drops to nobody, no capabilities."""
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+            "env", f"HOME={shared_dir}"]
+    runs = {
+        ext: subprocess.Popen(
+            drop + ktop_command("--snapshot", os.path.join(shared_dir, f"x.{ext}"), "--duration", "1"),
+            cwd=shared_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+        for ext in ("json", "txt")
+    }
+    for process in runs.values():
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+    with open(os.path.join(shared_dir, "x.json")) as f:
+        data = json.load(f)
+    check_contract(data)
+    assert data["cpu"] is None
+    for pane in ("functions", "locks", "blockio"):
+        reason = data["unavailable"][pane]
+        assert "root" in reason and "sudo ktop" in reason  # why, and how to fix it
+    assert len(data["processes"]) > 10
+    with open(os.path.join(shared_dir, "x.txt")) as f:
+        text = " ".join(f.read().split())
+    assert text.count("unavailable: needs root") == 3
+    assert "CPU sampling unavailable" in text
+    assert "COMMAND" in text and "kthreadd" in text  # the processes pane still works

@@ -67,11 +67,7 @@ def test_address_far_past_the_last_module_symbol_is_hex(kallsyms, addr):
     assert kallsyms.lookup(far) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: symbols.py treats every name starting with __end_/__stop_ as a region end "
-    "marker, so real functions (__end_swap_bio_read, __stop_tty) resolve to hex",
-)
+# Regression: names starting with __end_/__stop_ were once taken for region end markers.
 @pytest.mark.parametrize("function", ["__end_swap_bio_read", "__stop_tty"])
 def test_functions_whose_names_look_like_end_markers_still_resolve(kallsyms, addr, function):
     assert kallsyms.format(addr(function) + 0x30) == f"{function}+0x30"

@@ -326,7 +326,7 @@ def test_hostile_names_are_shown_escaped_and_never_as_markup(recorded_snapshot):
     assert "rtl\\u202etxt.exe" in main
     assert "\\x1b[2J evil --title \\x9b31mred" in zoomed  # the whole command line
     assert "[bold]red[/] [link=https://example.invalid]click[/link]" in zoomed
-    assert any(re.search(r"\b4244 +nobody .* \[/\] ", line) for line in main.splitlines())
+    assert any(re.search(r"\b4244 +nobody .*\[/\]", line) for line in main.splitlines())
     for name in ("\\x1b[2J evil", "[bold]red[/]", "[/]"):
         assert name in tasks_and_requests
 
@@ -506,12 +506,9 @@ class LateSource:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: app.py on_snapshot_ready handles a frame after shutdown has removed the "
-    "widgets (NoMatches HeaderBar); `ktop --snapshot x.svg|x.txt` crashes this way ~1 run in 3",
-)
 def test_a_frame_arriving_during_shutdown_does_not_crash(recorded_snapshot):
+    """Before the fix this failed 20 runs in 20 (NoMatches HeaderBar): the --snapshot path
+    tears the app down under a live collect loop and crashed about one run in three."""
     for _ in range(2):
         source = LateSource(recorded_snapshot)
         app = build_app(source, interval_s=0.001)

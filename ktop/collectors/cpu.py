@@ -6,6 +6,7 @@ import errno
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
 from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses, read_stack
@@ -95,18 +96,21 @@ class CpuSampler:
             raise Unavailable(f"cannot attach the cpu-clock perf event: {e}") from None
         self._last = time.monotonic()
 
+    def _table(self, name: str) -> Any:
+        return self._bpf[name.encode()]  # bcc wants bytes and warns about str
+
     def drain(self) -> CpuDrain:
         """Swap map generations, then read and empty the one the program just left."""
         assert self._bpf is not None, "start() first"
         old = self._generation
         self._generation ^= 1
-        gen_map = self._bpf[MAP_GENERATION]
+        gen_map = self._table(MAP_GENERATION)
         gen_map[gen_map.Key(0)] = gen_map.Leaf(self._generation)
         end = time.monotonic()
         time.sleep(0.001)  # let a sample that read the old generation finish writing it
-        counts_map = self._bpf[MAP_COUNTS[old]]
-        kernel_stacks = self._bpf[MAP_STACKS[old]]
-        user_stacks = self._bpf[MAP_USER_STACKS[old]]
+        counts_map = self._table(MAP_COUNTS[old])
+        kernel_stacks = self._table(MAP_STACKS[old])
+        user_stacks = self._table(MAP_USER_STACKS[old])
         walked: dict[tuple[int, int], tuple[int, ...]] = {}
 
         def walk(table, stack_id: int) -> tuple[int, ...]:
@@ -142,7 +146,7 @@ class CpuSampler:
 
     def lost(self) -> dict[str, int]:
         assert self._bpf is not None
-        lost_map = self._bpf[MAP_LOST]
+        lost_map = self._table(MAP_LOST)
         totals = {name: 0 for name in LOST_NAMES}
         for index, name in enumerate(LOST_NAMES):
             totals[name] = sum(int(v) for v in lost_map[lost_map.Key(index)])

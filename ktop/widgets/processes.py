@@ -43,7 +43,8 @@ class ProcessesPane(Pane):
                     num(f"{p.sys_percent:.1f}", (p.sys_percent, -p.pid)),
                     num(str(p.threads), p.threads),
                     num(human_bytes(p.rss_bytes), p.rss_bytes),
-                    Cell(p.comm if not p.cmdline else f"{p.comm}  {p.cmdline}", p.comm.lower()),
+                    # The command line as htop shows it; kernel threads have none: [name].
+                    Cell(p.cmdline or f"[{p.comm}]", p.comm.lower()),
                 ),
             )
             for p in processes
