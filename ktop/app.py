@@ -335,10 +335,11 @@ class KtopApp(App[None]):
             return True
         return False
 
-    async def prepare_export(self, pilot) -> None:
-        """For --snapshot --drill: open the requested drill-down before the picture is taken."""
+    async def prepare_export(self, pilot) -> bool:
+        """For --snapshot --drill: open the requested drill-down before the picture is taken.
+        False when the data holds no such row."""
         if not self.drill:
-            return
+            return True
         pane, _, what = self.drill.partition(":")
         if pane == PANE_FUNCTIONS:
             key = f"{what} x"
@@ -351,8 +352,15 @@ class KtopApp(App[None]):
                 key = f"{match.pid}|{match.disk}|{match.rw}" if match else what
         else:
             key = what
-        self.open_drill(pane, "processes" if pane == PANE_BLOCKIO else "callers", key)
+        if pane == PANE_PROCESSES and not any(
+            str(p.pid) == what for p in (self.snapshot.processes if self.snapshot else ())
+        ):
+            return False
+        opened = self.open_drill(pane, "processes" if pane == PANE_BLOCKIO else "callers", key)
+        if pane == PANE_FUNCTIONS and self.snapshot and self.snapshot.cpu:
+            opened = any(f.symbol == what for f in self.snapshot.cpu.functions)
         await pilot.pause(0.3)
+        return opened
 
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [

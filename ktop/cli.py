@@ -55,6 +55,12 @@ def _size(text: str) -> tuple[int, int]:
     return size
 
 
+def _readable_file(text: str) -> str:
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"not a readable file: {text!r}")
+    return text
+
+
 def _drill(text: str) -> str:
     pane, sep, what = text.partition(":")
     if not sep or not what or pane not in ("functions", "locks", "blockio", "processes"):
@@ -92,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drill", type=_drill, metavar="PANE:WHAT",
                         help="with --snapshot .svg/.txt: picture the stacks behind one row, e.g. "
                         "functions:vfs_read, locks:CALLER, blockio:PID, processes:PID")
+    parser.add_argument("--vmlinux", type=_readable_file, metavar="PATH",
+                        help="debug ELF of the running kernel, for file:line in stacks "
+                        "(default /usr/lib/debug/boot/vmlinux-$(uname -r) when present)")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
     if args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50) or args.drill):
@@ -105,6 +114,7 @@ def _options(args: argparse.Namespace) -> Options:
         interval_s=args.interval,
         window_s=max(args.window, args.interval),
         cumulative=args.cumulative,
+        vmlinux=args.vmlinux,
     )
 
 

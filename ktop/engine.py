@@ -30,6 +30,7 @@ class Options:
     interval_s: float = 1.0
     window_s: float = 5.0
     cumulative: bool = False
+    vmlinux: str | None = None  # debug ELF of the kernel for file:line (default: distro path)
     panes: frozenset[str] = frozenset({PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO})
 
 
@@ -104,9 +105,21 @@ class LiveSource:
             self.unavailable[PANE_FUNCTIONS] = f"sampler failed to start: {e}"
             return
         self._cpu = sampler
+        lines, line_info = self._kernel_lines()
         self._cpu_aggregate = CpuAggregator(
-            kallsyms, sampler.hz, sampler.cpus, self.options.window_s, self._resolve_user
+            kallsyms, sampler.hz, sampler.cpus, self.options.window_s, self._resolve_user,
+            source_line=lines.lookup if lines else None, line_info=line_info,
         )
+
+    def _kernel_lines(self):
+        """The debug vmlinux line table, or None and why (said once, in the stacks view)."""
+        from ktop.dwarflines import KernelLineTable  # noqa: PLC0415
+
+        table = KernelLineTable.open(path=self.options.vmlinux)
+        if table is not None:
+            return table, f"file:line from {self.options.vmlinux or 'the debug vmlinux'}"
+        where = self.options.vmlinux or f"/usr/lib/debug/boot/vmlinux-{platform.release()}"
+        return None, f"no kernel file:line: no debug vmlinux at {where} (--vmlinux PATH)"
 
     def _make_locks(self):
         from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415

@@ -46,6 +46,7 @@ def cpu_to_json(cpu: CpuProfile, include_idle: bool = False) -> dict[str, Any]:
             "steal": round(cpu.times.steal, 2),
         },
         "lost": dict(cpu.lost),
+        "line_info": cpu.line_info,
         "functions": [
             {
                 "symbol": f.symbol,
@@ -65,6 +66,7 @@ def cpu_to_json(cpu: CpuProfile, include_idle: bool = False) -> dict[str, Any]:
                 "samples": s.samples,
                 "frames": list(s.frames),
                 "modules": list(s.modules),
+                "sources": list(s.sources),
                 "user_frames": _user_frames(s.user_frames),
                 "truncated": s.truncated,
                 "idle": s.idle,
@@ -240,6 +242,7 @@ def _cpu_from_json(d: dict[str, Any], hz: int, cpus: int) -> CpuProfile:
                 samples=s["samples"],
                 frames=tuple(s["frames"]),
                 modules=tuple(s.get("modules", ())),
+                sources=tuple(s.get("sources", ())),
                 user_frames=tuple(UserFrame(u["symbol"], u["module"]) for u in s.get("user_frames", ())),
                 truncated=s.get("truncated", False),
                 idle=s.get("idle", False),
@@ -247,6 +250,7 @@ def _cpu_from_json(d: dict[str, Any], hz: int, cpus: int) -> CpuProfile:
             for s in d["stacks"]
         ),
         times=CpuTimes(**d.get("times", {})),
+        line_info=d.get("line_info", ""),
     )
 
 

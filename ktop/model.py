@@ -37,6 +37,7 @@ class StackSample:
     user_frames: tuple[UserFrame, ...] = ()  # innermost first, below the kernel frames
     truncated: bool = False  # deeper than the collected depth
     idle: bool = False  # the idle task inside an idle function
+    sources: tuple[str, ...] = ()  # "fs/read_write.c:482" per kernel frame, with a debug vmlinux
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class CpuProfile:
     functions: tuple[HotFunction, ...]  # every function, idle ones flagged; sorted by samples
     stacks: tuple[StackSample, ...]
     times: CpuTimes = field(default_factory=CpuTimes)
+    line_info: str = ""  # where kernel file:line comes from, or why there is none
 
     @property
     def expected_samples(self) -> int:

@@ -97,8 +97,12 @@ async def render_screen(
             if app.snapshot is not None:
                 break
         await pilot.pause(0.05)
-        if hasattr(app, "prepare_export"):
-            await app.prepare_export(pilot)
+        drill = app_args.get("drill")
+        if not await app.prepare_export(pilot):
+            raise SnapshotError(
+                f"--drill {drill}: no such row in the data collected; "
+                "run without --drill to see what there is"
+            )
         if fmt == ".svg":
             return app.export_screenshot(title="ktop")
         return screen_text(app)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
@@ -13,6 +13,8 @@ from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
 UserResolver = Callable[[int, Sequence[int]], list[UserFrame]]
+# Kernel address -> "file:line" from a debug vmlinux, or None.
+LineLookup = Callable[[int], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class _StackKey:
     comm: str
     frames: tuple[str, ...]
     modules: tuple[str, ...]
+    sources: tuple[str, ...]
     user_frames: tuple[UserFrame, ...]
     truncated: bool
     idle: bool
@@ -42,11 +45,16 @@ class CpuAggregator:
         cpus: int,
         window_s: float = 5.0,
         resolve_user: UserResolver | None = None,
+        source_line: LineLookup | None = None,
+        line_info: str = "",
     ) -> None:
         self._kallsyms = kallsyms
         self._idle = IdleClassifier(kallsyms)
         self.hz, self.cpus, self.window_s = hz, cpus, window_s
         self._resolve_user = resolve_user
+        self._source_line = source_line
+        self.line_info = line_info
+        self._source_cache: dict[int, str] = {}
         self._recent: deque[_Interval] = deque()
         self._all = _Interval(0.0, Counter(), CpuTicks())
         self._frame_cache: dict[int, tuple[str, str]] = {}
@@ -62,6 +70,17 @@ class CpuAggregator:
             self._frame_cache[address] = cached
         return cached
 
+    def _source(self, address: int, innermost: bool) -> str:
+        """file:line of a frame; a return address points after the call, so step back one."""
+        if self._source_line is None:
+            return ""
+        where = address if innermost else address - 1
+        if where not in self._source_cache:
+            if len(self._source_cache) > 200_000:
+                self._source_cache.clear()
+            self._source_cache[where] = self._source_line(where) or ""
+        return self._source_cache[where]
+
     def add(self, drain: CpuDrain, ticks: CpuTicks) -> None:
         stacks: Counter = Counter()
         for row in drain.counts:
@@ -74,6 +93,9 @@ class CpuAggregator:
                 comm=row.comm,
                 frames=tuple(f[0] for f in frames),
                 modules=tuple(f[1] for f in frames),
+                sources=tuple(self._source(a, i == 0) for i, a in enumerate(row.kernel))
+                if self._source_line
+                else (),
                 user_frames=user_frames,
                 truncated=len(row.kernel) >= MAX_STACK_DEPTH,
                 idle=row.pid == 0 and bool(row.kernel) and self._idle.is_idle(row.kernel[0]),
@@ -103,7 +125,8 @@ class CpuAggregator:
             for interval in self._recent:
                 stacks.update(interval.stacks)
                 ticks = ticks + interval.ticks
-        return build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks, cumulative)
+        profile = build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks, cumulative)
+        return replace(profile, line_info=self.line_info)
 
 
 def build_profile(
@@ -148,6 +171,7 @@ def build_profile(
             samples=samples,
             frames=key.frames,
             modules=key.modules,
+            sources=key.sources,
             user_frames=key.user_frames,
             truncated=key.truncated,
             idle=key.idle,

@@ -189,8 +189,13 @@ class FunctionScreen(DrillScreen):
             head = Text(f"{stack.samples} samples  pid {stack.pid} ", style="bold")
             head.append(printable(stack.comm), style="bold cyan")
             lines = [head]
-            for frame, module in zip(stack.frames, stack.modules or [""] * len(stack.frames)):
-                lines.append(Text(f"    {printable(frame)}  {module}"))
+            modules = stack.modules or ("",) * len(stack.frames)
+            sources = stack.sources or ("",) * len(stack.frames)
+            for frame, module, source in zip(stack.frames, modules, sources):
+                line = Text(f"    {printable(frame)}  {module}")
+                if source:
+                    line.append(f"  {printable(source)}", style="cyan")
+                lines.append(line)
             if stack.truncated:
                 lines.append(Text("    [truncated: deeper than the collected depth]", style="yellow"))
             for frame in stack.user_frames:
@@ -198,6 +203,9 @@ class FunctionScreen(DrillScreen):
                                   style="green"))
             lines.append(Text(""))
             parts.extend(lines)
+        cpu = self.snapshot.cpu
+        if cpu and cpu.line_info and not any(s.sources for s in self._stacks()):
+            parts.append(Text(cpu.line_info, style="dim"))  # said once, quietly
         return Group(*parts) if parts else Group(Text("no stacks"))
 
     def action_cycle_view(self) -> None:
