@@ -65,4 +65,7 @@ def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "")
 
 class HeaderBar(Static):
     def show(self, snapshot: Snapshot | None, paused: bool = False, note: str = "") -> None:
-        self.update(header_text(snapshot, paused, note))
+        text = header_text(snapshot, paused, note)
+        if text.plain != getattr(self, "_shown", None):  # unchanged: no re-render
+            self._shown = text.plain
+            self.update(text)

@@ -67,21 +67,27 @@ class Pane(Vertical):
         return self.view
 
     def show(self, snapshot: Snapshot, display: Display) -> None:
-        message = self.query_one(".pane-message", Static)
         reason = snapshot.unavailable.get(self.PANE)
         if reason:
             self.table.show_rows([])
-            message.update(f"unavailable: {reason}")
-            message.display = True
-            self.border_subtitle = "unavailable"
+            self._set_chrome(f"unavailable: {reason}", "unavailable")
             return
         rows, empty_message, subtitle = self.rows(snapshot, display)
         self.table.show_rows(rows)
         if self.table.filter_text:
             subtitle = f"{subtitle}  filter: {self.table.filter_text}".strip()
+        self._set_chrome(empty_message if not rows else "", subtitle)
+
+    def _set_chrome(self, message_text: str, subtitle: str) -> None:
+        """Touch the message line and subtitle only when they change: each write costs a
+        layout pass, every second, for every pane."""
+        if (message_text, subtitle) == getattr(self, "_chrome", None):
+            return
+        self._chrome = (message_text, subtitle)
+        message = self.query_one(".pane-message", Static)
+        message.update(message_text)
+        message.display = bool(message_text)
         self.border_subtitle = subtitle
-        message.update(empty_message if not rows else "")
-        message.display = not rows
 
     def rows(self, snapshot: Snapshot, display: Display) -> tuple[Sequence[Row], str, str]:
         """(rows of the current view, what to say when there are none, border subtitle)."""
