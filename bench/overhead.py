@@ -20,6 +20,7 @@ import time
 
 SESSION = "ktop-bench"
 TICKS = os.sysconf("SC_CLK_TCK")
+WORKLOAD_MB = 2048  # a few seconds of /dev/urandom on one CPU
 
 
 def cpu_seconds(pid: int) -> float:
@@ -70,18 +71,15 @@ def stop_tmux() -> None:
     time.sleep(1)
 
 
-def urandom_throughput(seconds: float) -> float:
-    """MB/s of dd reading /dev/urandom for a fixed time: kernel-bound, one CPU."""
-    proc = subprocess.run(
-        ["timeout", "-s", "INT", str(seconds), "dd", "if=/dev/urandom", "of=/dev/null", "bs=64k"],
-        capture_output=True, text=True, check=False,
+def urandom_throughput(megabytes: int) -> float:
+    """MB/s of dd reading a fixed amount of /dev/urandom: kernel-bound, one CPU. Timed here,
+    not by signalling dd: background jobs may ignore SIGINT."""
+    started = time.monotonic()
+    subprocess.run(
+        ["dd", "if=/dev/urandom", "of=/dev/null", "bs=1M", f"count={megabytes}", "status=none"],
+        check=True,
     )
-    for line in proc.stderr.splitlines():
-        if "bytes" in line and "copied" in line:
-            copied = int(line.split()[0])
-            elapsed = float(line.split(",")[-2].split()[0])
-            return copied / elapsed / 1e6
-    raise RuntimeError(f"dd said: {proc.stderr}")
+    return megabytes * 1.048576 / (time.monotonic() - started)
 
 
 def measure(name: str, command: str, match: str, seconds: float, warmup: float) -> dict:
@@ -93,7 +91,7 @@ def measure(name: str, command: str, match: str, seconds: float, warmup: float) 
     cpu1, t1 = cpu_seconds(pid), time.monotonic()
     rss, pss = memory_kib(pid)
     idle_cpu = 100.0 * (cpu1 - cpu0) / (t1 - t0)
-    busy = urandom_throughput(seconds)
+    busy = urandom_throughput(WORKLOAD_MB)
     stop_tmux()
     return {"name": name, "cpu": idle_cpu, "rss": rss, "pss": pss, "busy": busy}
 
@@ -111,7 +109,7 @@ def main() -> int:
             print(f"bench: {tool} is not installed", file=sys.stderr)
             return 2
     ktop = [sys.executable, "-m", "ktop", "-F", str(args.hz)]
-    baseline = urandom_throughput(args.seconds)
+    baseline = urandom_throughput(WORKLOAD_MB)
     rows = [
         measure("ktop", " ".join(ktop), "-m ktop", args.seconds, warmup=8),
         measure("perf top", f"perf top -F {args.hz}", "perf top", args.seconds, warmup=8),
