@@ -23,7 +23,14 @@ from ktop.collectors.bpfload import (
     tracepoint_exists,
 )
 from ktop.collectors.disks import bio_based_devices
-from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses
+from ktop.collectors.maps import (
+    StackReader,
+    clear_stack_map,
+    drain_hash,
+    flip_generation,
+    program_misses,
+    sum_lost,
+)
 
 PROGRAM = "blockio.bpf.c"
 # Map names, as bpf/blockio.bpf.c declares them.
@@ -341,7 +348,7 @@ class BlockCollector:
         self._generation = 0
         self._origin = 0.0
         self._last = 0.0
-        self._stack_missing = 0
+        self._stacks = StackReader()
         self._stale = 0
         self._last_sweep = 0.0
         self._last_bio_refresh = 0.0
@@ -405,10 +412,8 @@ class BlockCollector:
         assert self._bpf is not None, "start() first"
         old = self._generation
         self._generation ^= 1
-        gen_map = self._map(MAP_GENERATION)
-        gen_map[gen_map.Key(0)] = gen_map.Leaf(self._generation)
-        end = time.monotonic()
-        time.sleep(0.001)  # let a tracepoint that read the old generation finish writing it
+        end = flip_generation(self._map(MAP_GENERATION), self._generation)
+        self._stacks.next_drain()
 
         totals = tuple(
             IoTotal(
@@ -435,18 +440,9 @@ class BlockCollector:
             for key, value in drain_hash(self._map(MAP_HIST[old]))
         )
         stacks_map = self._map(MAP_STACKS[old])
-        walked: dict[int, tuple[int, ...]] = {}
 
         def walk(stack_id: int) -> tuple[int, ...]:
-            if stack_id < 0:
-                return ()
-            if stack_id not in walked:
-                try:
-                    walked[stack_id] = tuple(stacks_map.walk(stack_id))
-                except KeyError:
-                    self._stack_missing += 1
-                    walked[stack_id] = ()
-            return walked[stack_id]
+            return self._stacks.read(stacks_map, stack_id)
 
         stacks = tuple(
             IoStack(
@@ -519,12 +515,8 @@ class BlockCollector:
 
     def lost(self) -> dict[str, int]:
         assert self._bpf is not None
-        lost_map = self._map(MAP_LOST)
-        totals = {
-            name: sum(int(v) for v in lost_map[lost_map.Key(index)])
-            for index, name in enumerate(LOST_NAMES)
-        }
-        totals["stack_missing"] = self._stack_missing
+        totals = sum_lost(self._map(MAP_LOST), LOST_NAMES)
+        totals["stack_missing"] = self._stacks.missing
         totals["stale_inflight"] = self._stale
         # Events the kernel did not hand to a probe at all (it re-entered on one CPU).
         totals["recursion_misses"] = program_misses(self._bpf)

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
-from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses, read_stack
+from ktop.collectors.maps import (
+    StackReader,
+    clear_stack_map,
+    drain_hash,
+    flip_generation,
+    program_misses,
+    sum_lost,
+)
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
@@ -69,7 +76,7 @@ class CpuSampler:
         self._bpf = None
         self._generation = 0
         self._last = 0.0
-        self._stack_missing = 0
+        self._stacks = StackReader()
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
@@ -104,26 +111,12 @@ class CpuSampler:
         assert self._bpf is not None, "start() first"
         old = self._generation
         self._generation ^= 1
-        gen_map = self._table(MAP_GENERATION)
-        gen_map[gen_map.Key(0)] = gen_map.Leaf(self._generation)
-        end = time.monotonic()
-        time.sleep(0.001)  # let a sample that read the old generation finish writing it
+        end = flip_generation(self._table(MAP_GENERATION), self._generation)
+        self._stacks.next_drain()
         counts_map = self._table(MAP_COUNTS[old])
         kernel_stacks = self._table(MAP_STACKS[old])
         user_stacks = self._table(MAP_USER_STACKS[old])
-        walked: dict[tuple[int, int], tuple[int, ...]] = {}
-
-        def walk(table, stack_id: int) -> tuple[int, ...]:
-            if stack_id < 0:
-                return ()
-            key = (id(table), stack_id)
-            if key not in walked:
-                try:
-                    walked[key] = read_stack(table, stack_id)
-                except KeyError:  # overwritten or cleared under us: counted, not invented
-                    self._stack_missing += 1
-                    walked[key] = ()
-            return walked[key]
+        walk = self._stacks.read
 
         rows = []
         for key, value in drain_hash(counts_map):
@@ -146,11 +139,8 @@ class CpuSampler:
 
     def lost(self) -> dict[str, int]:
         assert self._bpf is not None
-        lost_map = self._table(MAP_LOST)
-        totals = {name: 0 for name in LOST_NAMES}
-        for index, name in enumerate(LOST_NAMES):
-            totals[name] = sum(int(v) for v in lost_map[lost_map.Key(index)])
-        totals["stack_missing"] = self._stack_missing
+        totals = sum_lost(self._table(MAP_LOST), LOST_NAMES)
+        totals["stack_missing"] = self._stacks.missing
         # Samples the kernel skipped because another BPF program was running on that CPU.
         totals["recursion_misses"] = program_misses(self._bpf)
         return totals

@@ -16,7 +16,14 @@ from ktop.collectors.bpfload import (
     ensure_tracefs,
     require_tracepoints,
 )
-from ktop.collectors.maps import clear_stack_map, drain_hash, program_misses, read_stack
+from ktop.collectors.maps import (
+    StackReader,
+    clear_stack_map,
+    drain_hash,
+    flip_generation,
+    program_misses,
+    sum_lost,
+)
 
 PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
@@ -162,7 +169,7 @@ class LockCollector:
         self._bpf: Any = None
         self._generation = 0
         self._last = 0.0
-        self._stack_missing = 0
+        self._stacks = StackReader()
         self._stale_begins = 0
 
     def start(self) -> None:
@@ -195,25 +202,11 @@ class LockCollector:
         assert self._bpf is not None, "start() first"
         old = self._generation
         self._generation ^= 1
-        gen_map = self._table(MAP_GENERATION)
-        gen_map[gen_map.Key(0)] = gen_map.Leaf(self._generation)
-        end = time.monotonic()
-        time.sleep(0.001)  # let a wait that read the old generation finish adding itself
+        end = flip_generation(self._table(MAP_GENERATION), self._generation)
+        self._stacks.next_drain()
         kernel_stacks = self._table(MAP_STACKS[old])
         user_stacks = self._table(MAP_USER_STACKS[old])
-        walked: dict[tuple[int, int], tuple[int, ...]] = {}
-
-        def walk(table: Any, stack_id: int) -> tuple[int, ...]:
-            if stack_id < 0:
-                return ()
-            key = (id(table), stack_id)
-            if key not in walked:
-                try:
-                    walked[key] = read_stack(table, stack_id)
-                except KeyError:  # cleared under us: counted, not invented
-                    self._stack_missing += 1
-                    walked[key] = ()
-            return walked[key]
+        walk = self._stacks.read
 
         def error(stack_id: int) -> int:
             return min(0, stack_id)
@@ -285,13 +278,9 @@ class LockCollector:
 
     def lost(self) -> dict[str, int]:
         assert self._bpf is not None
-        lost_map = self._table(MAP_LOST)
-        totals = {
-            name: sum(int(v) for v in lost_map[lost_map.Key(index)])
-            for index, name in enumerate(LOST_NAMES)
-        }
+        totals = sum_lost(self._table(MAP_LOST), LOST_NAMES)
         totals["stale_begin"] = self._stale_begins
-        totals["stack_missing"] = self._stack_missing
+        totals["stack_missing"] = self._stacks.missing
         # Lock events the kernel did not hand us: contention inside another BPF program.
         totals["recursion_misses"] = program_misses(self._bpf)
         return totals

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes as ct
+import time
 from typing import Any
 
 
@@ -87,3 +88,43 @@ def recursion_misses(prog_fd: int) -> int:
 def program_misses(program: Any) -> int:
     """Skipped runs of every loaded function of a bcc program (events it never saw)."""
     return sum(recursion_misses(fn.fd) for fn in program.funcs.values())
+
+
+def flip_generation(table: Any, generation: int) -> float:
+    """Point the programs at the other map generation; the time of the flip ends the interval.
+
+    A program that read the old generation just before may still be writing it: wait a
+    moment before draining (programs run for microseconds)."""
+    table[table.Key(0)] = table.Leaf(generation)
+    flipped = time.monotonic()
+    time.sleep(0.001)
+    return flipped
+
+
+def sum_lost(table: Any, names: tuple[str, ...]) -> dict[str, int]:
+    """A per-CPU array of loss counters, summed over CPUs, by the reasons' names in order."""
+    return {name: sum(int(v) for v in table[table.Key(i)]) for i, name in enumerate(names)}
+
+
+class StackReader:
+    """Reads the stacks of one drained generation, each id once. An id whose entry is gone
+    (cleared or overwritten under us) reads as no frames and is counted, never invented."""
+
+    def __init__(self) -> None:
+        self.missing = 0  # cumulative
+        self._read: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def next_drain(self) -> None:
+        self._read.clear()  # ids are only meaningful within one generation
+
+    def read(self, table: Any, stack_id: int) -> tuple[int, ...]:
+        if stack_id < 0:
+            return ()
+        key = (id(table), stack_id)
+        if key not in self._read:
+            try:
+                self._read[key] = read_stack(table, stack_id)
+            except KeyError:
+                self.missing += 1
+                self._read[key] = ()
+        return self._read[key]
