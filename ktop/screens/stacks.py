@@ -282,14 +282,10 @@ def _ensure_children(item: TreeNode, depth: int = 1) -> None:
             _ensure_children(child, depth - 1)
 
 
-class LockCallerScreen(DrillScreen):
-    """A lock caller: the whole stacks that contended there, the wait histogram, the tasks."""
+class DetailScreen(DrillScreen):
+    """A drill-down that is a scrollable page of tables under a header line."""
 
     BINDINGS = list(_COMMON_BINDINGS)
-
-    def __init__(self, caller: LockCaller, snapshot: Snapshot, latest: LatestSnapshot) -> None:
-        super().__init__(snapshot, latest)
-        self.caller = caller
 
     def compose(self) -> ComposeResult:
         yield Static(id="stack-header")
@@ -300,6 +296,14 @@ class LockCallerScreen(DrillScreen):
     def on_mount(self) -> None:
         self.rebuild()
         self.query_one("#stack-list", VerticalScroll).focus()
+
+
+class LockCallerScreen(DetailScreen):
+    """A lock caller: the whole stacks that contended there, the wait histogram, the tasks."""
+
+    def __init__(self, caller: LockCaller, snapshot: Snapshot, latest: LatestSnapshot) -> None:
+        super().__init__(snapshot, latest)
+        self.caller = caller
 
     def _find(self, snapshot: Snapshot) -> LockCaller | None:
         if snapshot.locks is None:
@@ -367,24 +371,12 @@ def _histogram_table(what: str, buckets, unit: str) -> Table:
     return table
 
 
-class IoProcessScreen(DrillScreen):
+class IoProcessScreen(DetailScreen):
     """A process doing block I/O: the kernel stacks that submitted it, latencies, requests."""
-
-    BINDINGS = list(_COMMON_BINDINGS)
 
     def __init__(self, process: IoProcess, snapshot: Snapshot, latest: LatestSnapshot) -> None:
         super().__init__(snapshot, latest)
         self.process = process
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="stack-header")
-        with VerticalScroll(id="stack-list"):
-            yield Static(id="stack-list-text")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.rebuild()
-        self.query_one("#stack-list", VerticalScroll).focus()
 
     def still_present(self, snapshot: Snapshot) -> bool:
         p = self.process
