@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.containers import Grid
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
@@ -281,12 +281,11 @@ class KtopApp(App[None]):
 
     # ---- drill-down ---------------------------------------------------------------------
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if not isinstance(event.data_table, KeyedTable) or self.snapshot is None:
+    def on_keyed_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
+        if self.snapshot is None or self.screen is not self.main_screen:
             return
         pane = self.focused_pane()
-        key = event.row_key.value
-        self.open_drill(pane.PANE, pane.view, key)
+        self.open_drill(pane.PANE, pane.view, event.row_key)
 
     def open_drill(self, pane: str, view: str, key: str) -> bool:
         """Open the stacks behind a row; False if there is nothing to open."""

@@ -206,3 +206,23 @@ def test_kernel_frames_get_file_and_line_from_a_line_table(kallsyms, addr):
     assert asked == [leaf, caller - 1]
     assert stack.sources == ("lib/crypto/chacha.c:42", "fs/read_write.c:482")
     assert aggregate.profile().line_info == "x"
+
+
+def test_a_click_selects_a_row_and_a_second_click_opens_it(recorded_snapshot):
+    app = _app(recorded_snapshot)
+    seen = {}
+
+    async def scenario(pilot):
+        table = app.pane("functions").table
+        await pilot.click(table, offset=(20, 3))  # header line, then rows 0, 1, 2
+        await pilot.pause(0.1)
+        seen["cursor"] = table.cursor_row
+        seen["key"] = table.selected_key
+        seen["still_main"] = app.screen is app.main_screen
+        await pilot.click(table, offset=(20, 3))
+        await pilot.pause(0.2)
+        seen["opened"] = getattr(app.screen, "function", None)
+
+    run_app(app, scenario)
+    assert seen["cursor"] == 2 and seen["still_main"]
+    assert seen["opened"] == seen["key"].rsplit(" ", 1)[0]

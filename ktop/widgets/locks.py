@@ -9,7 +9,7 @@ from ktop.widgets.table import Cell, Column, num
 
 _WAIT_COLUMNS = (
     Column("contended", "contended", 9, right=True),
-    Column("total", "total wait", 10, right=True),
+    Column("total", "total wait", 11, right=True),
     Column("max", "max wait", 9, right=True),
     Column("avg", "avg wait", 9, right=True),
     Column("type", "type", 9, descending=False),
