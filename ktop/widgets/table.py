@@ -148,6 +148,7 @@ class KeyedTable(ScrollView, can_focus=True):
         ordered = sorted(rows, key=lambda r: r[1][index].sort_value, reverse=self.sort_descending)
         if ordered == self._rows:
             return  # nothing to redraw: an idle pane costs nothing
+        before, cursor_before = self._rows, self.cursor_row
         self._rows = ordered
         shown = {key for key, _ in self._rows}
         for key in [k for k in self._row_cache if k not in shown]:
@@ -155,6 +156,13 @@ class KeyedTable(ScrollView, can_focus=True):
         if selected is not None:
             self.cursor_row = next((i for i, (k, _) in enumerate(self._rows) if k == selected), 0)
         self.cursor_row = max(0, min(self.cursor_row, len(self._rows) - 1))
+        if len(before) == len(ordered) and self.cursor_row == cursor_before:
+            # Repaint only the visible lines whose row changed; row i is virtual line i + 1.
+            top = self.scroll_offset.y
+            for i in range(top, min(len(ordered), top + self.size.height)):
+                if before[i] != ordered[i]:
+                    self.refresh_lines(i + 1)
+            return
         self.virtual_size = Size(self.size.width, len(self._rows) + 1)  # +1: the header line
         self.refresh()
 
