@@ -62,8 +62,8 @@ class KtopApp(App[None]):
         Binding("i", "toggle_idle", "Idle rows"),
         Binding("c", "toggle_cumulative", "Cumulative"),
         Binding("v", "cycle_view", "View"),
-        Binding("less_than_sign", "sort(-1)", "Sort <", show=False),
-        Binding("greater_than_sign", "sort(1)", "Sort >", show=False),
+        Binding("less_than_sign", "sort(-1)", "sort by the column to the left", show=False),
+        Binding("greater_than_sign", "sort(1)", "sort by the column to the right", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
@@ -364,7 +364,9 @@ class KtopApp(App[None]):
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [
             ("Up Down PgUp PgDn Home End", "move in the focused table"),
-            ("mouse", "click a row to select it"),
+            ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),
+            ("Esc Backspace", "show all processes again / leave the zoom"),
+            ("mouse", "click a row to select it, click it again to drill down"),
         ]
         self.push_screen(HelpScreen("ktop", keys))
 

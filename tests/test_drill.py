@@ -226,3 +226,26 @@ def test_a_click_selects_a_row_and_a_second_click_opens_it(recorded_snapshot):
     run_app(app, scenario)
     assert seen["cursor"] == 2 and seen["still_main"]
     assert seen["opened"] == seen["key"].rsplit(" ", 1)[0]
+
+
+def test_help_documents_drilling_down_and_coming_back(recorded_snapshot):
+    from ktop.screens.help import HelpScreen
+
+    app = _app(recorded_snapshot)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        seen["main"] = screen_text(app) if isinstance(app.screen, HelpScreen) else ""
+        await pilot.press("escape", "1", "enter")
+        await pilot.pause(0.2)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        seen["drill"] = screen_text(app) if isinstance(app.screen, HelpScreen) else ""
+
+    run_app(app, scenario)
+    assert "Enter" in seen["main"] and "drill down" in seen["main"]
+    assert "Esc Backspace" in seen["main"]
+    for key, what in (("E", "Expand all"), ("C", "Collapse all"), ("r", "Refresh"), ("Esc", "Back")):
+        assert what in seen["drill"], f"{key} ({what}) missing from the drill-down help"

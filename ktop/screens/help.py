@@ -66,4 +66,6 @@ _KEY_NAMES = {
 
 def _key_label(key: str) -> str:
     key = key.strip()
+    if key.startswith("ctrl+"):
+        return "Ctrl-" + key[5:].upper()
     return _KEY_NAMES.get(key, key.upper() if key.startswith("f") and key[1:].isdigit() else key)
