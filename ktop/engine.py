@@ -126,7 +126,7 @@ class LiveSource:
         from ktop.collectors.locks import LockCollector  # noqa: PLC0415
 
         return LockCollector(self.options.interval_s), LockAggregator(
-            self.kallsyms(), self.options.window_s
+            self.kallsyms(), self.options.window_s, resolve_user=self._resolve_user
         )
 
     def _make_blockio(self):

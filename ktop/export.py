@@ -92,6 +92,10 @@ def locks_to_json(locks: LockProfile) -> dict[str, Any]:
                 "min_wait_ns": c.min_wait_ns,
                 "avg_wait_ns": c.avg_wait_ns,
                 "hist_ns": [list(b) for b in c.hist_ns],
+                "user_stacks": [
+                    {"frames": _user_frames(frames), "contended": n, "total_wait_ns": w}
+                    for frames, n, w in c.user_stacks
+                ],
                 "tasks": [
                     {"pid": p, "comm": comm, "contended": n, "total_wait_ns": w}
                     for p, comm, n, w in c.tasks
@@ -268,6 +272,14 @@ def _locks_from_json(d: dict[str, Any]) -> LockProfile:
                 max_wait_ns=c["max_wait_ns"],
                 min_wait_ns=c["min_wait_ns"],
                 hist_ns=tuple(tuple(b) for b in c.get("hist_ns", ())),
+                user_stacks=tuple(
+                    (
+                        tuple(UserFrame(f["symbol"], f["module"]) for f in u["frames"]),
+                        u["contended"],
+                        u["total_wait_ns"],
+                    )
+                    for u in c.get("user_stacks", ())
+                ),
                 tasks=tuple(
                     (t["pid"], t["comm"], t["contended"], t["total_wait_ns"])
                     for t in c.get("tasks", ())

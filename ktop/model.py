@@ -112,6 +112,8 @@ class LockCaller:
     stacks: tuple[LockStack, ...] = ()
     hist_ns: tuple[tuple[int, int, int], ...] = ()  # (low_ns, high_ns, count), log2 buckets
     tasks: tuple[tuple[int, str, int, int], ...] = ()  # (pid, comm, contended, total_wait_ns)
+    # The waiters' user-space stacks: (frames innermost first, contended, total_wait_ns).
+    user_stacks: tuple[tuple[tuple[UserFrame, ...], int, int], ...] = ()
 
     @property
     def avg_wait_ns(self) -> int:

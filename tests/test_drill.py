@@ -249,3 +249,45 @@ def test_help_documents_drilling_down_and_coming_back(recorded_snapshot):
     assert "Esc Backspace" in seen["main"]
     for key, what in (("E", "Expand all"), ("C", "Collapse all"), ("r", "Refresh"), ("Esc", "Back")):
         assert what in seen["drill"], f"{key} ({what}) missing from the drill-down help"
+
+
+def test_lock_waiters_user_stacks_are_named_and_shown(kallsyms, addr, recorded_snapshot):
+    from dataclasses import replace
+
+    from ktop.aggregate.locks import LockAggregator
+    from ktop.collectors.locks import HIST_SLOTS, LockDrain, StackWaits, TaskWaits
+
+    kernel = (addr("_raw_spin_lock_irqsave") + 0x20, addr("get_random_bytes_user") + 0x10)
+    resolved = []
+
+    def resolve_user(pid, addresses):
+        resolved.append((pid, tuple(addresses)))
+        return [UserFrame("worker_loop+0x1c", "/usr/bin/app"), UserFrame("main+0x9", "/usr/bin/app")]
+
+    aggregate = LockAggregator(kallsyms, resolve_user=resolve_user)
+    hist = tuple([0] * HIST_SLOTS)
+    aggregate.add(LockDrain(
+        0.0, 1.0,
+        (StackWaits(1, kernel, 0, 3, 3000, 2000, 500, hist),),
+        (),
+        (TaskWaits(101, 100, "app", 1, kernel, 0, (0x401000, 0x402000), 0, 3, 3000, 2000, 500),),
+        {},
+    ))
+    caller = aggregate.profile().callers[0]
+    assert resolved == [(100, (0x401000, 0x402000))]  # the process (tgid), not the thread
+    frames, contended, total = caller.user_stacks[0]
+    assert [f.symbol for f in frames] == ["worker_loop+0x1c", "main+0x9"]
+    assert (contended, total) == (3, 3000)
+
+    snapshot = replace(recorded_snapshot, locks=replace(aggregate.profile(), window_s=1.0))
+    app = _app(snapshot)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("2", "enter")
+        await pilot.pause(0.2)
+        seen["text"] = screen_text(app)
+
+    run_app(app, scenario)
+    assert "user-space stacks of the waiters" in seen["text"]
+    assert "[user] worker_loop+0x1c" in seen["text"]

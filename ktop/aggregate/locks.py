@@ -10,11 +10,11 @@ from __future__ import annotations
 import errno
 import re
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
-from ktop.model import LockAddress, LockCaller, LockProfile, LockStack, LockTask
+from ktop.model import LockAddress, LockCaller, LockProfile, LockStack, LockTask, UserFrame
 from ktop.symbols import KERNEL_MODULE, Kallsyms
 
 # Lock type flags of lock:contention_begin (include/trace/events/lock.h).
@@ -167,12 +167,14 @@ class _CallerWaits:
     hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
     stacks: dict[tuple[str, ...], _Waits] = field(default_factory=dict)
     tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
+    user_stacks: dict[tuple[UserFrame, ...], _Waits] = field(default_factory=dict)
 
     def merge(self, other: _CallerWaits) -> None:
         self.waits.merge(other.waits)
         self.hist = [a + b for a, b in zip(self.hist, other.hist)]
         _merge_into(self.stacks, other.stacks)
         _merge_into(self.tasks, other.tasks)
+        _merge_into(self.user_stacks, other.user_stacks)
 
 
 @dataclass
@@ -198,8 +200,15 @@ def _merge_into(into: dict, other: dict[object, _Waits]) -> None:
 
 
 class LockAggregator:
-    def __init__(self, kallsyms: Kallsyms, window_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        kallsyms: Kallsyms,
+        window_s: float = 5.0,
+        resolve_user: Callable[[int, Sequence[int]], list[UserFrame]] | None = None,
+    ) -> None:
+        """resolve_user: (pid, user addresses) -> frames, named while the process lives."""
         self.window_s = window_s
+        self._resolve_user = resolve_user
         self.symbolizer = StackSymbolizer(kallsyms)
         self._recent: deque[_Interval] = deque()
         self._all: _Interval | None = None
@@ -241,6 +250,9 @@ class LockAggregator:
             waits = interval.callers.get((caller, lock_type_name(row.flags)))
             if waits is not None:  # None only if the per-stack map was full
                 waits.tasks.setdefault(task, _Waits()).add(*stats)
+                if row.user and self._resolve_user is not None:
+                    user = tuple(self._resolve_user(row.tgid, row.user))
+                    waits.user_stacks.setdefault(user, _Waits()).add(*stats)
         for row in drain.locks:
             key = (row.address, lock_type_name(row.flags))
             interval.locks.setdefault(key, _Waits()).add(
@@ -291,6 +303,10 @@ class LockAggregator:
                 hist_ns=hist_buckets(w.hist),
                 tasks=tuple(
                     (tid, comm, s.contended, s.total_ns) for (tid, comm), s in _by_total_wait(w.tasks)
+                ),
+                user_stacks=tuple(
+                    (frames, s.contended, s.total_ns)
+                    for frames, s in sorted(w.user_stacks.items(), key=lambda kv: -kv[1].total_ns)
                 ),
             )
             for (caller, lock_type), w in sorted(

@@ -345,8 +345,22 @@ class LockCallerScreen(DetailScreen):
             )
             stacks.add_row("", "", "", "")
         self.query_one("#stack-list-text", Static).update(
-            Group(stacks, _histogram_table("wait time", c.hist_ns, "ns"), _lock_tasks_table(c))
+            Group(stacks, _user_stacks_table(c), _histogram_table("wait time", c.hist_ns, "ns"),
+                  _lock_tasks_table(c))
         )
+
+
+def _user_stacks_table(c: LockCaller) -> Table:
+    table = Table(title="user-space stacks of the waiters", title_justify="left", box=None,
+                  expand=True)
+    table.add_column("contended", justify="right")
+    table.add_column("total wait", justify="right")
+    table.add_column("user stack (innermost first)")
+    for frames, contended, total in c.user_stacks[:20]:
+        lines = "\n".join(f"[user] {f.symbol}  {f.module}" for f in frames) or "[no user stack]"
+        table.add_row(str(contended), format_ns(total), _safe(lines, "green"))
+        table.add_row("", "", "")
+    return table
 
 
 def _lock_tasks_table(c: LockCaller) -> Table:
