@@ -27,9 +27,12 @@ def ktop_command(*args: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def snapshots(tmp_path_factory):
-    """All three formats at once (each run compiles its own programs: run them side by side)."""
+    """All three formats at once (each run compiles its own programs: run them side by side),
+    over a kernel-bound workload of our own, so the machine is never idle for them."""
     directory = tmp_path_factory.mktemp("snapshots")
     runs = {}
+    workload = subprocess.Popen(["dd", "if=/dev/urandom", "of=/dev/null", "bs=64k"],
+                                stderr=subprocess.DEVNULL)
     with first_in_line():
         for ext in ("json", "txt", "svg"):
             path = directory / f"ktop.{ext}"
@@ -38,9 +41,13 @@ def snapshots(tmp_path_factory):
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             ))
         results = {}
-        for ext, (path, process) in runs.items():
-            out, err = process.communicate(timeout=120)
-            results[ext] = (path, process.returncode, out, err)
+        try:
+            for ext, (path, process) in runs.items():
+                out, err = process.communicate(timeout=120)
+                results[ext] = (path, process.returncode, out, err)
+        finally:
+            workload.kill()
+            workload.wait()
     return directory, results
 
 
@@ -68,6 +75,7 @@ def test_json_snapshot_meets_the_contract(snapshots):
         assert f["percent"] == pytest.approx(100 * f["samples"] / machine, rel=2e-3, abs=2e-3)
     assert not any(f.get("idle") for f in cpu["functions"])  # no --idle given
     assert all(s["frames"] for s in cpu["stacks"])
+    assert any(f["symbol"].startswith("chacha") for f in cpu["functions"][:5])  # our workload
     assert any(p["comm"] == "python" or "ktop" in p.get("cmdline", "") for p in data["processes"])
 
 
