@@ -55,8 +55,6 @@ def _gcc(out: Path, src: Path, *flags: str) -> None:
 
 @pytest.fixture(scope="module")
 def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    if shutil.which("gcc") is None or shutil.which("strip") is None:
-        pytest.skip("gcc/strip not installed")
     d = tmp_path_factory.mktemp("bins")
     src = d / "ktop_test.c"
     src.write_text(C_SOURCE)
