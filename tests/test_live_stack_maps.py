@@ -24,12 +24,11 @@ def test_cpu_sampler_empties_the_stack_maps_it_drained():
                             stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.0)
-        drained_generation = sampler._generation
+        drained_generation = sampler._program.generation
         drain = sampler.drain()
         assert sum(len(row.kernel) > 0 for row in drain.counts) > 0, "no stacks were sampled"
-        program = sampler._bpf
         for name in (MAP_STACKS[drained_generation], MAP_USER_STACKS[drained_generation]):
-            left = len(list(program[name.encode()].keys()))
+            left = len(list(sampler._program.table(name).keys()))
             assert left == 0, f"{name} still holds {left} stacks after its drain"
     finally:
         busy.kill()

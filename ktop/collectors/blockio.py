@@ -23,25 +23,16 @@ from ktop.collectors.bpfload import (
     tracepoint_exists,
 )
 from ktop.collectors.disks import bio_based_devices
-from ktop.collectors.maps import (
-    StackReader,
-    clear_stack_map,
-    drain_hash,
-    flip_generation,
-    program_misses,
-    sum_lost,
-)
+from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
 
 PROGRAM = "blockio.bpf.c"
 # Map names, as bpf/blockio.bpf.c declares them.
-MAP_GENERATION = "generation"
 MAP_INFLIGHT = "inflight"
 MAP_BIO_DEVICES = "bio_devices"
 MAP_TOTALS = ("totals_0", "totals_1")
 MAP_HIST = ("latency_hist_0", "latency_hist_1")
 MAP_STACK_COUNTS = ("stack_counts_0", "stack_counts_1")
 MAP_STACKS = ("stacks_0", "stacks_1")
-MAP_LOST = "lost"
 MAP_COMPLETIONS = "completions"
 LOST_NAMES = (  # enum blk_lost in bpf/ktop.h, in order
     "unpaired_complete",
@@ -344,11 +335,9 @@ class BlockCollector:
         self._interval_s = interval_s
         self._user_stacks = user_stacks
         self._sys_root = sys_root
-        self._bpf: Any = None
-        self._generation = 0
+        self._program: TwoGenerationProgram | None = None
         self._origin = 0.0
         self._last = 0.0
-        self._stacks = StackReader()
         self._stale = 0
         self._last_sweep = 0.0
         self._last_bio_refresh = 0.0
@@ -378,17 +367,15 @@ class BlockCollector:
         ringbuf_pages = 256 if self._interval_s <= 1.0 else 1024
         cflags.append(f"-DRINGBUF_PAGES={ringbuf_pages}")
         # bcc attaches every RAW_TRACEPOINT_PROBE itself as it loads the program.
-        self._bpf = compile_program(PROGRAM, cflags)
+        self._program = TwoGenerationProgram(compile_program(PROGRAM, cflags), LOST_NAMES)
         try:
-            self._map(MAP_COMPLETIONS).open_ring_buffer(self._on_completion)
+            self._program.table(MAP_COMPLETIONS).open_ring_buffer(self._on_completion)
             self.refresh_bio_devices()
         except Exception as e:
             self.close()
             raise Unavailable(f"cannot open the block I/O ring buffer: {e}") from None
         self._origin = self._last = self._last_sweep = time.monotonic()
 
-    def _map(self, name: str) -> Any:
-        return self._bpf[name.encode()]  # bcc warns about str names
 
     def _on_completion(self, _ctx: Any, data: Any, _size: int) -> int:
         event = ct.cast(data, ct.POINTER(BlkEvent)).contents
@@ -409,11 +396,8 @@ class BlockCollector:
 
     def drain(self) -> BlockDrain:
         """Swap map generations, then read and empty the one the program just left."""
-        assert self._bpf is not None, "start() first"
-        old = self._generation
-        self._generation ^= 1
-        end = flip_generation(self._map(MAP_GENERATION), self._generation)
-        self._stacks.next_drain()
+        assert self._program is not None, "start() first"
+        old, end = self._program.swap()
 
         totals = tuple(
             IoTotal(
@@ -426,7 +410,7 @@ class BlockCollector:
                 latency_ns=value.latency_ns,
                 queue_ns=value.queue_ns,
             )
-            for key, value in drain_hash(self._map(MAP_TOTALS[old]))
+            for key, value in drain_hash(self._program.table(MAP_TOTALS[old]))
         )
         histogram = tuple(
             LatencyBucket(
@@ -437,12 +421,12 @@ class BlockCollector:
                 slot=key.slot,
                 count=int(getattr(value, "value", value)),
             )
-            for key, value in drain_hash(self._map(MAP_HIST[old]))
+            for key, value in drain_hash(self._program.table(MAP_HIST[old]))
         )
-        stacks_map = self._map(MAP_STACKS[old])
+        stacks_map = self._program.table(MAP_STACKS[old])
 
         def walk(stack_id: int) -> tuple[int, ...]:
-            return self._stacks.read(stacks_map, stack_id)
+            return self._program.stacks.read(stacks_map, stack_id)
 
         stacks = tuple(
             IoStack(
@@ -454,11 +438,11 @@ class BlockCollector:
                 kernel=walk(key.kstack),
                 user=walk(key.ustack) if key.ustack != -errno.EFAULT else (),
             )
-            for key, value in drain_hash(self._map(MAP_STACK_COUNTS[old]))
+            for key, value in drain_hash(self._program.table(MAP_STACK_COUNTS[old]))
         )
         clear_stack_map(stacks_map)
 
-        self._bpf.ring_buffer_consume()
+        self._program.program.ring_buffer_consume()
         requests, self._pending = tuple(self._pending), []
 
         now = time.monotonic()
@@ -475,7 +459,7 @@ class BlockCollector:
     def _sweep_stale(self, now: float) -> None:
         """Delete in-flight entries that will never complete (their completion went unseen)."""
         self._last_sweep = now
-        inflight = self._map(MAP_INFLIGHT)
+        inflight = self._program.table(MAP_INFLIGHT)
         cutoff_ns = int((now - STALE_AFTER_S) * 1e9)
         try:
             entries = list(inflight.items_lookup_batch())
@@ -492,7 +476,7 @@ class BlockCollector:
     def refresh_bio_devices(self) -> None:
         """Tell the program which devices are bio-based; drain() repeats it now and then."""
         self._last_bio_refresh = time.monotonic()
-        table = self._map(MAP_BIO_DEVICES)
+        table = self._program.table(MAP_BIO_DEVICES)
         wanted = bio_based_devices(self._sys_root)
         present = {key.value for key in table.keys()}
         for dev in wanted - present:
@@ -505,24 +489,21 @@ class BlockCollector:
 
     def in_flight(self) -> int:
         """Requests tracked as in flight now (ones whose completion went unseen included)."""
-        assert self._bpf is not None
-        return sum(1 for _ in self._map(MAP_INFLIGHT).keys())
+        assert self._program is not None
+        return sum(1 for _ in self._program.table(MAP_INFLIGHT).keys())
 
     def bio_devices(self) -> set[int]:
         """dev_t of the devices timed as bios (for tests and the report)."""
-        assert self._bpf is not None
-        return {key.value for key in self._map(MAP_BIO_DEVICES).keys()}
+        assert self._program is not None
+        return {key.value for key in self._program.table(MAP_BIO_DEVICES).keys()}
 
     def lost(self) -> dict[str, int]:
-        assert self._bpf is not None
-        totals = sum_lost(self._map(MAP_LOST), LOST_NAMES)
-        totals["stack_missing"] = self._stacks.missing
+        assert self._program is not None
+        totals = self._program.lost()
         totals["stale_inflight"] = self._stale
-        # Events the kernel did not hand to a probe at all (it re-entered on one CPU).
-        totals["recursion_misses"] = program_misses(self._bpf)
         return totals
 
     def close(self) -> None:
-        if self._bpf is not None:
-            self._bpf.cleanup()
-            self._bpf = None
+        if self._program is not None:
+            self._program.close()
+            self._program = None

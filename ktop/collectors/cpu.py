@@ -6,25 +6,15 @@ import errno
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
-from ktop.collectors.maps import (
-    StackReader,
-    clear_stack_map,
-    drain_hash,
-    flip_generation,
-    program_misses,
-    sum_lost,
-)
+from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
-MAP_GENERATION = "generation"
 MAP_COUNTS = ("counts_0", "counts_1")
 MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
-MAP_LOST = "lost"
 LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "kstack_collision",
     "kstack_map_full",
@@ -73,14 +63,12 @@ class CpuSampler:
         self.hz = hz
         self.cpus = os.cpu_count() or 1
         self._interval_s = interval_s
-        self._bpf = None
-        self._generation = 0
+        self._program: TwoGenerationProgram | None = None
         self._last = 0.0
-        self._stacks = StackReader()
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
-        self._bpf = compile_program(
+        program = compile_program(
             PROGRAM,
             [
                 f"-DCOUNTS_ENTRIES={counts}",
@@ -89,9 +77,10 @@ class CpuSampler:
             ],
             {"on_cpu_sample": "PERF_EVENT"},
         )
+        self._program = TwoGenerationProgram(program, LOST_NAMES)
         bcc = import_bcc()
         try:
-            self._bpf.attach_perf_event(
+            program.attach_perf_event(
                 ev_type=bcc.PerfType.SOFTWARE,
                 ev_config=bcc.PerfSWConfig.CPU_CLOCK,
                 fn_name=b"on_cpu_sample",
@@ -103,20 +92,15 @@ class CpuSampler:
             raise Unavailable(f"cannot attach the cpu-clock perf event: {e}") from None
         self._last = time.monotonic()
 
-    def _table(self, name: str) -> Any:
-        return self._bpf[name.encode()]  # bcc wants bytes and warns about str
 
     def drain(self) -> CpuDrain:
         """Swap map generations, then read and empty the one the program just left."""
-        assert self._bpf is not None, "start() first"
-        old = self._generation
-        self._generation ^= 1
-        end = flip_generation(self._table(MAP_GENERATION), self._generation)
-        self._stacks.next_drain()
-        counts_map = self._table(MAP_COUNTS[old])
-        kernel_stacks = self._table(MAP_STACKS[old])
-        user_stacks = self._table(MAP_USER_STACKS[old])
-        walk = self._stacks.read
+        assert self._program is not None, "start() first"
+        old, end = self._program.swap()
+        counts_map = self._program.table(MAP_COUNTS[old])
+        kernel_stacks = self._program.table(MAP_STACKS[old])
+        user_stacks = self._program.table(MAP_USER_STACKS[old])
+        walk = self._program.stacks.read
 
         rows = []
         for key, value in drain_hash(counts_map):
@@ -138,14 +122,11 @@ class CpuSampler:
         return drain
 
     def lost(self) -> dict[str, int]:
-        assert self._bpf is not None
-        totals = sum_lost(self._table(MAP_LOST), LOST_NAMES)
-        totals["stack_missing"] = self._stacks.missing
-        # Samples the kernel skipped because another BPF program was running on that CPU.
-        totals["recursion_misses"] = program_misses(self._bpf)
+        assert self._program is not None
+        totals = self._program.lost()
         return totals
 
     def close(self) -> None:
-        if self._bpf is not None:
-            self._bpf.cleanup()
-            self._bpf = None
+        if self._program is not None:
+            self._program.close()
+            self._program = None

@@ -6,7 +6,6 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from ktop.collectors.bpfload import (
     TRACEFS,
@@ -16,19 +15,11 @@ from ktop.collectors.bpfload import (
     ensure_tracefs,
     require_tracepoints,
 )
-from ktop.collectors.maps import (
-    StackReader,
-    clear_stack_map,
-    drain_hash,
-    flip_generation,
-    program_misses,
-    sum_lost,
-)
+from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
 
 PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
 # Map names, as bpf/locks.bpf.c declares them.
-MAP_GENERATION = "generation"
 MAP_WAIT_TEMPLATE = "wait_template"
 MAP_TASK_STARTS = "task_starts"
 MAP_STACK_WAITS = ("stack_waits_0", "stack_waits_1")
@@ -36,7 +27,6 @@ MAP_LOCK_WAITS = ("lock_waits_0", "lock_waits_1")
 MAP_TASK_WAITS = ("task_waits_0", "task_waits_1")
 MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
-MAP_LOST = "lost"
 LOST_NAMES = (  # enum lock_lost in bpf/ktop.h, in order
     "unpaired_end",
     "nested_begin",
@@ -166,10 +156,8 @@ class LockCollector:
         self._interval_s = interval_s
         self._user_stacks = user_stacks
         self._pass_on = pass_on
-        self._bpf: Any = None
-        self._generation = 0
+        self._program: TwoGenerationProgram | None = None
         self._last = 0.0
-        self._stacks = StackReader()
         self._stale_begins = 0
 
     def start(self) -> None:
@@ -177,19 +165,20 @@ class LockCollector:
         ensure_tracefs()
         require_lock_tracepoints()
         check_record_layout()
-        self._bpf = compile_program(
+        program = compile_program(
             PROGRAM,
             [f"-DUSER_STACKS={int(self._user_stacks)}", f"-DPASS_ON={int(self._pass_on)}"],
             {"on_contention_begin": "TRACEPOINT", "on_contention_end": "TRACEPOINT"},
         )
-        template = self._table(MAP_WAIT_TEMPLATE)
+        self._program = TwoGenerationProgram(program, LOST_NAMES)
+        template = self._program.table(MAP_WAIT_TEMPLATE)
         leaf = template.Leaf()
         leaf.wait.min_ns = U64_MAX  # so the first wait of a new aggregate sets min
         template[template.Key(0)] = leaf
         try:
             # End first: every begin seen then has its end seen, so no start is left behind.
-            self._bpf.attach_tracepoint(tp=b"lock:contention_end", fn_name=b"on_contention_end")
-            self._bpf.attach_tracepoint(
+            program.attach_tracepoint(tp=b"lock:contention_end", fn_name=b"on_contention_end")
+            program.attach_tracepoint(
                 tp=b"lock:contention_begin", fn_name=b"on_contention_begin"
             )
         except Exception as e:  # noqa: BLE001 - bcc raises bare Exception
@@ -199,14 +188,11 @@ class LockCollector:
 
     def drain(self) -> LockDrain:
         """Swap map generations, then read and empty the one the program just left."""
-        assert self._bpf is not None, "start() first"
-        old = self._generation
-        self._generation ^= 1
-        end = flip_generation(self._table(MAP_GENERATION), self._generation)
-        self._stacks.next_drain()
-        kernel_stacks = self._table(MAP_STACKS[old])
-        user_stacks = self._table(MAP_USER_STACKS[old])
-        walk = self._stacks.read
+        assert self._program is not None, "start() first"
+        old, end = self._program.swap()
+        kernel_stacks = self._program.table(MAP_STACKS[old])
+        user_stacks = self._program.table(MAP_USER_STACKS[old])
+        walk = self._program.stacks.read
 
         def error(stack_id: int) -> int:
             return min(0, stack_id)
@@ -222,7 +208,7 @@ class LockCollector:
                 min_ns=value.wait.min_ns,
                 hist=tuple(value.hist),
             )
-            for key, value in drain_hash(self._table(MAP_STACK_WAITS[old]))
+            for key, value in drain_hash(self._program.table(MAP_STACK_WAITS[old]))
         ]
         lock_rows = [
             LockWaits(
@@ -233,7 +219,7 @@ class LockCollector:
                 max_ns=value.max_ns,
                 min_ns=value.min_ns,
             )
-            for key, value in drain_hash(self._table(MAP_LOCK_WAITS[old]))
+            for key, value in drain_hash(self._program.table(MAP_LOCK_WAITS[old]))
         ]
         task_rows = [
             TaskWaits(
@@ -250,7 +236,7 @@ class LockCollector:
                 max_ns=value.max_ns,
                 min_ns=value.min_ns,
             )
-            for key, value in drain_hash(self._table(MAP_TASK_WAITS[old]))
+            for key, value in drain_hash(self._program.table(MAP_TASK_WAITS[old]))
         ]
         clear_stack_map(kernel_stacks)
         clear_stack_map(user_stacks)
@@ -261,13 +247,11 @@ class LockCollector:
         self._last = end
         return drain
 
-    def _table(self, name: str) -> Any:
-        return self._bpf[name.encode()]  # bcc wants bytes and warns about str
 
     def _age_starts(self) -> None:
         """Drop begins whose thread is gone: their end will never come (the map is bounded,
         and this keeps it from filling with leftovers)."""
-        starts = self._table(MAP_TASK_STARTS)
+        starts = self._program.table(MAP_TASK_STARTS)
         for key, value in list(starts.items()):
             if value.lock and thread_started_after(key.value, value.time_ns):
                 try:
@@ -277,15 +261,12 @@ class LockCollector:
                     pass  # it ended meanwhile
 
     def lost(self) -> dict[str, int]:
-        assert self._bpf is not None
-        totals = sum_lost(self._table(MAP_LOST), LOST_NAMES)
+        assert self._program is not None
+        totals = self._program.lost()
         totals["stale_begin"] = self._stale_begins
-        totals["stack_missing"] = self._stacks.missing
-        # Lock events the kernel did not hand us: contention inside another BPF program.
-        totals["recursion_misses"] = program_misses(self._bpf)
         return totals
 
     def close(self) -> None:
-        if self._bpf is not None:
-            self._bpf.cleanup()
-            self._bpf = None
+        if self._program is not None:
+            self._program.close()
+            self._program = None

@@ -128,3 +128,41 @@ class StackReader:
                 self.missing += 1
                 self._read[key] = ()
         return self._read[key]
+
+
+# Every collector's program declares these two maps under these names.
+MAP_GENERATION = "generation"  # one u32: which generation the programs fill now
+MAP_LOST = "lost"  # per-CPU counters, indexed by the program's enum of loss reasons
+
+
+class TwoGenerationProgram:
+    """A loaded bcc program whose per-interval maps come in two generations (`name_0`,
+    `name_1`): the BPF programs fill one while user space drains and empties the other."""
+
+    def __init__(self, program: Any, lost_names: tuple[str, ...]) -> None:
+        self.program = program
+        self.generation = 0
+        self.stacks = StackReader()
+        self._lost_names = lost_names
+
+    def table(self, name: str) -> Any:
+        return self.program[name.encode()]  # bcc wants bytes and warns about str
+
+    def swap(self) -> tuple[int, float]:
+        """(the generation to drain now, the time the interval ended)."""
+        drained = self.generation
+        self.generation ^= 1
+        end = flip_generation(self.table(MAP_GENERATION), self.generation)
+        self.stacks.next_drain()
+        return drained, end
+
+    def lost(self) -> dict[str, int]:
+        """Cumulative losses: the program's own counters, stacks gone before we read them,
+        and runs the kernel skipped because another BPF program was running on that CPU."""
+        totals = sum_lost(self.table(MAP_LOST), self._lost_names)
+        totals["stack_missing"] = self.stacks.missing
+        totals["recursion_misses"] = program_misses(self.program)
+        return totals
+
+    def close(self) -> None:
+        self.program.cleanup()
