@@ -13,9 +13,10 @@ from bisect import bisect_right
 from typing import Any
 
 from elftools.common.exceptions import DWARFError, ELFError
-from elftools.construct.core import ConstructError
 from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
 from elftools.elf.elffile import ELFFile
+
+from ktop.usersyms import ELF_ERRORS
 
 _KALLSYMS = "/proc/kallsyms"
 # Symbols present in both vmlinux and kallsyms whose difference is the KASLR slide.
@@ -25,22 +26,8 @@ _DEBUG_PATHS = (
     "/usr/lib/debug/lib/modules/{release}/vmlinux",
 )
 
-# Malformed DWARF can make pyelftools raise nearly anything; all mean "no answer".
-_ERRORS: tuple[type[BaseException], ...] = (
-    ELFError,
-    DWARFError,
-    ConstructError,
-    OSError,
-    ValueError,
-    struct.error,
-    EOFError,
-    IndexError,
-    KeyError,
-    TypeError,
-    AttributeError,
-    AssertionError,
-    OverflowError,
-)
+# Malformed DWARF can make pyelftools raise what a malformed ELF can, and DWARFError.
+_ERRORS: tuple[type[BaseException], ...] = (*ELF_ERRORS, DWARFError)
 
 _SHF_COMPRESSED = 0x800
 _SHF_EXECINSTR = 0x4

@@ -29,7 +29,7 @@ _SHN_LORESERVE = 0xFF00
 
 # A malformed ELF can make pyelftools raise almost anything; a profiler must
 # not die because one mapped file is odd, so all of these mean "no symbols".
-_ELF_ERRORS: tuple[type[BaseException], ...] = (
+ELF_ERRORS: tuple[type[BaseException], ...] = (
     ELFError,
     ConstructError,
     OSError,
@@ -427,7 +427,7 @@ class UserSymbolizer:
                 with open(candidate, "rb") as f:
                     try:
                         table = self._load(f, st.st_size)
-                    except _ELF_ERRORS:
+                    except ELF_ERRORS:
                         table = _EMPTY
             except (OSError, ValueError):
                 continue  # could not open this candidate; try the next one
