@@ -50,6 +50,9 @@ class Kallsyms:
         for address, _type, name, _module in entries:
             self._by_name.setdefault(name, address)
         self.hidden = not entries  # kptr_restrict shows every address as 0
+        # Every collector resolves the same hot addresses each interval: remember them here,
+        # once for all, bounded over days of running.
+        self._resolved: dict[int, Resolved | None] = {}
 
     @classmethod
     def from_text(cls, text: str) -> Kallsyms:
@@ -77,6 +80,16 @@ class Kallsyms:
         return len(self._addresses)
 
     def lookup(self, address: int) -> Resolved | None:
+        try:
+            return self._resolved[address]
+        except KeyError:
+            pass
+        if len(self._resolved) > 200_000:
+            self._resolved.clear()
+        resolved = self._resolved[address] = self._lookup(address)
+        return resolved
+
+    def _lookup(self, address: int) -> Resolved | None:
         i = bisect.bisect_right(self._addresses, address) - 1
         if i < 0:
             return None

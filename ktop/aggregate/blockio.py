@@ -100,7 +100,6 @@ class BlockAggregator:
         self._all: _Interval | None = None
         self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
         self._lost: dict[str, int] = {}
-        self._frame_cache: dict[int, str] = {}
 
     def disk_name(self, dev: int) -> str:
         names = self._disk_names
@@ -110,17 +109,8 @@ class BlockAggregator:
         major, minor = split_dev(dev)
         return f"{major}:{minor}"
 
-    def _frame(self, address: int) -> str:
-        frame = self._frame_cache.get(address)
-        if frame is None:
-            frame = self._format_address(address)
-            if len(self._frame_cache) > 100_000:  # bounded over days of running
-                self._frame_cache.clear()
-            self._frame_cache[address] = frame
-        return frame
-
     def _frames(self, addresses: Iterable[int]) -> tuple[str, ...]:
-        frames = [self._frame(a) for a in addresses]
+        frames = [self._format_address(a) for a in addresses]
         innermost = frames[:_TRACING_DEPTH]
         tracing = [i for i, f in enumerate(innermost) if f.startswith(_TRACING_PREFIXES)]
         return tuple(frames[tracing[-1] + 1 :] if tracing else frames)

@@ -54,32 +54,20 @@ class CpuAggregator:
         self._resolve_user = resolve_user
         self._source_line = source_line
         self.line_info = line_info
-        self._source_cache: dict[int, str] = {}
         self._recent: deque[_Interval] = deque()
         self._all = _Interval(0.0, Counter(), CpuTicks())
-        self._frame_cache: dict[int, tuple[str, str]] = {}
         self._lost: dict[str, int] = {}
 
     def _frame(self, address: int) -> tuple[str, str]:
-        cached = self._frame_cache.get(address)
-        if cached is None:
-            resolved = self._kallsyms.lookup(address)
-            cached = (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
-            if len(self._frame_cache) > 200_000:  # bounded over days of running
-                self._frame_cache.clear()
-            self._frame_cache[address] = cached
-        return cached
+        resolved = self._kallsyms.lookup(address)  # memoized there
+        return (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
 
     def _source(self, address: int, innermost: bool) -> str:
-        """file:line of a frame; a return address points after the call, so step back one."""
+        """file:line of a frame; a return address points after the call, so step back one.
+        (The line table memoizes its lookups.)"""
         if self._source_line is None:
             return ""
-        where = address if innermost else address - 1
-        if where not in self._source_cache:
-            if len(self._source_cache) > 200_000:
-                self._source_cache.clear()
-            self._source_cache[where] = self._source_line(where) or ""
-        return self._source_cache[where]
+        return self._source_line(address if innermost else address - 1) or ""
 
     def add(self, drain: CpuDrain, ticks: CpuTicks) -> None:
         stacks: Counter = Counter()
