@@ -6,9 +6,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from ktop.aggregate.stacktree import hot_functions
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
-from ktop.model import CpuProfile, HotFunction, StackSample, UserFrame
+from ktop.model import CpuProfile, StackSample, UserFrame
 from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
@@ -126,32 +127,9 @@ def build_profile(
     ticks: CpuTicks,
     cumulative: bool,
 ) -> CpuProfile:
-    expected = hz * window_s * cpus
-    by_function: Counter = Counter()
-    idle_functions: set[tuple[str, str]] = set()
-    total = idle = user = 0
-    for key, samples in stacks.items():
-        total += samples
-        if key.user_mode:
-            user += samples
-            continue
-        if key.idle:
-            idle += samples
-        if key.frames:
-            function = (key.frames[0].split("+", 1)[0], key.modules[0])
-            by_function[function] += samples
-            if key.idle:
-                idle_functions.add(function)
-    functions = tuple(
-        HotFunction(
-            symbol=symbol,
-            module=module,
-            samples=samples,
-            percent=100.0 * samples / expected if expected else 0.0,
-            idle=(symbol, module) in idle_functions,
-        )
-        for (symbol, module), samples in sorted(by_function.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
+    total = sum(stacks.values())
+    idle = sum(n for key, n in stacks.items() if key.idle and not key.user_mode)
+    user = sum(n for key, n in stacks.items() if key.user_mode)
     stack_rows = tuple(
         StackSample(
             pid=key.pid,
@@ -167,6 +145,7 @@ def build_profile(
         for key, samples in sorted(stacks.items(), key=lambda kv: -kv[1])
         if key.frames or key.user_frames
     )
+    functions = hot_functions(stack_rows, hz * window_s * cpus)
     return CpuProfile(
         sample_hz=hz,
         cpus=cpus,

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ktop.model import StackSample
+from ktop.model import HotFunction, StackSample
 
 TRUNCATED = "[truncated: deeper than the collected depth]"
 
@@ -107,3 +107,27 @@ def unique_stacks(function: str, stacks: Iterable[StackSample]) -> list[StackSam
     """Every whole stack that landed in `function`, most samples first."""
     hits = [s for s in stacks if s.frames and function_name(s.frames[0]) == function]
     return sorted(hits, key=lambda s: -s.samples)
+
+
+def hot_functions(stacks: Iterable[StackSample], expected_samples: float) -> tuple[HotFunction, ...]:
+    """Samples folded by the function they landed in (the innermost kernel frame), most first;
+    percent is the share of `expected_samples` (Hz x window x CPUs): of machine CPU time."""
+    totals: dict[tuple[str, str], int] = {}
+    idle: set[tuple[str, str]] = set()
+    for stack in stacks:
+        if not stack.frames:
+            continue
+        key = (function_name(stack.frames[0]), stack.modules[0] if stack.modules else "")
+        totals[key] = totals.get(key, 0) + stack.samples
+        if stack.idle:
+            idle.add(key)
+    return tuple(
+        HotFunction(
+            symbol=symbol,
+            module=module,
+            samples=samples,
+            percent=100.0 * samples / expected_samples if expected_samples else 0.0,
+            idle=(symbol, module) in idle,
+        )
+        for (symbol, module), samples in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ktop.aggregate.stacktree import hot_functions
 from ktop.model import PANE_FUNCTIONS, Snapshot
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
@@ -28,8 +29,11 @@ class FunctionsPane(Pane):
         if cpu is None:
             return [], "waiting for the first samples...", ""
         functions = cpu.functions
-        if display.pid is not None:
-            functions = _functions_of_pid(snapshot, display.pid)
+        if display.pid is not None:  # the sampler's data for that process alone
+            functions = hot_functions(
+                (s for s in cpu.stacks if s.pid == display.pid),
+                cpu.sample_hz * cpu.window_s * cpu.cpus,
+            )
         rows = [
             (
                 f"{f.symbol} {f.module}",
@@ -55,20 +59,3 @@ def _heat(percent: float) -> str:
     if percent >= 0.5:
         return "green"
     return ""
-
-
-def _functions_of_pid(snapshot: Snapshot, pid: int):
-    """The sampler's data for one process, folded by leaf function."""
-    from ktop.model import HotFunction
-
-    cpu = snapshot.cpu
-    expected = cpu.sample_hz * cpu.window_s * cpu.cpus or 1
-    totals: dict[tuple[str, str], int] = {}
-    for stack in cpu.stacks:
-        if stack.pid == pid and stack.frames:
-            key = (stack.frames[0].split("+", 1)[0], stack.modules[0] if stack.modules else "")
-            totals[key] = totals.get(key, 0) + stack.samples
-    return tuple(
-        HotFunction(symbol, module, samples, 100.0 * samples / expected)
-        for (symbol, module), samples in totals.items()
-    )
