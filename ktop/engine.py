@@ -184,6 +184,7 @@ class LiveSource:
         locks, self._locks = self._collect_tracer(PANE_LOCKS, self._locks)
         blockio, self._blockio = self._collect_tracer(PANE_BLOCKIO, self._blockio)
         processes = self._processes.collect()
+        self._user_symbols.retain(p.pid for p in processes)
         duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
         return Snapshot(
             ktop_version=__version__,

@@ -10,7 +10,7 @@ import struct
 import time
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -348,6 +348,13 @@ class UserSymbolizer:
 
     def forget(self, pid: int) -> None:
         self._procs.pop(pid, None)
+
+    def retain(self, pids: Iterable[int]) -> None:
+        """Keep the maps of these processes only: the others exited (and their pids may come
+        back as other programs), so their maps must not be used or kept."""
+        alive = set(pids)
+        for pid in [p for p in self._procs if p not in alive]:
+            del self._procs[pid]
 
     def resolve(self, pid: int, addresses: Sequence[int]) -> list[UserFrame]:
         procmaps = self._procs.get(pid)

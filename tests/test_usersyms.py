@@ -348,6 +348,21 @@ def test_maps_cached_until_forget(bins: dict[str, Path], tmp_path: Path) -> None
     assert sym.resolve(61, [PIE_BASE + leaf])[0].symbol == "[unknown]"
 
 
+def test_retain_drops_the_maps_of_processes_that_exited(bins: dict[str, Path], tmp_path: Path) -> None:
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    root = _fake_proc(tmp_path / "proc", 71, _maps_lines(bins["pie"], PIE_BASE))
+    _fake_proc(root, 72, _maps_lines(bins["pie"], PIE_BASE))
+    sym = UserSymbolizer(str(root))
+    for pid in (71, 72):
+        assert sym.resolve(pid, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    # Both pids come back as other programs; only 72 was still alive at the last scan.
+    _fake_proc(root, 71, _maps_lines(bins["stripped"], PIE_BASE))
+    _fake_proc(root, 72, _maps_lines(bins["stripped"], PIE_BASE))
+    sym.retain([72])
+    assert sym.resolve(71, [PIE_BASE + leaf])[0].symbol == "[unknown]"  # new process's maps
+    assert sym.resolve(72, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"  # kept
+
+
 def _wait_for_mapping(pid: int, path: Path) -> list[str]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
