@@ -335,31 +335,22 @@ class KtopApp(App[None]):
         return False
 
     async def prepare_export(self, pilot) -> bool:
-        """For --snapshot --drill: open the requested drill-down before the picture is taken.
-        False when the data holds no such row."""
+        """For --snapshot --drill PANE:WHAT: open the drill-down of the row WHAT names, as
+        Enter on it would. False when the pane shows no such row."""
         if not self.drill:
             return True
-        pane, _, what = self.drill.partition(":")
-        if pane == PANE_FUNCTIONS:
-            key = f"{what} x"
-        elif pane == PANE_LOCKS:
-            key = what
-        elif pane in (PANE_PROCESSES, PANE_BLOCKIO):
-            key = what
-            if pane == PANE_BLOCKIO and self.snapshot and self.snapshot.blockio:
-                match = next((p for p in self.snapshot.blockio.processes if str(p.pid) == what), None)
-                key = f"{match.pid}|{match.disk}|{match.rw}" if match else what
-        else:
-            key = what
-        if pane == PANE_PROCESSES and not any(
-            str(p.pid) == what for p in (self.snapshot.processes if self.snapshot else ())
-        ):
+        name, _, what = self.drill.partition(":")
+        pane = self.pane(name)
+        # WHAT is a row's key or its first part: "vfs_read" of "vfs_read [kernel.kallsyms]",
+        # a caller of "caller|type", a pid of "pid|disk|rw".
+        key = next(
+            (k for k in pane.table.row_keys if what in (k, k.split("|")[0], k.rsplit(" ", 1)[0])),
+            None,
+        )
+        if key is None or not self.open_drill(name, pane.view, key):
             return False
-        opened = self.open_drill(pane, "processes" if pane == PANE_BLOCKIO else "callers", key)
-        if pane == PANE_FUNCTIONS and self.snapshot and self.snapshot.cpu:
-            opened = any(f.symbol == what for f in self.snapshot.cpu.functions)
         await pilot.pause(0.3)
-        return opened
+        return True
 
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [
