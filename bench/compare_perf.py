@@ -60,11 +60,17 @@ def main() -> int:
         cpu = snapshot.cpu
         print(f"ktop: {cpu.total_samples} samples of {cpu.expected_samples} expected "
               f"in {cpu.window_s:.1f}s (idle included below, as perf shows it)")
-        ktop_rows = [f"{f.percent:7.2f}%  {f.symbol}" for f in cpu.functions[:8]]
+        taken = cpu.total_samples or 1
+        # Both of ktop's figures: share of machine CPU time (what the pane shows), and share
+        # of the samples taken (perf's measure; larger when idle CPUs go under-sampled).
+        ktop_rows = [
+            f"{f.percent:7.2f}% {100 * f.samples / taken:7.2f}%  {f.symbol}"
+            for f in cpu.functions[:8]
+        ]
         perf_rows = perf_top_symbols(data, 8)
-    print(f"\n{'ktop (share of CPU time)':40}perf record (share of samples)")
+    print(f"\n{'ktop: CPU time, samples':48}perf record: samples")
     for left, right in zip(ktop_rows, perf_rows, strict=False):
-        print(f"{left:40}{right}")
+        print(f"{left:48}{right}")
     return 0
 
 
