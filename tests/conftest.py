@@ -40,26 +40,39 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 AUTOGROUP = "/proc/self/autogroup"
 
 
+def _autogroup_nice(path: str) -> str | None:
+    """The nice value of this session's autogroup, or None when the task is in no autogroup of
+    its own: a process that never called setsid (a CI runner started by init) is in the root
+    task group, and the file reads empty."""
+    try:
+        with open(path) as f:
+            match = re.fullmatch(r"/autogroup-\d+ nice (-?\d+)\n?", f.read())
+    except OSError:  # no autogroup scheduling in this kernel
+        return None
+    return match.group(1) if match else None
+
+
 @contextlib.contextmanager
-def first_in_line():
+def first_in_line(autogroup: str = AUTOGROUP):
     """This session (pytest and its children) ahead of the rest of the machine, for live tests
     whose assertions need a workload to own a CPU. With autogroup scheduling every session
     gets an equal share whatever its tasks' nice values, so the session's autogroup is
-    raised to nice -20, and put back after."""
-    try:
-        with open(AUTOGROUP) as f:
-            before = f.read().split()[-1]  # "/autogroup-9 nice 0"
-        with open(AUTOGROUP, "w") as f:
-            f.write("-20")
-    except OSError:  # no autogroup scheduling: nice alone decides
-        before = None
-        nice = os.getpriority(os.PRIO_PROCESS, 0)
+    raised to nice -20, and put back after; outside any autogroup nice alone decides."""
+    before = _autogroup_nice(autogroup)
+    if before is not None:
+        try:
+            with open(autogroup, "w") as f:
+                f.write("-20")
+        except OSError:
+            before = None
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    if before is None:
         os.setpriority(os.PRIO_PROCESS, 0, -20)
     try:
         yield
     finally:
         if before is not None:
-            with open(AUTOGROUP, "w") as f:
+            with open(autogroup, "w") as f:
                 f.write(before)
         else:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
