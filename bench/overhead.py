@@ -29,16 +29,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
-def memory_kib(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) in KiB: PSS shares the big libraries (LLVM in bcc) fairly."""
-    rss = pss = 0
+def memory_kib(pid: int) -> tuple[int, int, int]:
+    """(RSS, PSS, anonymous) in KiB: PSS shares the big libraries (LLVM in bcc) fairly; the
+    anonymous part is the tool's own heap and stacks, the rest is reclaimable library text."""
+    fields = {}
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1])
-    return rss, pss
+            name, _, value = line.partition(":")
+            if name in ("Rss", "Pss", "Anonymous"):
+                fields[name] = int(value.split()[0])
+    return fields["Rss"], fields["Pss"], fields["Anonymous"]
 
 
 def find_process(name_part: str, timeout: float = 20.0) -> int:
@@ -89,11 +89,11 @@ def measure(name: str, command: str, match: str, seconds: float, warmup: float) 
     cpu0, t0 = cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
     cpu1, t1 = cpu_seconds(pid), time.monotonic()
-    rss, pss = memory_kib(pid)
+    rss, pss, anon = memory_kib(pid)
     idle_cpu = 100.0 * (cpu1 - cpu0) / (t1 - t0)
     busy = urandom_throughput(WORKLOAD_MB)
     stop_tmux()
-    return {"name": name, "cpu": idle_cpu, "rss": rss, "pss": pss, "busy": busy}
+    return {"name": name, "cpu": idle_cpu, "rss": rss, "pss": pss, "anon": anon, "busy": busy}
 
 
 def main() -> int:
@@ -116,12 +116,12 @@ def main() -> int:
     ]
     print(f"\nsampling at {args.hz} Hz on {os.cpu_count()} CPUs, {args.seconds:.0f} s per figure")
     print(f"workload alone: dd if=/dev/urandom {baseline:8.1f} MB/s\n")
-    print(f"{'tool':10} {'CPU% idle':>10} {'RSS MiB':>9} {'PSS MiB':>9} {'dd MB/s':>9} {'slowdown':>9}")
+    print(f"{'tool':10} {'CPU% idle':>10} {'RSS MiB':>9} {'PSS MiB':>9} {'anon MiB':>9} {'dd MB/s':>9} {'slowdown':>9}")
     for row in rows:
         slowdown = 100.0 * (baseline - row["busy"]) / baseline
         print(
             f"{row['name']:10} {row['cpu']:10.2f} {row['rss'] / 1024:9.1f} "
-            f"{row['pss'] / 1024:9.1f} {row['busy']:9.1f} {slowdown:8.1f}%"
+            f"{row['pss'] / 1024:9.1f} {row['anon'] / 1024:9.1f} {row['busy']:9.1f} {slowdown:8.1f}%"
         )
     return 0
 

@@ -69,6 +69,7 @@ class LiveSource:
             self._blockio = self._start_tracer(PANE_BLOCKIO, self._make_blockio)
         if any(p in self.options.panes for p in (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)):
             self.headers = bpfload.headers_description()
+            bpfload.release_compiler_memory()
         # Drain once and discard: every window starts when all collectors are attached, not
         # while later programs were still compiling.
         for collector in self._attached():
