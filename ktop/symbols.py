@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import itertools
+from array import array
 from dataclasses import dataclass
 
 KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
@@ -43,12 +45,13 @@ class Kallsyms:
     def __init__(self, entries: list[tuple[int, str, str, str]]) -> None:
         """entries: (address, type letter, name, module) in any order."""
         entries = sorted((e for e in entries if e[0]), key=lambda e: e[0])
-        self._addresses = [e[0] for e in entries]
-        self._names = [e[2] for e in entries]
-        self._modules = [e[3] for e in entries]
-        self._by_name: dict[str, int] = {}
-        for address, _type, name, _module in entries:
-            self._by_name.setdefault(name, address)
+        # 120k symbols stay in memory as long as ktop runs: kept compact (7 MiB instead of 30),
+        # as addresses in machine words, names in one string, a small number per module.
+        self._addresses = array("Q", (e[0] for e in entries))
+        self._names = _Strings([e[2] for e in entries])
+        module_ids: dict[str, int] = {}
+        self._module_ids = array("H", (module_ids.setdefault(e[3], len(module_ids)) for e in entries))
+        self._module_names = list(module_ids)
         self.hidden = not entries  # kptr_restrict shows every address as 0
         # Every collector resolves the same hot addresses each interval: remember them here,
         # once for all, bounded over days of running.
@@ -97,7 +100,7 @@ class Kallsyms:
         offset = address - self._addresses[i]
         if offset > MAX_SYMBOL_SPAN or name in _END_MARKERS:
             return None
-        return Resolved(name, offset, self._modules[i])
+        return Resolved(name, offset, self._module_names[self._module_ids[i]])
 
     def format(self, address: int) -> str:
         """'symbol+0xoff', or the bare hex address when nothing covers it."""
@@ -105,7 +108,9 @@ class Kallsyms:
         return str(resolved) if resolved else f"{address:#x}"
 
     def address_of(self, name: str) -> int | None:
-        return self._by_name.get(name)
+        """The lowest address of `name` (only a few marker symbols are ever asked for)."""
+        i = self._names.index(name)
+        return None if i is None else self._addresses[i]
 
     def range_of(self, start: str, end: str) -> tuple[int, int] | None:
         """The [start, end) range between two marker symbols, e.g. __lock_text_start/end."""
@@ -119,6 +124,32 @@ class Kallsyms:
         i = bisect.bisect_left(self._addresses, address)
         if i < len(self._addresses) and self._addresses[i] == address:
             return self._names[i]
+        return None
+
+
+class _Strings:
+    """A read-only list of strings stored as one string and the offset where each one ends."""
+
+    def __init__(self, strings: list[str]) -> None:
+        self._text = "".join(strings)
+        self._ends = array("Q", itertools.accumulate(len(s) for s in strings))
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, i: int) -> str:
+        return self._text[self._ends[i - 1] if i else 0 : self._ends[i]]
+
+    def index(self, string: str) -> int | None:
+        """The first i with self[i] == string, or None."""
+        if not string:
+            return None
+        start = self._text.find(string)
+        while start >= 0:
+            i = bisect.bisect_right(self._ends, start)  # the string that holds `start`
+            if (self._ends[i - 1] if i else 0) == start and self._ends[i] == start + len(string):
+                return i
+            start = self._text.find(string, start + 1)
         return None
 
 

@@ -87,6 +87,22 @@ def test_range_of_missing_or_reversed_markers_is_none(kallsyms):
     assert kallsyms.range_of("__nonexistent_start", "__lock_text_end") is None
 
 
+def test_address_of_matches_whole_names_only():
+    # Names are stored back to back in one string: "lock" occurs inside "spin_lock" and across
+    # the boundary of "ab" + "lockx", and neither is the symbol "lock".
+    kallsyms = Kallsyms([(0x100, "T", "spin_lock", KERNEL_MODULE), (0x200, "T", "ab", KERNEL_MODULE),
+                         (0x300, "T", "lockx", KERNEL_MODULE)])
+    assert kallsyms.address_of("lock") is None
+    assert kallsyms.address_of("ablock") is None
+    assert kallsyms.address_of("ab") == 0x200
+    assert kallsyms.address_of("spin_lock") == 0x100
+    kallsyms = Kallsyms([(0x500, "t", "lock", KERNEL_MODULE), (0x400, "T", "lock", "[m]")])
+    assert kallsyms.address_of("lock") == 0x400  # the lowest of two
+    assert kallsyms.lookup(0x401).module == "[m]"
+    assert kallsyms.lookup(0x501).module == KERNEL_MODULE
+    assert Kallsyms([]).address_of("") is None
+
+
 def test_exact_names_a_global_lock_only_at_its_address(kallsyms, addr):
     assert kallsyms.exact(addr("tasklist_lock")) == "tasklist_lock"
     assert kallsyms.exact(addr("tasklist_lock") + 8) is None
