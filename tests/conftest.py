@@ -16,6 +16,7 @@ import copy
 import json
 import os
 import re
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -38,6 +39,37 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 # ---- live tests on a shared machine ----------------------------------------------------
 
 AUTOGROUP = "/proc/self/autogroup"
+
+
+def bpf_programs_of(pid: int) -> set[int]:
+    """Ids of the BPF programs a process holds open, read from its fds: a test's own ktop, told
+    apart from any other BPF user on the machine (a diff of `bpftool prog show` is not)."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                match = re.search(r"^prog_id:\s+(\d+)$", f.read(), re.M)
+        except OSError:  # the fd closed while we read
+            continue
+        if match:
+            ids.add(int(match.group(1)))
+    return ids
+
+
+def loaded_bpf_programs() -> dict[int, str]:
+    """{id: name} of every BPF program loaded in the kernel, as `bpftool prog show` lists them."""
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    return {p["id"]: p.get("name", "") for p in json.loads(out)}
+
+
+def wait_until_unloaded(ids: set[int], seconds: float = 5.0) -> set[int]:
+    """Those of `ids` still loaded after up to `seconds`: the kernel frees a program
+    asynchronously once its last reference is gone."""
+    deadline = time.monotonic() + seconds
+    while (left := ids & loaded_bpf_programs().keys()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def _autogroup_nice(path: str) -> str | None:

@@ -14,7 +14,15 @@ import time
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import PANE_TITLES, check_contract, first_in_line, root_only
+from conftest import (
+    PANE_TITLES,
+    bpf_programs_of,
+    check_contract,
+    first_in_line,
+    loaded_bpf_programs,
+    root_only,
+    wait_until_unloaded,
+)
 
 pytestmark = [pytest.mark.live, root_only]
 
@@ -100,15 +108,8 @@ def test_svg_snapshot_parses_and_shows_the_panes(snapshots):
     assert "Overhead" in words
 
 
-def cpu_sampler_programs() -> set[int]:
-    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
-                         check=True).stdout
-    return {p["id"] for p in json.loads(out) if p.get("name") == PROGRAM}
-
-
 def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
     target = tmp_path / "x.json"
-    before = cpu_sampler_programs()  # another ktop may be running: only new ids are ours
     with first_in_line():
         process = subprocess.Popen(
             ktop_command("--snapshot", str(target), "--duration", "30"),
@@ -117,10 +118,13 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
         try:
             ours: set[int] = set()
             deadline = time.monotonic() + 60
-            while not ours and time.monotonic() < deadline and process.poll() is None:
+            while time.monotonic() < deadline and process.poll() is None:
+                ours = bpf_programs_of(process.pid)
+                if PROGRAM in {loaded_bpf_programs().get(i) for i in ours}:
+                    break
                 time.sleep(0.2)
-                ours = cpu_sampler_programs() - before
-            assert ours, "the sampler never appeared in bpftool prog show"
+            else:
+                pytest.fail("the sampler never appeared in bpftool prog show")
             time.sleep(0.5)
             process.send_signal(signal.SIGTERM)
             out, err = process.communicate(timeout=20)
@@ -132,11 +136,7 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ktop: "), err
     assert "Traceback" not in err
-    for _ in range(50):  # the kernel frees a program once its last reference is gone
-        if not ours & cpu_sampler_programs():
-            break
-        time.sleep(0.1)
-    assert not ours & cpu_sampler_programs()
+    assert not wait_until_unloaded(ours)
     assert os.listdir(tmp_path) == []  # nothing written, no temporary left
 
 

@@ -4,7 +4,6 @@ terminal as it found it (root: the panes load BPF programs)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -14,7 +13,13 @@ import time
 
 import psutil
 import pytest
-from conftest import first_in_line, root_only
+from conftest import (
+    bpf_programs_of,
+    first_in_line,
+    loaded_bpf_programs,
+    root_only,
+    wait_until_unloaded,
+)
 
 pytestmark = [pytest.mark.live, root_only]
 
@@ -104,12 +109,6 @@ def exit_code(tmux: Tmux) -> str:
     return tmux.wait_for_line("KTOP_EXIT=", timeout=30)
 
 
-def cpu_sampler_programs() -> set[int]:
-    out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
-                         check=True).stdout
-    return {p["id"] for p in json.loads(out) if p.get("name") == PROGRAM}
-
-
 def test_q_quits_and_restores_the_terminal(terminal):
     before = stty_state(terminal, "BEFORE")
     start_ktop(terminal)
@@ -124,17 +123,12 @@ def test_q_quits_and_restores_the_terminal(terminal):
 # Regression: without a SIGTERM handler `kill` left the alternate screen, hidden cursor and
 # mouse reporting on.
 def test_sigterm_restores_the_terminal_and_detaches_the_sampler(terminal):
-    before_programs = cpu_sampler_programs()
     before = stty_state(terminal, "BEFORE")
     ktop = start_ktop(terminal)
-    ours = cpu_sampler_programs() - before_programs
-    assert ours
+    ours = bpf_programs_of(ktop.pid)
+    assert PROGRAM in {loaded_bpf_programs().get(i) for i in ours}
     ktop.send_signal(signal.SIGTERM)
     exit_code(terminal)
     assert terminal.display(TERMINAL_STATE) == NORMAL_STATE
     assert stty_state(terminal, "AFTER") == before
-    for _ in range(50):
-        if not ours & cpu_sampler_programs():
-            break
-        time.sleep(0.1)
-    assert not ours & cpu_sampler_programs()
+    assert not wait_until_unloaded(ours)
