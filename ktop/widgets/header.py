@@ -65,7 +65,7 @@ def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "")
 
 class HeaderBar(Widget):
     """Three lines of fixed height, redrawn in place: a Static would ask for a layout pass of
-    the whole screen on every update (half a percent of a CPU at one update a second)."""
+    the whole screen on every update, once a second."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
