@@ -6,6 +6,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ktop.aggregate.window import trim_to_window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, split_dev
 from ktop.model import BlockProfile, DiskStats, IoProcess, IoRequest
@@ -136,8 +137,7 @@ class BlockAggregator:
             self._requests.append((request.time - drain.origin, request))
 
         self._recent.append(interval)
-        while self._recent and self._recent[0].end <= drain.end - self.window_s:
-            self._recent.popleft()
+        trim_to_window(self._recent, self.window_s)
         if self._all is None:
             self._all = _Interval(drain.start, drain.end)
         self._all.end = drain.end
@@ -154,7 +154,7 @@ class BlockAggregator:
             for interval in self._recent:
                 merged.merge(interval)
             window_s = sum(interval.duration_s for interval in self._recent)
-            oldest = (self._recent[-1].end - self.window_s) if self._recent else 0.0
+            oldest = self._recent[0].start if self._recent else 0.0
         return BlockProfile(
             lost=dict(self._lost),
             disks=self._disks(merged),

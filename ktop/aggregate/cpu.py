@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ktop.aggregate.stacktree import hot_functions
+from ktop.aggregate.window import trim_to_window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import CpuProfile, StackSample, UserFrame
@@ -93,8 +94,7 @@ class CpuAggregator:
             stacks[key] += row.samples
         interval = _Interval(drain.end - drain.start, stacks, ticks)
         self._recent.append(interval)
-        while len(self._recent) > 1 and self._span(self._recent) - self._recent[0].duration_s >= self.window_s:
-            self._recent.popleft()
+        trim_to_window(self._recent, self.window_s)
         self._all.duration_s += interval.duration_s
         self._all.stacks.update(stacks)
         self._all.ticks = self._all.ticks + ticks

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ktop.aggregate.window import trim_to_window
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
 from ktop.model import LockAddress, LockCaller, LockProfile, LockStack, LockTask, UserFrame
 from ktop.symbols import KERNEL_MODULE, Kallsyms
@@ -185,6 +186,10 @@ class _Interval:
     locks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
     tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
 
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end - self.start)
+
     def merge(self, other: _Interval) -> None:
         self.start = min(self.start, other.start)
         self.end = max(self.end, other.end)
@@ -218,13 +223,7 @@ class LockAggregator:
     def add(self, drain: LockDrain) -> None:
         interval = self._fold(drain)
         self._recent.append(interval)
-        # Keep the intervals whose middle lies in the window: n intervals of ~1 s for 5 s.
-        newest = interval.end
-        while len(self._recent) > 1:
-            oldest = self._recent[0]
-            if newest - (oldest.start + oldest.end) / 2 <= self.window_s:
-                break
-            self._recent.popleft()
+        trim_to_window(self._recent, self.window_s)
         if self._all is None:
             self._all = _Interval(interval.start, interval.end)
         self._all.merge(interval)
