@@ -168,7 +168,7 @@ class KeyedTable(ScrollView, can_focus=True):
                 if before[i] != ordered[i]:
                     self.refresh_lines(i + 1)
             return
-        self.virtual_size = Size(self.size.width, len(self._rows) + 1)  # +1: the header line
+        self._size_to_rows(self.size)
         self.refresh()
 
     def cycle_sort(self, step: int) -> str:
@@ -198,7 +198,13 @@ class KeyedTable(ScrollView, can_focus=True):
         return widths
 
     def on_resize(self, event: events.Resize) -> None:
-        self.virtual_size = Size(event.size.width, len(self._rows) + 1)
+        self._size_to_rows(event.size)
+
+    def _size_to_rows(self, size: Size) -> None:
+        """The scrollable height: the rows and the header line, but never less than the table
+        itself. While the rows fit it stays put, so a row count changing every second costs
+        a repaint of this table, not a layout pass of the whole screen."""
+        self.virtual_size = Size(size.width, max(len(self._rows) + 1, size.height))
 
     # ---- drawing ----------------------------------------------------------------------------
 
