@@ -22,3 +22,9 @@ def format_ns(ns: float) -> str:
         if round(value, 2) < 1000 or unit == _TIME_UNITS[-1]:
             return f"{value:.2f} {unit}"
     raise AssertionError("unreachable")
+
+
+def format_span(seconds: float) -> str:
+    """A window's span for labels: whole seconds from 2 s up. Drains jitter by milliseconds,
+    and a label flickering between '5.0s' and '5.1s' says nothing but costs a redraw."""
+    return f"{seconds:.0f}s" if seconds >= 2 else f"{seconds:.1f}s"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ktop.units import format_ns
+from ktop.units import format_ns, format_span
 
 
 @pytest.mark.parametrize(
@@ -29,3 +29,11 @@ def test_format_ns(ns, text):
 
 def test_negative_durations_keep_their_sign():
     assert format_ns(-1500) == "-1.50 us"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.25, "0.2s"), (1.04, "1.0s"), (4.995, "5s"), (5.06, "5s"), (3.067, "3s"), (63.4, "63s")],
+)
+def test_window_spans_read_in_whole_seconds_once_the_jitter_would_show(seconds, text):
+    assert format_span(seconds) == text

@@ -28,7 +28,7 @@ from ktop.aggregate.stacktree import (
 )
 from ktop.model import IoProcess, LockCaller, Snapshot
 from ktop.text import printable
-from ktop.units import format_ns
+from ktop.units import format_ns, format_span
 
 LatestSnapshot = Callable[[], "Snapshot | None"]
 
@@ -144,7 +144,7 @@ class FunctionScreen(DrillScreen):
             expected = cpu.sample_hz * cpu.window_s * cpu.cpus or 1
             text.append(
                 f"   {hits} samples, {100.0 * hits / expected:.2f}% of CPU time"
-                f" in {cpu.window_s:.1f}s"
+                f" in {format_span(cpu.window_s)}"
             )
         text.append("   v: callers/callees/stacks  + - e E C: expand/collapse  r: refresh  Esc: back",
                     style="dim")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ktop.model import PANE_BLOCKIO, Snapshot
+from ktop.units import format_span
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
@@ -117,7 +118,7 @@ class BlockIoPane(Pane):
                         )
                     )
         lost = sum(block.lost.values())
-        subtitle = f"{self.view} (v)  last {block.window_s:.1f}s"
+        subtitle = f"{self.view} (v)  last {format_span(block.window_s)}"
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no block I/O in the last {block.window_s:.1f}s", subtitle
+        return rows, f"no block I/O in the last {format_span(block.window_s)}", subtitle

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ktop.aggregate.stacktree import hot_functions
 from ktop.model import PANE_FUNCTIONS, Snapshot
+from ktop.units import format_span
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
@@ -49,8 +50,8 @@ class FunctionsPane(Pane):
         ]
         mode = "cumulative" if cpu.cumulative else "last"
         hidden = "" if display.show_idle else "  idle hidden (i)"
-        subtitle = f"{mode} {cpu.window_s:.1f}s{hidden}"
-        return rows, f"no kernel samples in the {mode} {cpu.window_s:.1f}s", subtitle
+        subtitle = f"{mode} {format_span(cpu.window_s)}{hidden}"
+        return rows, f"no kernel samples in the {mode} {format_span(cpu.window_s)}", subtitle
 
 
 def _heat(percent: float) -> str:

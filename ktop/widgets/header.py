@@ -9,6 +9,7 @@ from textual.widget import Widget
 
 from ktop.model import Snapshot
 from ktop.text import printable
+from ktop.units import format_span
 
 
 def _losses(snapshot: Snapshot) -> dict[str, int]:
@@ -46,7 +47,7 @@ def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "")
             text.append(f"  steal {t.steal:.1f}%")
         text.append(
             f"   samples {cpu.total_samples}/{cpu.expected_samples} expected"
-            f" in {cpu.window_s:.1f}s{' (cumulative)' if cpu.cumulative else ''}"
+            f" in {format_span(cpu.window_s)}{' (cumulative)' if cpu.cumulative else ''}"
             f"  kernel {cpu.kernel_samples}  user {cpu.user_samples}  idle {cpu.idle_samples}"
         )
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ktop.model import PANE_LOCKS, Snapshot
-from ktop.units import format_ns
+from ktop.units import format_ns, format_span
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
@@ -90,7 +90,7 @@ class LocksPane(Pane):
                 for t in tasks
             ]
         lost = sum(locks.lost.values())
-        subtitle = f"by {self.view} (v)  {locks.events} waits in {locks.window_s:.1f}s"
+        subtitle = f"by {self.view} (v)  {locks.events} waits in {format_span(locks.window_s)}"
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no lock contention in the last {locks.window_s:.1f}s", subtitle
+        return rows, f"no lock contention in the last {format_span(locks.window_s)}", subtitle
