@@ -77,6 +77,7 @@ class KtopApp(App[None]):
         pid: int | None = None,
         save_dir: str = ".",
         drill: str | None = None,
+        source_note: str = "",
     ) -> None:
         super().__init__()
         self.source = source
@@ -87,6 +88,7 @@ class KtopApp(App[None]):
         self.paused = False
         self.zoomed: str | None = None
         self.note = ""
+        self.source_note = source_note  # "replay of FILE": the data is not live
         self.drill = drill  # "pane:WHAT" to open once data arrives (--snapshot --drill)
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
@@ -157,7 +159,8 @@ class KtopApp(App[None]):
     def refresh_panes(self) -> None:
         snapshot = self.snapshot
         pid = self.display_settings.pid
-        self.note = f"showing pid {pid} only (Esc shows all)" if pid is not None else ""
+        pid_note = f"showing pid {pid} only (Esc shows all)" if pid is not None else ""
+        self.note = "   ".join(n for n in (self.source_note, pid_note) if n)
         try:
             header = self.header_bar()
         except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
@@ -206,6 +209,9 @@ class KtopApp(App[None]):
         self.refresh_panes()
 
     def action_toggle_cumulative(self) -> None:
+        if not self.source.live:
+            self.notify("recorded data: its window was fixed when it was saved", severity="warning")
+            return
         self.source.cumulative = not self.source.cumulative
         self.notify(
             "cumulative since start" if self.source.cumulative else "window of the last seconds"

@@ -10,6 +10,7 @@ import tempfile
 
 from ktop import __version__
 from ktop.engine import Options
+from ktop.text import printable
 
 MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most machines anyway
 
@@ -101,10 +102,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vmlinux", type=_readable_file, metavar="PATH",
                         help="debug ELF of the running kernel, for file:line in stacks "
                         "(default /usr/lib/debug/boot/vmlinux-$(uname -r) when present)")
+    parser.add_argument("--replay", metavar="FILE.json",
+                        help="show a snapshot saved with --snapshot FILE.json instead of live "
+                        "data (no root needed); with --snapshot, picture it")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
     if args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50) or args.drill):
         parser.error("--duration, --size and --drill go with --snapshot FILE")
+    if args.replay is not None:
+        live_only = {"-F": args.frequency != 99, "-d": args.interval != 1.0, "-w": args.window != 5.0,
+                     "--cumulative": args.cumulative, "--vmlinux": args.vmlinux is not None,
+                     "--duration": args.duration != 3.0}
+        given = [name for name, changed in live_only.items() if changed]
+        if given:
+            parser.error(f"{', '.join(given)} shape live collection; --replay shows recorded data")
     return args
 
 
@@ -127,19 +138,31 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(signum)
 
 
+def _recording(args: argparse.Namespace):
+    """The snapshot to replay, or None for live data. Raises RecordingError."""
+    if args.replay is None:
+        return None
+    from ktop.export import read_recording
+
+    return read_recording(args.replay)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
+    from ktop.export import RecordingError
     from ktop.snapshot import SnapshotError, check_writable, run_snapshot, snapshot_format
 
     try:
         snapshot_format(args.snapshot)
         check_writable(args.snapshot)
-    except SnapshotError as e:
+        recorded = _recording(args)
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration, args.size, show_idle=args.idle,
-            pid=args.pid, drill=args.drill,
+            recorded=recorded, pid=args.pid, drill=args.drill,
+            source_note=f"replay of {printable(args.replay)}" if recorded else "",
         )
     except SnapshotError as e:
         return _fail(str(e))
@@ -150,10 +173,20 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
 
 def run_interactive(args: argparse.Namespace) -> int:
+    from ktop.export import RecordingError
+
+    try:
+        recorded = _recording(args)
+    except RecordingError as e:
+        return _fail(str(e))
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
     from ktop.app import build_app
-    from ktop.engine import LiveSource
+    from ktop.engine import LiveSource, RecordedSource
+    if recorded is not None:
+        source, note = RecordedSource([recorded]), f"replay of {printable(args.replay)}"
+    else:
+        source, note = LiveSource(_options(args)), ""
 
     # Textual draws on sys.__stderr__. Give it its own descriptor for the terminal and point
     # fd 2 at a private file, so nothing bcc, clang or libbpf prints lands on the screen.
@@ -162,8 +195,8 @@ def run_interactive(args: argparse.Namespace) -> int:
     log = tempfile.TemporaryFile(mode="w+b")
     sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False)
     os.dup2(log.fileno(), 2)
-    app = build_app(LiveSource(_options(args)), interval_s=args.interval, show_idle=args.idle,
-                    pid=args.pid)
+    app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
+                    source_note=note)
     try:
         app.run()
     finally:

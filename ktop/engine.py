@@ -38,6 +38,7 @@ class DataSource(Protocol):
     """What the app and the snapshot writer need: live collectors or recorded data."""
 
     cumulative: bool
+    live: bool  # False for recorded data: its window cannot change
 
     def start(self) -> None: ...
     def collect(self) -> Snapshot: ...
@@ -45,6 +46,8 @@ class DataSource(Protocol):
 
 
 class LiveSource:
+    live = True
+
     def __init__(self, options: Options = Options()) -> None:
         self.options = options
         self.cumulative = options.cumulative
@@ -213,6 +216,8 @@ class LiveSource:
 
 class RecordedSource:
     """Replays snapshots (from JSON files or tests): the UI without root or a kernel."""
+
+    live = False
 
     def __init__(self, snapshots: list[Snapshot]) -> None:
         if not snapshots:

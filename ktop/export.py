@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ktop.aggregate.stacktree import callers_tree
@@ -23,6 +24,7 @@ from ktop.model import (
     StackSample,
     UserFrame,
 )
+from ktop.text import printable
 
 
 def _user_frames(frames: tuple[UserFrame, ...]) -> list[dict[str, str]]:
@@ -363,3 +365,26 @@ def from_json(d: dict[str, Any]) -> Snapshot:
         blockio=_blockio_from_json(d["blockio"]) if d.get("blockio") else None,
         unavailable=d.get("unavailable", {}),
     )
+
+
+class RecordingError(Exception):
+    """A file that cannot be replayed; str() is one line naming the problem and the fix."""
+
+
+def read_recording(path: str) -> Snapshot:
+    """The snapshot in a file written by `ktop --snapshot FILE.json`."""
+    fix = "replay a file written by `ktop --snapshot FILE.json`"
+    name = printable(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise RecordingError(f"cannot read {name}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RecordingError(f"{name} is not JSON ({e}): {fix}") from None
+    try:
+        return from_json(data)
+    except KeyError as e:
+        raise RecordingError(f"{name} is not a ktop snapshot (no {e} field): {fix}") from None
+    except (TypeError, ValueError, AttributeError, IndexError) as e:
+        raise RecordingError(f"{name} is not a ktop snapshot ({e}): {fix}") from None

@@ -126,12 +126,13 @@ def run_snapshot(
     duration_s: float = 3.0,
     size: tuple[int, int] = (160, 50),
     show_idle: bool = False,
+    recorded: Snapshot | None = None,
     **app_args,
 ) -> str:
-    """Collect, render, write. Returns the absolute path written."""
+    """Collect (or take the recorded snapshot), render, write. Returns the absolute path."""
     fmt = snapshot_format(path)
     check_writable(path)
-    snapshot = collect(options, duration_s)
+    snapshot = recorded or collect(options, duration_s)
     if fmt == ".json":
         content = json.dumps(to_json(snapshot, include_idle=show_idle), indent=1) + "\n"
     else:

@@ -16,7 +16,9 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,6 +36,23 @@ PANE_TITLES = ("Hot kernel functions", "Lock contention", "Block I/O", "Processe
 
 # Live tests load BPF programs; a few unit tests mount, chattr or chown in tmp_path.
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory an unprivileged user may write into (tmp_path's parents are root-only)."""
+    directory = tempfile.mkdtemp(prefix="ktop-nobody-")
+    os.chmod(directory, 0o777)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def as_nobody(home: str) -> list[str]:
+    """A command prefix that runs what follows as nobody, without any capability."""
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+            "env", f"HOME={home}"]
 
 
 # ---- live tests on a shared machine ----------------------------------------------------

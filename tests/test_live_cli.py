@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 
 import pytest
 from conftest import (
     PANE_TITLES,
+    as_nobody,
     bpf_programs_of,
     check_contract,
     first_in_line,
@@ -140,21 +139,9 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
     assert os.listdir(tmp_path) == []  # nothing written, no temporary left
 
 
-@pytest.fixture
-def shared_dir():
-    """A directory an unprivileged user may write into (tmp_path's parents are root-only)."""
-    directory = tempfile.mkdtemp(prefix="ktop-nobody-")
-    os.chmod(directory, 0o777)
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory)
-
-
 def test_without_privileges_every_bpf_pane_says_why_and_processes_still_work(shared_dir):
     """As a user without root or capabilities: `setpriv` drops to nobody, no capabilities."""
-    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-            "env", f"HOME={shared_dir}"]
+    drop = as_nobody(shared_dir)
     runs = {
         ext: subprocess.Popen(
             drop + ktop_command("--snapshot", os.path.join(shared_dir, f"x.{ext}"), "--duration", "1"),

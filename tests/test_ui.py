@@ -26,6 +26,8 @@ INTERVAL = 0.2  # a frame every 0.2 s: fast enough to wait for, slow enough to l
 class SwitchableSource:
     """Hands the app whatever snapshot the test sets, like a live source between frames."""
 
+    live = True
+
     def __init__(self, snapshot) -> None:
         self.current = snapshot
         self.cumulative = False
@@ -416,7 +418,7 @@ def test_space_pauses_the_screen(recorded_snapshot):
 
 
 def test_c_switches_between_window_and_cumulative(recorded_snapshot):
-    source = RecordedSource([recorded_snapshot])
+    source = SwitchableSource(recorded_snapshot)
     seen = []
 
     async def scenario(pilot):
@@ -430,6 +432,20 @@ def test_c_switches_between_window_and_cumulative(recorded_snapshot):
     assert on and not off
     assert "cumulative since start" in on_toast
     assert "window of the last seconds" in off_toast
+
+
+def test_c_on_recorded_data_says_the_window_is_fixed(recorded_snapshot):
+    source = RecordedSource([recorded_snapshot])
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("c")
+        await pilot.pause(0.1)
+        seen["toast"] = toasts(screen_text(pilot.app))
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, notifications=True)
+    assert not source.cumulative
+    assert "recorded data" in seen["toast"]
 
 
 def toasts(screen: str) -> str:
@@ -486,6 +502,8 @@ def test_small_terminals_do_not_crash(recorded_snapshot, size):
 class LateSource:
     """One frame at once, then frames that arrive just as the app is shutting down (as they
     do under `--snapshot`, whose collect loop keeps running while run_test tears down)."""
+
+    live = True
 
     def __init__(self, snapshot) -> None:
         self.snapshot = snapshot
