@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from array import array
 from dataclasses import dataclass
@@ -36,6 +37,12 @@ class Resolved:
     module: str  # KERNEL_MODULE or "[ext4]", "[bpf]"
 
     def __str__(self) -> str:
+        return self.text
+
+    @functools.cached_property
+    def text(self) -> str:
+        """'symbol+0xoff', made once: every stack that passes here shares the one string
+        (Kallsyms.lookup memoizes this object), so totals kept for hours hold no copies."""
         return f"{self.name}+{self.offset:#x}"
 
 
