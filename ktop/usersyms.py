@@ -19,6 +19,7 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 UNKNOWN = "[unknown]"
+KEEP_TABLES = 64  # symbol tables of files kept before those no live process maps are dropped
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -355,6 +356,15 @@ class UserSymbolizer:
         alive = set(pids)
         for pid in [p for p in self._procs if p not in alive]:
             del self._procs[pid]
+        if len(self._by_stat) > KEEP_TABLES:
+            self._drop_unused_tables()
+
+    def _drop_unused_tables(self) -> None:
+        """Forget the symbol tables no live process maps any more (a binary rebuilt and run
+        again, a compiler that has exited): each one can hold megabytes."""
+        used = {id(m.table) for procmaps in self._procs.values() for m in procmaps.maps if m.table}
+        self._by_stat = {k: t for k, t in self._by_stat.items() if id(t) in used}
+        self._by_build = {k: t for k, t in self._by_build.items() if id(t) in used}
 
     def resolve(self, pid: int, addresses: Sequence[int]) -> list[UserFrame]:
         procmaps = self._procs.get(pid)

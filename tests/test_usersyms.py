@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from ktop import usersyms
 from ktop.usersyms import UserFrame, UserSymbolizer, _cxa_demangle
 
 C_SOURCE = r"""
@@ -361,6 +362,26 @@ def test_retain_drops_the_maps_of_processes_that_exited(bins: dict[str, Path], t
     sym.retain([72])
     assert sym.resolve(71, [PIE_BASE + leaf])[0].symbol == "[unknown]"  # new process's maps
     assert sym.resolve(72, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"  # kept
+
+
+def test_symbol_tables_no_live_process_maps_are_dropped(
+    bins: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(usersyms, "KEEP_TABLES", 1)  # beyond one table, sweep
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    root = _fake_proc(tmp_path / "proc", 81, _maps_lines(bins["pie"], PIE_BASE))
+    _fake_proc(root, 82, _maps_lines(bins["stripped"], PIE_BASE))
+    sym = UserSymbolizer(str(root))
+    for pid in (81, 82):
+        sym.resolve(pid, [PIE_BASE + leaf])
+    loads = []
+    monkeypatch.setattr(sym, "_load", lambda *a, _load=sym._load: loads.append(1) or _load(*a))
+    sym.retain([82])  # the pie's only user exited: its table goes, the stripped one stays
+    assert sym.resolve(82, [PIE_BASE + leaf])[0].module == str(bins["stripped"])
+    assert loads == []
+    _fake_proc(root, 83, _maps_lines(bins["pie"], PIE_BASE))  # run again: read again
+    assert sym.resolve(83, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    assert loads == [1]
 
 
 def _wait_for_mapping(pid: int, path: Path) -> list[str]:
