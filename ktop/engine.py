@@ -7,6 +7,7 @@ the others go on.
 
 from __future__ import annotations
 
+import functools
 import platform
 import socket
 import time
@@ -17,7 +18,7 @@ from ktop import __version__
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors import bpfload
 from ktop.collectors.bpfload import Unavailable
-from ktop.collectors.processes import ProcessCollector
+from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot, UserFrame
 from ktop.symbols import Kallsyms
@@ -79,6 +80,10 @@ class LiveSource:
             collector.drain()
         self._processes.start()
         self._ticks = read_cpu_ticks()
+
+    def _aggregators(self) -> list:
+        pairs = [p[1] for p in (self._locks, self._blockio) if p is not None]
+        return ([self._cpu_aggregate] if self._cpu and self._cpu_aggregate else []) + pairs
 
     def _attached(self) -> list:
         pairs = [p[0] for p in (self._locks, self._blockio) if p is not None]
@@ -189,6 +194,9 @@ class LiveSource:
         blockio, self._blockio = self._collect_tracer(PANE_BLOCKIO, self._blockio)
         processes = self._processes.collect()
         self._user_symbols.retain(p.pid for p in processes)
+        is_alive = functools.cache(task_exists)  # asked once per pid per refresh
+        for aggregator in self._aggregators():
+            aggregator.fold_exited(is_alive)
         duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
         return Snapshot(
             ktop_version=__version__,

@@ -16,6 +16,10 @@ PANE_BLOCKIO = "blockio"
 PANE_PROCESSES = "processes"
 PANES = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
 
+# The pid of rows that fold together processes (or threads) that have exited, one row per
+# command, in the totals kept since start: pids churn, and the totals must stay bounded.
+EXITED_PID = -1
+
 
 @dataclass(frozen=True)
 class UserFrame:

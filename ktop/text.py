@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from ktop.model import EXITED_PID
+
 # C0 controls, DEL and C1 controls (0x80-0x9f: 0x9b is a one-byte CSI on some terminals),
 # plus bidi overrides that can reorder what the user reads.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -41,3 +43,8 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
         n /= 1024
     return f"{n:.1f}T"
+
+
+def format_pid(pid: int) -> str:
+    """A pid as the panes show it; EXITED_PID rows fold processes that have exited."""
+    return "exited" if pid == EXITED_PID else str(pid)

@@ -13,6 +13,7 @@ from conftest import PANE_TITLES, SCREEN_SIZE, run_app, wait_for_data
 
 from ktop.app import build_app
 from ktop.engine import RecordedSource
+from ktop.model import EXITED_PID
 from ktop.screens.help import HelpScreen
 from ktop.snapshot import screen_text
 
@@ -331,6 +332,27 @@ def test_hostile_names_are_shown_escaped_and_never_as_markup(recorded_snapshot):
     assert any(re.search(r"\b4244 +nobody .*\[/\]", line) for line in main.splitlines())
     for name in ("\\x1b[2J evil", "[bold]red[/]", "[/]"):
         assert name in tasks_and_requests
+
+
+def test_exited_processes_folded_in_the_totals_read_exited(recorded_snapshot):
+    locks, block = recorded_snapshot.locks, recorded_snapshot.blockio
+    snapshot = replace(
+        recorded_snapshot,
+        locks=replace(locks, tasks=(replace(locks.tasks[0], pid=EXITED_PID, comm="rm"),)),
+        blockio=replace(block, processes=(replace(block.processes[0], pid=EXITED_PID, comm="cp"),)),
+    )
+    seen = {}
+
+    async def scenario(pilot):
+        for pane, keys in (("locks", ("2", "v", "v")), ("blockio", ("3",))):
+            await pilot.press(*keys)
+            await pilot.pause()
+            seen[pane] = screen_text(pilot.app)
+
+    run_app(app_for(snapshot), scenario)
+    assert re.search(r"exited +rm", seen["locks"])
+    assert re.search(r"exited +cp", seen["blockio"])
+    assert "-1 " not in seen["locks"] + seen["blockio"]
 
 
 def test_unavailable_panes_say_why_and_the_rest_still_work(recorded_snapshot):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ktop.aggregate.exited import fold_exited
 from ktop.aggregate.window import trim_to_window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, split_dev
@@ -60,6 +62,11 @@ class _Totals:
         self.bytes += other.bytes
         self.latency_ns += other.latency_ns
         self.queue_ns += other.queue_ns
+
+
+def _added(into: _Totals, other: _Totals) -> _Totals:
+    into.add(other)
+    return into
 
 
 @dataclass
@@ -143,6 +150,19 @@ class BlockAggregator:
         self._all.end = drain.end
         self._all.merge(interval)
         self._lost = dict(drain.lost)
+
+    def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
+        """Totals since start: one entry per command for processes that have exited."""
+        if self._all is None:
+            return
+
+        def with_pid(key: IoKey, pid: int) -> IoKey:
+            return (pid, *key[1:])
+
+        fold_exited(self._all.totals, is_alive, lambda key: key[0], with_pid, _added)
+        for counter in (self._all.slots, self._all.stacks):  # keyed (IoKey, slot or frames)
+            fold_exited(counter, is_alive, lambda key: key[0][0],
+                        lambda key, pid: (with_pid(key[0], pid), key[1]), operator.add)
 
     def profile(self, cumulative: bool = False, max_requests: int = 200) -> BlockProfile:
         if cumulative:

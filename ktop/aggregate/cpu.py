@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from ktop.aggregate.exited import fold_exited, forget_addresses
 from ktop.aggregate.stacktree import hot_functions
 from ktop.aggregate.window import trim_to_window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
@@ -100,6 +102,10 @@ class CpuAggregator:
         self._all.ticks = self._all.ticks + ticks
         self._lost = dict(drain.lost)
 
+    def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
+        """Totals since start: one entry per command for processes that have exited."""
+        fold_exited(self._all.stacks, is_alive, lambda key: key.pid, _exited, operator.add)
+
     @staticmethod
     def _span(intervals: Iterable[_Interval]) -> float:
         return sum(i.duration_s for i in intervals)
@@ -116,6 +122,10 @@ class CpuAggregator:
                 ticks = ticks + interval.ticks
         profile = build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks, cumulative)
         return replace(profile, line_info=self.line_info)
+
+
+def _exited(key: _StackKey, pid: int) -> _StackKey:
+    return replace(key, pid=pid, user_frames=forget_addresses(key.user_frames))
 
 
 def build_profile(

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import trim_to_window
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
 from ktop.model import LockAddress, LockCaller, LockProfile, LockStack, LockTask, UserFrame
@@ -199,6 +200,11 @@ class _Interval:
         _merge_into(self.tasks, other.tasks)
 
 
+def _merged(into: _Waits, other: _Waits) -> _Waits:
+    into.merge(other)
+    return into
+
+
 def _merge_into(into: dict, other: dict[object, _Waits]) -> None:
     for key, waits in other.items():
         into.setdefault(key, _Waits()).merge(waits)
@@ -228,6 +234,17 @@ class LockAggregator:
             self._all = _Interval(interval.start, interval.end)
         self._all.merge(interval)
         self._lost = dict(drain.lost)
+
+    def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
+        """Totals since start: one entry per command for tasks that have exited."""
+        if self._all is None:
+            return
+        for tasks in [self._all.tasks, *(c.tasks for c in self._all.callers.values())]:
+            fold_exited(tasks, is_alive, lambda task: task[0],
+                        lambda task, tid: (tid, task[1]), _merged)
+        for caller in self._all.callers.values():  # user stacks carry no pid to test
+            if crowded(caller.user_stacks):
+                rekey(caller.user_stacks, forget_addresses, _merged)
 
     def _fold(self, drain: LockDrain) -> _Interval:
         interval = _Interval(drain.start, drain.end)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pwd
 import time
 
@@ -23,6 +24,11 @@ _STATE_LETTERS = {
     psutil.STATUS_PARKED: "P",
 }
 _ATTRS = ["pid", "name", "uids", "status", "num_threads", "memory_info", "cpu_times", "create_time"]
+
+
+def task_exists(pid: int) -> bool:
+    """A process or thread still running: threads have a /proc/TID too, just unlisted."""
+    return os.path.exists(f"/proc/{pid}")
 
 
 class ProcessCollector:

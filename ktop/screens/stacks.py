@@ -27,7 +27,7 @@ from ktop.aggregate.stacktree import (
     unique_stacks,
 )
 from ktop.model import IoProcess, LockCaller, Snapshot
-from ktop.text import printable
+from ktop.text import format_pid, printable
 from ktop.units import format_ns, format_span
 
 LatestSnapshot = Callable[[], "Snapshot | None"]
@@ -176,7 +176,7 @@ class FunctionScreen(DrillScreen):
         total = sum(n for _, _, n in hits) or 1
         for pid, comm, samples in hits:
             table.add_row(
-                Text(str(pid), justify="right"),
+                Text(format_pid(pid), justify="right"),
                 _safe(comm),
                 Text(str(samples), justify="right"),
                 Text(f"{100.0 * samples / total:.1f}%", justify="right"),
@@ -186,7 +186,7 @@ class FunctionScreen(DrillScreen):
     def _stacks_text(self) -> Group:
         parts = []
         for stack in unique_stacks(self.function, self._stacks()):
-            head = Text(f"{stack.samples} samples  pid {stack.pid} ", style="bold")
+            head = Text(f"{stack.samples} samples  pid {format_pid(stack.pid)} ", style="bold")
             head.append(printable(stack.comm), style="bold cyan")
             lines = [head]
             modules = stack.modules or ("",) * len(stack.frames)
@@ -370,7 +370,7 @@ def _lock_tasks_table(c: LockCaller) -> Table:
     tasks.add_column("contended", justify="right")
     tasks.add_column("total wait", justify="right")
     for pid, comm, contended, total in sorted(c.tasks, key=lambda t: -t[3]):
-        tasks.add_row(str(pid), _safe(comm), str(contended), format_ns(total))
+        tasks.add_row(format_pid(pid), _safe(comm), str(contended), format_ns(total))
     return tasks
 
 
@@ -407,7 +407,7 @@ class IoProcessScreen(DetailScreen):
         p = self.process
         text = Text()
         text.append("block I/O of ", style="bold")
-        text.append(f"{p.pid} ", style="bold")
+        text.append(f"{format_pid(p.pid)} ", style="bold")
         text.append(printable(p.comm), style="bold cyan")
         text.append(
             f"  {p.disk} {'reads' if p.rw == 'R' else 'writes'}: {p.requests} requests,"

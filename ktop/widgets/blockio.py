@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ktop.model import PANE_BLOCKIO, Snapshot
+from ktop.text import format_pid
 from ktop.units import format_span
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
@@ -66,7 +67,7 @@ class BlockIoPane(Pane):
                 (
                     f"{p.pid}|{p.disk}|{p.rw}",
                     (
-                        num(str(p.pid), p.pid),
+                        num(format_pid(p.pid), p.pid),
                         Cell(p.comm),
                         Cell(p.rw),
                         num(str(p.major), p.major),
@@ -88,7 +89,7 @@ class BlockIoPane(Pane):
                     (
                         num(f"{r.time_s:.6f}", r.time_s),
                         Cell(r.comm),
-                        num(str(r.pid), r.pid),
+                        num(format_pid(r.pid), r.pid),
                         Cell(r.disk),
                         Cell(r.rw),
                         num(str(r.sector), r.sector),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ktop.model import PANE_LOCKS, Snapshot
+from ktop.text import format_pid
 from ktop.units import format_ns, format_span
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
@@ -83,7 +84,7 @@ class LocksPane(Pane):
                     str(t.pid),
                     (
                         *_wait_cells(t.contended, t.total_wait_ns, t.max_wait_ns, "")[:4],
-                        num(str(t.pid), t.pid),
+                        num(format_pid(t.pid), t.pid),
                         Cell(t.comm),
                     ),
                 )

@@ -1,0 +1,132 @@
+"""Totals since start stay bounded under process churn: exited processes fold by command.
+
+Measured before the fold: with two shell loops running `ls -R` and `cat`, the cumulative
+totals grew by 28 MiB a minute, one entry per pid that ever ran. These tests pin what the
+fold keeps (every count, every stack) and what it lets go (the pid, unnamed addresses).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from test_aggregate_cpu import count, drain
+from test_lock_aggregate import RWSEM_STACK, stack_row, task_row
+from test_lock_aggregate import drain as lock_drain
+
+from ktop.aggregate import exited
+from ktop.aggregate.blockio import BlockAggregator
+from ktop.aggregate.cpu import CpuAggregator
+from ktop.aggregate.exited import forget_addresses
+from ktop.aggregate.locks import LockAggregator
+from ktop.collectors.blockio import BlockDrain, IoStack, IoTotal, LatencyBucket
+from ktop.collectors.cpu import StackCount
+from ktop.collectors.procstat import CpuTicks
+from ktop.model import EXITED_PID, UserFrame
+from ktop.symbols import Kallsyms
+
+ALIVE = {100}
+
+
+@pytest.fixture(autouse=True)
+def fold_at_once(monkeypatch):
+    monkeypatch.setattr(exited, "FOLD_AFTER", 1)  # tiny tables here: fold them all the same
+
+
+def is_alive(pid: int) -> bool:
+    return pid in ALIVE
+
+
+def hex_frames(pid: int, addresses) -> list[UserFrame]:
+    """What the symbolizer gives for a process that exited before its maps were read."""
+    return [UserFrame(f"0x{a:x}", "[unknown]") for a in addresses]
+
+
+def test_unnamed_addresses_fold_into_one_unknown_frame_per_run():
+    frames = (UserFrame("0x7f01", "[unknown]"), UserFrame("0x7f02", "[unknown]"),
+              UserFrame("main+0x1", "/bin/x"), UserFrame("0x55aa", "[unknown]"),
+              UserFrame("[unknown]", "/lib/stripped.so"))
+    assert forget_addresses(frames) == (
+        UserFrame("[unknown]", "[unknown]"), UserFrame("main+0x1", "/bin/x"),
+        UserFrame("[unknown]", "[unknown]"), UserFrame("[unknown]", "/lib/stripped.so"),
+    )
+
+
+def test_cpu_totals_fold_exited_pids_and_keep_every_sample(kallsyms, addr):
+    stack = (addr("chacha_permute") + 0x10, addr("do_syscall_64") + 0x71)
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=5, resolve_user=hex_frames)
+    aggregator.add(drain(0.0, 1.0,
+                         count(100, "dd", 7, stack),  # alive
+                         StackCount(200, "ls", 3, stack, (0x7F0001,), False),  # exited
+                         StackCount(201, "ls", 4, stack, (0x7F0999,), False)), CpuTicks())
+    aggregator.fold_exited(is_alive)
+    totals = aggregator.profile(cumulative=True)
+    by_pid = {(s.pid, s.comm): s for s in totals.stacks}
+    assert set(by_pid) == {(100, "dd"), (EXITED_PID, "ls")}  # two ls processes, one entry
+    assert by_pid[EXITED_PID, "ls"].samples == 7
+    assert by_pid[EXITED_PID, "ls"].user_frames == (UserFrame("[unknown]", "[unknown]"),)
+    assert totals.total_samples == 14
+    assert totals.functions[0].samples == 14
+    window = aggregator.profile()  # the live window keeps what it saw, pids and all
+    assert {s.pid for s in window.stacks} == {100, 200, 201}
+
+
+def test_lock_totals_fold_exited_tasks_everywhere(kallsyms_locks):
+    aggregator = LockAggregator(kallsyms_locks, resolve_user=hex_frames)
+    aggregator.add(lock_drain(0.0, 1.0, [stack_row(RWSEM_STACK, contended=3, total=3000)], tasks=[
+        task_row(100, "writer", RWSEM_STACK, contended=1, total=1000),
+        task_row(300, "rm", RWSEM_STACK, contended=1, total=1000),
+        task_row(301, "rm", RWSEM_STACK, contended=1, total=1000),
+    ]))
+    aggregator.fold_exited(is_alive)
+    totals = aggregator.profile(cumulative=True)
+    assert [(t.pid, t.comm, t.contended) for t in totals.tasks] == [
+        (EXITED_PID, "rm", 2), (100, "writer", 1)]
+    caller = totals.callers[0]
+    assert sorted(caller.tasks) == [(EXITED_PID, "rm", 2, 2000), (100, "writer", 1, 1000)]
+    assert [(frames, n) for frames, n, _ in caller.user_stacks] == [
+        ((UserFrame("[unknown]", "[unknown]"),), 3)]  # nothing lost in the folding
+    assert aggregator.profile().tasks[0].pid in (100, 300, 301)  # the window keeps pids
+
+
+def test_block_totals_fold_exited_processes():
+    aggregator = BlockAggregator(disk_names={1: "vda"})
+    totals = [IoTotal(pid, "dd", 1, "W", 2, 8192, 2_000_000, 0) for pid in (100, 400, 401)]
+    aggregator.add(BlockDrain(0.0, 0.0, 1.0, tuple(totals),
+                              tuple(LatencyBucket(pid, "dd", 1, "W", 10, 2) for pid in (100, 400, 401)),
+                              tuple(IoStack(pid, "dd", 1, "W", 2, (0xFFFF1,), ()) for pid in (100, 400, 401)),
+                              (), {}))
+    aggregator.fold_exited(is_alive)
+    profile = aggregator.profile(cumulative=True)
+    assert [(p.pid, p.requests, p.bytes) for p in profile.processes] == [
+        (EXITED_PID, 4, 16384), (100, 2, 8192)]
+    assert profile.disks[0].writes == 6
+
+
+def test_small_totals_keep_every_pid(monkeypatch, kallsyms, addr):
+    monkeypatch.setattr(exited, "FOLD_AFTER", 3)
+    stack = (addr("chacha_permute") + 0x10,)
+    aggregator = CpuAggregator(kallsyms, 99, 2)
+    aggregator.add(drain(0.0, 1.0, count(200, "ls", 1, stack), count(201, "ls", 1, stack)),
+                   CpuTicks())
+    aggregator.fold_exited(is_alive)
+    assert {s.pid for s in aggregator.profile(cumulative=True).stacks} == {200, 201}
+    aggregator.add(drain(1.0, 2.0, count(202, "ls", 1, stack)), CpuTicks())
+    aggregator.fold_exited(is_alive)  # a third entry: crowded, so the exited fold
+    assert [(s.pid, s.samples) for s in aggregator.profile(cumulative=True).stacks] == [
+        (EXITED_PID, 3)]
+
+
+def test_a_thread_that_still_runs_is_alive():
+    from ktop.collectors.processes import task_exists
+
+    assert task_exists(os.getpid())
+    assert not task_exists(2**22 + 1)  # above pid_max: never a task
+
+
+@pytest.fixture
+def kallsyms_locks():
+    from conftest import FIXTURES
+
+    with open(FIXTURES / "locks_kallsyms.txt") as f:
+        return Kallsyms.from_text(f.read())
