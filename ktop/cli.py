@@ -139,12 +139,13 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 
 def _recording(args: argparse.Namespace):
-    """The snapshot to replay, or None for live data. Raises RecordingError."""
+    """(the snapshot to replay, the header's note), or (None, "") for live data.
+    Raises RecordingError."""
     if args.replay is None:
-        return None
+        return None, ""
     from ktop.export import read_recording
 
-    return read_recording(args.replay)
+    return read_recording(args.replay), f"replay of {printable(args.replay)}"
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
@@ -154,15 +155,14 @@ def run_snapshot(args: argparse.Namespace) -> int:
     try:
         snapshot_format(args.snapshot)
         check_writable(args.snapshot)
-        recorded = _recording(args)
+        recorded, note = _recording(args)
     except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration, args.size, show_idle=args.idle,
-            recorded=recorded, pid=args.pid, drill=args.drill,
-            source_note=f"replay of {printable(args.replay)}" if recorded else "",
+            recorded=recorded, pid=args.pid, drill=args.drill, source_note=note,
         )
     except SnapshotError as e:
         return _fail(str(e))
@@ -176,17 +176,15 @@ def run_interactive(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
 
     try:
-        recorded = _recording(args)
+        recorded, note = _recording(args)
     except RecordingError as e:
         return _fail(str(e))
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
     from ktop.app import build_app
     from ktop.engine import LiveSource, RecordedSource
-    if recorded is not None:
-        source, note = RecordedSource([recorded]), f"replay of {printable(args.replay)}"
-    else:
-        source, note = LiveSource(_options(args)), ""
+
+    source = RecordedSource([recorded]) if recorded is not None else LiveSource(_options(args))
 
     # Textual draws on sys.__stderr__. Give it its own descriptor for the terminal and point
     # fd 2 at a private file, so nothing bcc, clang or libbpf prints lands on the screen.
