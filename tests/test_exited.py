@@ -103,6 +103,22 @@ def test_block_totals_fold_exited_processes():
     assert profile.disks[0].writes == 6
 
 
+def test_the_tables_of_one_view_fold_together(monkeypatch):
+    """Histogram buckets outnumber the totals: when they crowd, the totals fold too, so a
+    process never reads `exited` in one view and by its pid in the other."""
+    monkeypatch.setattr(exited, "FOLD_AFTER", 4)
+    aggregator = BlockAggregator(disk_names={1: "vda"})
+    pids = (100, 400, 401)
+    aggregator.add(BlockDrain(
+        0.0, 0.0, 1.0,
+        tuple(IoTotal(pid, "dd", 1, "W", 1, 4096, 1_000_000, 0) for pid in pids),
+        tuple(LatencyBucket(pid, "dd", 1, "W", slot, 1) for pid in pids for slot in (9, 10)),
+        (), (), {}))
+    aggregator.fold_exited(is_alive)
+    profile = aggregator.profile(cumulative=True)
+    assert sorted(p.pid for p in profile.processes) == [EXITED_PID, 100]
+
+
 def test_small_totals_keep_every_pid(monkeypatch, kallsyms, addr):
     monkeypatch.setattr(exited, "FOLD_AFTER", 3)
     stack = (addr("chacha_permute") + 0x10,)

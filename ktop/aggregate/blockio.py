@@ -7,7 +7,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ktop.aggregate.exited import fold_exited
+from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import trim_to_window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, split_dev
@@ -153,14 +153,15 @@ class BlockAggregator:
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for processes that have exited."""
-        if self._all is None:
+        totals = self._all
+        if totals is None or not crowded(totals.totals, totals.slots, totals.stacks):
             return
 
         def with_pid(key: IoKey, pid: int) -> IoKey:
             return (pid, *key[1:])
 
-        fold_exited(self._all.totals, is_alive, lambda key: key[0], with_pid, _added)
-        for counter in (self._all.slots, self._all.stacks):  # keyed (IoKey, slot or frames)
+        fold_exited(totals.totals, is_alive, lambda key: key[0], with_pid, _added)
+        for counter in (totals.slots, totals.stacks):  # keyed (IoKey, slot or frames)
             fold_exited(counter, is_alive, lambda key: key[0][0],
                         lambda key, pid: (with_pid(key[0], pid), key[1]), operator.add)
 

@@ -7,7 +7,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ktop.aggregate.exited import fold_exited, forget_addresses
+from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.stacktree import hot_functions
 from ktop.aggregate.window import trim_to_window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
@@ -104,7 +104,8 @@ class CpuAggregator:
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for processes that have exited."""
-        fold_exited(self._all.stacks, is_alive, lambda key: key.pid, _exited, operator.add)
+        if crowded(self._all.stacks):
+            fold_exited(self._all.stacks, is_alive, lambda key: key.pid, _exited, operator.add)
 
     @staticmethod
     def _span(intervals: Iterable[_Interval]) -> float:

@@ -44,15 +44,15 @@ def fold_exited(
     with_pid: Callable[[K, int], K],
     merge: Callable[[V, V], V],
 ) -> None:
-    """Once the table is crowded, re-key the entries of exited pids to EXITED_PID."""
-    if not crowded(table):
-        return
+    """Re-key the entries of exited pids to EXITED_PID, merging their values."""
     rekey(table, lambda key: with_pid(key, EXITED_PID), merge,
           only=lambda key: pid_of(key) > 0 and not is_alive(pid_of(key)))
 
 
-def crowded(table: dict) -> bool:
-    return len(table) >= FOLD_AFTER
+def crowded(*tables: dict) -> bool:
+    """Time to fold: the tables that show the same processes fold together, or a process
+    would read `exited` in one view and by its pid in another."""
+    return any(len(table) >= FOLD_AFTER for table in tables)
 
 
 def forget_addresses(frames: tuple[UserFrame, ...]) -> tuple[UserFrame, ...]:

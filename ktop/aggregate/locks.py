@@ -239,10 +239,12 @@ class LockAggregator:
         """Totals since start: one entry per command for tasks that have exited."""
         if self._all is None:
             return
-        for tasks in [self._all.tasks, *(c.tasks for c in self._all.callers.values())]:
-            fold_exited(tasks, is_alive, lambda task: task[0],
-                        lambda task, tid: (tid, task[1]), _merged)
-        for caller in self._all.callers.values():  # user stacks carry no pid to test
+        callers = self._all.callers.values()
+        if crowded(self._all.tasks):  # every caller's tasks are among these
+            for tasks in [self._all.tasks, *(c.tasks for c in callers)]:
+                fold_exited(tasks, is_alive, lambda task: task[0],
+                            lambda task, tid: (tid, task[1]), _merged)
+        for caller in callers:  # user stacks carry no pid to test
             if crowded(caller.user_stacks):
                 rekey(caller.user_stacks, forget_addresses, _merged)
 
