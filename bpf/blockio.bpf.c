@@ -29,7 +29,6 @@
  * left, so nothing is lost between its lookup and its delete, and the stack map it clears
  * is one no in-flight update refers to. */
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
 #include "ktop.h"
 
 #ifndef INFLIGHT_ENTRIES

@@ -7,7 +7,6 @@
  * is kept per CPU; that also times a spinlock taken inside a sleeping lock's slow path (a
  * mutex's wait_lock) on its own. Sleeping locks keep their begin per task. */
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
 #include "ktop.h"
 
 #ifndef STACK_WAITS_ENTRIES

@@ -31,6 +31,9 @@ from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
 
 PANE_ORDER = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
+FIRST_REFRESH_S = 0.25  # the first screen: processes' CPU% over this much time
+FIRST_DATA_S = 0.3  # a pane's first refresh after its collector attaches: samples enough
+LOADING_REFRESH_S = 0.25
 
 
 class SnapshotReady(Message):
@@ -92,6 +95,7 @@ class KtopApp(App[None]):
         self.drill = drill  # "pane:WHAT" to open once data arrives (--snapshot --drill)
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -136,18 +140,29 @@ class KtopApp(App[None]):
 
     @work(thread=True, exclusive=True, group="collect")
     def collect_loop(self) -> None:
-        """The only thread that touches collectors; it hands the UI immutable snapshots."""
+        """The only thread that touches collectors; it hands the UI immutable snapshots.
+
+        The first refresh comes at once (header and processes), and another shortly after
+        each BPF pane attaches, so no pane waits a whole interval for its first numbers."""
         worker = get_current_worker()
+        self.source.on_attached = self._on_source_attached
         try:
-            self.source.start()
-            next_at = time.monotonic() + self.interval_s
+            self.source.start(wait=False)
+            next_at = time.monotonic() + min(FIRST_REFRESH_S, self.interval_s)
             while not worker.is_cancelled and not self._stop.is_set():
-                if self._stop.wait(max(0.0, next_at - time.monotonic())):
-                    break
-                next_at += self.interval_s
-                self.post_message(SnapshotReady(self.source.collect()))
+                if self._wake.wait(max(0.0, next_at - time.monotonic())):
+                    self._wake.clear()
+                    next_at = min(next_at, time.monotonic() + FIRST_DATA_S)
+                    continue
+                snapshot = self.source.collect()
+                # While panes load, their messages count the seconds: refresh more often.
+                next_at += min(LOADING_REFRESH_S, self.interval_s) if snapshot.loading else self.interval_s
+                self.post_message(SnapshotReady(snapshot))
         finally:
             self.source.close()
+
+    def _on_source_attached(self) -> None:
+        self._wake.set()
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.latest = message.snapshot
@@ -174,11 +189,13 @@ class KtopApp(App[None]):
 
     def on_unmount(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     # ---- actions --------------------------------------------------------------------------
 
     def action_quit(self) -> None:
         self._stop.set()
+        self._wake.set()
         self.exit()
 
     def action_focus_pane(self, name: str) -> None:

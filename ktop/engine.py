@@ -1,8 +1,10 @@
 """The live data source: starts every collector, and turns each interval into a Snapshot.
 
-Runs in one worker thread (or the headless snapshot loop); never touches the UI.
-A collector that cannot start, or fails later, makes its pane unavailable with a reason;
-the others go on.
+The processes pane needs no BPF, so it is ready at once; the BPF panes load one after the
+other in a background thread (hot functions first: it is what a user looks at first), and
+each pane shows data as soon as its own collector is attached. `collect()` runs in one
+worker thread (or the headless snapshot loop) and never touches the UI. A collector that
+cannot start, or fails later, makes its pane unavailable with a reason; the others go on.
 """
 
 from __future__ import annotations
@@ -10,18 +12,20 @@ from __future__ import annotations
 import functools
 import platform
 import socket
+import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ktop import __version__
-from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors import bpfload
 from ktop.collectors.bpfload import Unavailable
 from ktop.collectors.processes import ProcessCollector, task_exists
-from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
+from ktop.collectors.selfcost import SelfCost
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot, UserFrame
 from ktop.symbols import Kallsyms
+from ktop.units import format_span
 from ktop.usersyms import UserSymbolizer
 
 
@@ -40,54 +44,162 @@ class DataSource(Protocol):
 
     cumulative: bool
     live: bool  # False for recorded data: its window cannot change
+    # Called (from any thread) when a pane's collector has attached: worth a refresh soon.
+    on_attached: Callable[[], None] | None
 
-    def start(self) -> None: ...
+    def start(self, wait: bool = True) -> None: ...
     def collect(self) -> Snapshot: ...
     def close(self) -> None: ...
+
+
+class Collector(Protocol):
+    """Loads and attaches its BPF program in start(); drain() empties what it counted."""
+
+    def start(self) -> None: ...
+    def drain(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+class Aggregator(Protocol):
+    """Folds drains into a window and builds the pane's profile from it."""
+
+    def add(self, drain: Any) -> None: ...
+    def profile(self, cumulative: bool = False) -> Any: ...
+    def fold_exited(self, is_alive: Callable[[int], bool]) -> None: ...
+
+
+@dataclass(frozen=True)
+class PaneSpec:
+    """A BPF pane: its name (the Snapshot field it fills) and how to build its collector
+    and aggregator. Building may raise Unavailable: the pane then says why."""
+
+    name: str
+    build: Callable[[LiveSource], tuple[Collector, Aggregator]]
+
+
+def _build_functions(source: LiveSource) -> tuple[Collector, Aggregator]:
+    from ktop.aggregate.cpu import CpuAggregator  # noqa: PLC0415
+    from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
+
+    options = source.options
+    kallsyms = source.kallsyms()
+    sampler = CpuSampler(options.hz, options.interval_s)
+    lines, line_info = source.kernel_lines()
+    return sampler, CpuAggregator(
+        kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,
+        source_line=lines.lookup if lines else None, line_info=line_info,
+    )
+
+
+def _build_locks(source: LiveSource) -> tuple[Collector, Aggregator]:
+    from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
+    from ktop.collectors.locks import LockCollector  # noqa: PLC0415
+
+    return LockCollector(source.options.interval_s), LockAggregator(
+        source.kallsyms(), source.options.window_s, resolve_user=source.resolve_user
+    )
+
+
+def _build_blockio(source: LiveSource) -> tuple[Collector, Aggregator]:
+    from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
+    from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+
+    return BlockCollector(source.options.interval_s), BlockAggregator(
+        source.options.window_s, symbols=source.kallsyms()
+    )
+
+
+# In load order: the first is what a user looks at first.
+BPF_PANES = (
+    PaneSpec(PANE_FUNCTIONS, _build_functions),
+    PaneSpec(PANE_LOCKS, _build_locks),
+    PaneSpec(PANE_BLOCKIO, _build_blockio),
+)
 
 
 class LiveSource:
     live = True
 
-    def __init__(self, options: Options = Options()) -> None:
+    def __init__(self, options: Options = Options(), specs: Iterable[PaneSpec] = BPF_PANES) -> None:
         self.options = options
         self.cumulative = options.cumulative
-        self.unavailable: dict[str, str] = {}
+        self.on_attached: Callable[[], None] | None = None
         self.headers = "not needed"
+        self._specs = [spec for spec in specs if spec.name in options.panes]
         self._processes = ProcessCollector()
-        self._cpu = None
-        self._cpu_aggregate: CpuAggregator | None = None
-        self._ticks: CpuTicks | None = None
+        self._self_cost = SelfCost()
         self._started = time.monotonic()
         self._kallsyms: Kallsyms | None = None
         self._user_symbols = UserSymbolizer()
-        self._locks: tuple | None = None
-        self._blockio: tuple | None = None
+        # Shared with the loader thread, under _lock.
+        self._lock = threading.Lock()
+        self._unavailable: dict[str, str] = {}
+        self._loading: dict[str, tuple[str, float]] = {}  # pane -> (what, since monotonic)
+        self._running: dict[str, tuple[Collector, Aggregator]] = {}
+        self._closed = False
+        self._loaded = threading.Event()
 
-    def start(self) -> None:
-        if PANE_FUNCTIONS in self.options.panes:
-            self._start_cpu()
-        if PANE_LOCKS in self.options.panes:
-            self._locks = self._start_tracer(PANE_LOCKS, self._make_locks)
-        if PANE_BLOCKIO in self.options.panes:
-            self._blockio = self._start_tracer(PANE_BLOCKIO, self._make_blockio)
-        if any(p in self.options.panes for p in (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)):
+    @property
+    def unavailable(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._unavailable)
+
+    # ---- start-up -------------------------------------------------------------------------
+
+    def start(self, wait: bool = True) -> None:
+        """Start the processes pane, then load the BPF panes in a background thread.
+        With wait, return once every BPF pane is attached or has said why it cannot be."""
+        self._processes.start()
+        self._self_cost.start()
+        with self._lock:
+            now = time.monotonic()
+            for spec in self._specs:
+                self._loading[spec.name] = ("waiting for the panes before it", now)
+        if self._specs:
+            # A daemon: quitting while clang compiles must not wait for it; the kernel
+            # unloads whatever the process held when it exits.
+            threading.Thread(target=self._load_all, name="ktop-loader", daemon=True).start()
+        else:
+            self._loaded.set()
+        if wait:
+            self._loaded.wait()
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        return self._loaded.wait(timeout)
+
+    def _load_all(self) -> None:
+        try:
+            for spec in self._specs:
+                if self._closed:
+                    return
+                self._load(spec)
             self.headers = bpfload.headers_description()
             bpfload.release_compiler_memory()
-        # Drain once and discard: every window starts when all collectors are attached, not
-        # while later programs were still compiling.
-        for collector in self._attached():
-            collector.drain()
-        self._processes.start()
-        self._ticks = read_cpu_ticks()
+        finally:
+            self._loaded.set()
 
-    def _aggregators(self) -> list:
-        pairs = [p[1] for p in (self._locks, self._blockio) if p is not None]
-        return ([self._cpu_aggregate] if self._cpu and self._cpu_aggregate else []) + pairs
-
-    def _attached(self) -> list:
-        pairs = [p[0] for p in (self._locks, self._blockio) if p is not None]
-        return ([self._cpu] if self._cpu else []) + pairs
+    def _load(self, spec: PaneSpec) -> None:
+        with self._lock:
+            self._loading[spec.name] = ("compiling its BPF program", time.monotonic())
+        pair = None
+        try:
+            pair = spec.build(self)
+            pair[0].start()
+            reason = ""
+        except Unavailable as e:
+            reason = str(e)
+        except Exception as e:  # a bcc surprise must cost one pane, never the app
+            reason = f"failed to start: {e}"
+        with self._lock:
+            del self._loading[spec.name]
+            if reason:
+                self._unavailable[spec.name] = reason
+            elif self._closed:  # quit while this one compiled
+                pair[0].close()
+            else:
+                self._running[spec.name] = pair
+        if not reason and self.on_attached:
+            self.on_attached()
 
     def kallsyms(self) -> Kallsyms:
         if self._kallsyms is None:
@@ -95,32 +207,12 @@ class LiveSource:
             self._kallsyms = Kallsyms.load()
         if self._kallsyms.hidden:
             raise Unavailable(
-                    "kernel addresses are hidden (kptr_restrict): run as root, "
-                    "or `sysctl kernel.kptr_restrict=0`"
-                )
+                "kernel addresses are hidden (kptr_restrict): run as root, "
+                "or `sysctl kernel.kptr_restrict=0`"
+            )
         return self._kallsyms
 
-    def _start_cpu(self) -> None:
-        from ktop.collectors.cpu import CpuSampler
-
-        sampler = CpuSampler(self.options.hz, self.options.interval_s)
-        try:
-            kallsyms = self.kallsyms()
-            sampler.start()
-        except Unavailable as e:
-            self.unavailable[PANE_FUNCTIONS] = str(e)
-            return
-        except Exception as e:  # a bcc surprise must cost one pane, never the app
-            self.unavailable[PANE_FUNCTIONS] = f"sampler failed to start: {e}"
-            return
-        self._cpu = sampler
-        lines, line_info = self._kernel_lines()
-        self._cpu_aggregate = CpuAggregator(
-            kallsyms, sampler.hz, sampler.cpus, self.options.window_s, self._resolve_user,
-            source_line=lines.lookup if lines else None, line_info=line_info,
-        )
-
-    def _kernel_lines(self):
+    def kernel_lines(self):
         """The debug vmlinux line table, or None and why (said once, in the stacks view)."""
         from ktop.dwarflines import KernelLineTable  # noqa: PLC0415
 
@@ -130,74 +222,37 @@ class LiveSource:
         where = self.options.vmlinux or f"/usr/lib/debug/boot/vmlinux-{platform.release()}"
         return None, f"no kernel file:line: no debug vmlinux at {where} (--vmlinux PATH)"
 
-    def _make_locks(self):
-        from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
-        from ktop.collectors.locks import LockCollector  # noqa: PLC0415
-
-        return LockCollector(self.options.interval_s), LockAggregator(
-            self.kallsyms(), self.options.window_s, resolve_user=self._resolve_user
-        )
-
-    def _make_blockio(self):
-        from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
-        from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
-
-        return BlockCollector(self.options.interval_s), BlockAggregator(
-            self.options.window_s, symbols=self.kallsyms()
-        )
-
-    def _start_tracer(self, pane: str, make) -> tuple | None:
-        """(collector, aggregator) started, or None with the pane's reason recorded."""
-        try:
-            collector, aggregator = make()
-            collector.start()
-        except Unavailable as e:
-            self.unavailable[pane] = str(e)
-            return None
-        except Exception as e:  # a bcc surprise must cost one pane, never the app
-            self.unavailable[pane] = f"failed to start: {e}"
-            return None
-        return collector, aggregator
-
-    def _collect_tracer(self, pane: str, pair: tuple | None):
-        if pair is None:
-            return None, None
-        collector, aggregator = pair
-        try:
-            aggregator.add(collector.drain())
-            return aggregator.profile(self.cumulative), pair
-        except Exception as e:
-            self.unavailable[pane] = f"stopped: {e}"
-            collector.close()
-            return None, None
-
-    def _resolve_user(self, pid: int, addresses) -> list[UserFrame]:
+    def resolve_user(self, pid: int, addresses) -> list[UserFrame]:
         """User frames named while the process lives; a process that exited keeps the names
         resolved before (the aggregate holds them), later addresses show as hex."""
         frames = self._user_symbols.resolve(pid, addresses)
         return [UserFrame(f.symbol, f.module) for f in frames]
 
+    # ---- each interval --------------------------------------------------------------------
+
     def collect(self) -> Snapshot:
-        ticks = read_cpu_ticks()
-        delta = ticks - self._ticks if self._ticks else CpuTicks()
-        self._ticks = ticks
-        cpu_profile = None
-        if self._cpu and self._cpu_aggregate:
+        with self._lock:
+            running = list(self._running.items())
+        profiles: dict[str, Any] = {}
+        for name, (collector, aggregator) in running:
             try:
-                self._cpu_aggregate.add(self._cpu.drain(), delta)
-                cpu_profile = self._cpu_aggregate.profile(self.cumulative)
+                aggregator.add(collector.drain())
+                profiles[name] = aggregator.profile(self.cumulative)
             except Exception as e:
-                self.unavailable[PANE_FUNCTIONS] = f"sampler stopped: {e}"
-                self._cpu.close()
-                self._cpu = None
-        locks, self._locks = self._collect_tracer(PANE_LOCKS, self._locks)
-        blockio, self._blockio = self._collect_tracer(PANE_BLOCKIO, self._blockio)
+                with self._lock:
+                    self._unavailable[name] = f"stopped: {e}"
+                    self._running.pop(name, None)
+                collector.close()
         processes = self._processes.collect()
         self._user_symbols.retain(p.pid for p in processes)
         is_alive = functools.cache(task_exists)  # asked once per pid per refresh
-        for aggregator in self._aggregators():
+        for _, (_, aggregator) in running:
             aggregator.fold_exited(is_alive)
+        cpu_profile = profiles.get(PANE_FUNCTIONS)
         duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
+        with self._lock:
+            unavailable = dict(self._unavailable)
+            loading = self._loading_text()
         return Snapshot(
             ktop_version=__version__,
             kernel=platform.release(),
@@ -207,19 +262,28 @@ class LiveSource:
             headers=self.headers,
             cpu=cpu_profile,
             processes=processes,
-            locks=locks,
-            blockio=blockio,
-            unavailable=dict(self.unavailable),
+            locks=profiles.get(PANE_LOCKS),
+            blockio=profiles.get(PANE_BLOCKIO),
+            unavailable=unavailable,
+            loading=loading,
+            cost=self._self_cost.measure(),
         )
 
+    def _loading_text(self) -> dict[str, str]:
+        now = time.monotonic()
+        return {
+            name: f"{what}... {format_span(now - since)}"
+            for name, (what, since) in self._loading.items()
+        }
+
     def close(self) -> None:
-        for collector in (self._cpu, self._processes):
-            if collector is not None:
-                collector.close()
-        for pair in (self._locks, self._blockio):
-            if pair is not None:
-                pair[0].close()
-        self._cpu = self._locks = self._blockio = None
+        with self._lock:
+            self._closed = True
+            running, self._running = list(self._running.values()), {}
+        for collector, _ in running:
+            collector.close()
+        self._processes.close()
+        self._self_cost.close()
 
 
 class RecordedSource:
@@ -233,8 +297,9 @@ class RecordedSource:
         self._snapshots = snapshots
         self._next = 0
         self.cumulative = False
+        self.on_attached = None
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         pass
 
     def collect(self) -> Snapshot:

@@ -205,6 +205,16 @@ class BlockProfile:
 
 
 @dataclass(frozen=True)
+class SelfCostRow:
+    """What ktop itself cost over the last interval, in % of one CPU: its own process, and
+    its BPF programs (charged by the kernel to the tasks they interrupted; None when the
+    kernel cannot count their run time)."""
+
+    cpu_percent: float
+    bpf_percent: float | None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     ktop_version: str
     kernel: str
@@ -217,4 +227,6 @@ class Snapshot:
     locks: LockProfile | None = None
     blockio: BlockProfile | None = None
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
+    loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
+    cost: SelfCostRow | None = None  # ktop's own, while live
     paused: bool = False

@@ -32,8 +32,9 @@ def stacks(addr):
     }
 
 
-def drain(start: float, seconds: float, *counts: StackCount, lost=None) -> CpuDrain:
-    return CpuDrain(start, start + seconds, tuple(counts), dict(lost or {}))
+def drain(start: float, seconds: float, *counts: StackCount, lost=None,
+          ticks: CpuTicks | None = None) -> CpuDrain:
+    return CpuDrain(start, start + seconds, tuple(counts), dict(lost or {}), ticks or CpuTicks())
 
 
 def count(pid, comm, samples, kernel=(), user_mode=False) -> StackCount:
@@ -53,7 +54,7 @@ def test_percent_is_a_share_of_the_machines_cpu_time(kallsyms, stacks):
     """samples / (Hz x seconds x CPUs) x 100, as the header promises."""
     agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5)
     agg.add(drain(100.0, 2.0, count(4242, "dd", 150, stacks["urandom"]),
-                  count(4242, "dd", 40, stacks["copy"])), CpuTicks())
+                  count(4242, "dd", 40, stacks["copy"])))
     profile = agg.profile()
     machine = HZ * 2.0 * CPUS
     functions = by_symbol(profile)
@@ -67,7 +68,7 @@ def test_percent_is_a_share_of_the_machines_cpu_time(kallsyms, stacks):
 def test_under_sampled_idle_cpus_do_not_inflate_shares(kallsyms, stacks):
     """Tickless idle CPUs take few samples: a share of samples would say 100% here."""
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 3.0, count(7, "dd", 297, stacks["urandom"])), CpuTicks())
+    agg.add(drain(0.0, 3.0, count(7, "dd", 297, stacks["urandom"])))
     chacha = by_symbol(agg.profile())["chacha_permute"]
     assert chacha.percent == pytest.approx(50.0)  # one CPU of two, busy all along
 
@@ -77,8 +78,7 @@ def test_idle_task_in_an_idle_function_is_flagged_idle(kallsyms, stacks):
     agg.add(
         drain(0.0, 1.0, count(0, "swapper/1", 90, stacks["halt"]),
               count(0, "swapper/0", 6, stacks["irq_in_idle"]),
-              count(4242, "dd", 99, stacks["urandom"])),
-        CpuTicks(),
+              count(4242, "dd", 99, stacks["urandom"]))
     )
     profile = agg.profile()
     functions = by_symbol(profile)
@@ -93,8 +93,7 @@ def test_idle_task_in_an_idle_function_is_flagged_idle(kallsyms, stacks):
 
 def test_user_mode_samples_count_as_user_time_not_functions(kallsyms, stacks):
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 1.0, user_mode(31, "python3", 80), count(31, "python3", 20, stacks["copy"])),
-            CpuTicks())
+    agg.add(drain(0.0, 1.0, user_mode(31, "python3", 80), count(31, "python3", 20, stacks["copy"])))
     profile = agg.profile()
     assert profile.user_samples == 80
     assert profile.kernel_samples == 20
@@ -105,7 +104,7 @@ def test_user_mode_samples_count_as_user_time_not_functions(kallsyms, stacks):
 
 def test_unresolvable_frame_shows_hex_not_a_neighbours_name(kallsyms, stacks, addr):
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 1.0, count(9, "kworker/0:1", 5, stacks["stray"])), CpuTicks())
+    agg.add(drain(0.0, 1.0, count(9, "kworker/0:1", 5, stacks["stray"])))
     profile = agg.profile()
     stray = addr("_etext") + 0x100
     assert profile.functions[0].symbol == hex(stray)
@@ -115,7 +114,7 @@ def test_unresolvable_frame_shows_hex_not_a_neighbours_name(kallsyms, stacks, ad
 
 def test_whole_stacks_are_kept_innermost_first(kallsyms, stacks):
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 1.0, count(4242, "dd", 50, stacks["urandom"])), CpuTicks())
+    agg.add(drain(0.0, 1.0, count(4242, "dd", 50, stacks["urandom"])))
     (stack,) = agg.profile().stacks
     assert (stack.pid, stack.comm, stack.samples) == (4242, "dd", 50)
     assert stack.frames == (
@@ -129,8 +128,8 @@ def test_whole_stacks_are_kept_innermost_first(kallsyms, stacks):
 
 def test_same_stack_from_two_drains_is_one_row(kallsyms, stacks):
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 1.0, count(4242, "dd", 50, stacks["urandom"])), CpuTicks())
-    agg.add(drain(1.0, 1.0, count(4242, "dd", 30, stacks["urandom"])), CpuTicks())
+    agg.add(drain(0.0, 1.0, count(4242, "dd", 50, stacks["urandom"])))
+    agg.add(drain(1.0, 1.0, count(4242, "dd", 30, stacks["urandom"])))
     profile = agg.profile()
     assert [(s.comm, s.samples) for s in profile.stacks] == [("dd", 80)]
     assert profile.window_s == pytest.approx(2.0)
@@ -140,8 +139,8 @@ def seconds_of(agg: CpuAggregator, intervals: int, stacks) -> None:
     """One 1-second drain per interval; interval i's samples come from pid 1000+i."""
     for i in range(intervals):
         agg.add(
-            drain(float(i), 1.0, count(1000 + i, f"task{i}", 10 * (i + 1), stacks["urandom"])),
-            CpuTicks(user=10, kernel=20 * (i + 1), idle=100),
+            drain(float(i), 1.0, count(1000 + i, f"task{i}", 10 * (i + 1), stacks["urandom"]),
+                  ticks=CpuTicks(user=10, kernel=20 * (i + 1), idle=100))
         )
 
 
@@ -189,14 +188,13 @@ def test_cpu_time_split_follows_the_window(kallsyms, stacks):
 
 def test_losses_are_reported_as_the_sampler_counted_them(kallsyms, stacks):
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 1.0, count(1, "a", 1, stacks["copy"]), lost={"kstack_collision": 3}),
-            CpuTicks())
-    agg.add(drain(1.0, 1.0, lost={"kstack_collision": 5, "counts_map_full": 1}), CpuTicks())
+    agg.add(drain(0.0, 1.0, count(1, "a", 1, stacks["copy"]), lost={"kstack_collision": 3}))
+    agg.add(drain(1.0, 1.0, lost={"kstack_collision": 5, "counts_map_full": 1}))
     assert dict(agg.profile().lost) == {"kstack_collision": 5, "counts_map_full": 1}
 
 
 def test_no_samples_gives_an_empty_profile_not_a_division_error(kallsyms):
     agg = CpuAggregator(kallsyms, HZ, CPUS)
-    agg.add(drain(0.0, 0.0), CpuTicks())
+    agg.add(drain(0.0, 0.0))
     profile = agg.profile()
     assert profile.functions == () and profile.total_samples == 0

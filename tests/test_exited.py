@@ -21,7 +21,6 @@ from ktop.aggregate.exited import forget_addresses
 from ktop.aggregate.locks import LockAggregator
 from ktop.collectors.blockio import BlockDrain, IoStack, IoTotal, LatencyBucket
 from ktop.collectors.cpu import StackCount
-from ktop.collectors.procstat import CpuTicks
 from ktop.model import EXITED_PID, UserFrame
 from ktop.symbols import Kallsyms
 
@@ -58,7 +57,7 @@ def test_cpu_totals_fold_exited_pids_and_keep_every_sample(kallsyms, addr):
     aggregator.add(drain(0.0, 1.0,
                          count(100, "dd", 7, stack),  # alive
                          StackCount(200, "ls", 3, stack, (0x7F0001,), False),  # exited
-                         StackCount(201, "ls", 4, stack, (0x7F0999,), False)), CpuTicks())
+                         StackCount(201, "ls", 4, stack, (0x7F0999,), False)))
     aggregator.fold_exited(is_alive)
     totals = aggregator.profile(cumulative=True)
     by_pid = {(s.pid, s.comm): s for s in totals.stacks}
@@ -123,11 +122,10 @@ def test_small_totals_keep_every_pid(monkeypatch, kallsyms, addr):
     monkeypatch.setattr(exited, "FOLD_AFTER", 3)
     stack = (addr("chacha_permute") + 0x10,)
     aggregator = CpuAggregator(kallsyms, 99, 2)
-    aggregator.add(drain(0.0, 1.0, count(200, "ls", 1, stack), count(201, "ls", 1, stack)),
-                   CpuTicks())
+    aggregator.add(drain(0.0, 1.0, count(200, "ls", 1, stack), count(201, "ls", 1, stack)))
     aggregator.fold_exited(is_alive)
     assert {s.pid for s in aggregator.profile(cumulative=True).stacks} == {200, 201}
-    aggregator.add(drain(1.0, 2.0, count(202, "ls", 1, stack)), CpuTicks())
+    aggregator.add(drain(1.0, 2.0, count(202, "ls", 1, stack)))
     aggregator.fold_exited(is_alive)  # a third entry: crowded, so the exited fold
     assert [(s.pid, s.samples) for s in aggregator.profile(cumulative=True).stacks] == [
         (EXITED_PID, 3)]

@@ -34,7 +34,7 @@ class SwitchableSource:
         self.cumulative = False
         self.frames = 0
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         pass
 
     def collect(self):
@@ -533,7 +533,7 @@ class LateSource:
         self.app = None
         self.calls = 0
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         pass
 
     def collect(self):

@@ -73,7 +73,7 @@ class CpuAggregator:
             return ""
         return self._source_line(address if innermost else address - 1) or ""
 
-    def add(self, drain: CpuDrain, ticks: CpuTicks) -> None:
+    def add(self, drain: CpuDrain) -> None:
         stacks: Counter = Counter()
         for row in drain.counts:
             frames = [self._frame(a) for a in row.kernel]
@@ -94,12 +94,12 @@ class CpuAggregator:
                 user_mode=row.user_mode,
             )
             stacks[key] += row.samples
-        interval = _Interval(drain.end - drain.start, stacks, ticks)
+        interval = _Interval(drain.end - drain.start, stacks, drain.ticks)
         self._recent.append(interval)
         trim_to_window(self._recent, self.window_s)
         self._all.duration_s += interval.duration_s
         self._all.stacks.update(stacks)
-        self._all.ticks = self._all.ticks + ticks
+        self._all.ticks = self._all.ticks + drain.ticks
         self._lost = dict(drain.lost)
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:

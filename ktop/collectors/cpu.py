@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
 from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
+from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
@@ -43,6 +44,7 @@ class CpuDrain:
     end: float
     counts: tuple[StackCount, ...]
     lost: dict[str, int]  # cumulative since start, by reason
+    ticks: CpuTicks = CpuTicks()  # /proc/stat over the same span: the exact CPU time split
 
 
 def _map_sizes(hz: int, cpus: int, interval_s: float) -> tuple[int, int, int]:
@@ -65,6 +67,7 @@ class CpuSampler:
         self._interval_s = interval_s
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
+        self._ticks = CpuTicks()
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
@@ -91,12 +94,13 @@ class CpuSampler:
             self.close()
             raise Unavailable(f"cannot attach the cpu-clock perf event: {e}") from None
         self._last = time.monotonic()
-
+        self._ticks = read_cpu_ticks()
 
     def drain(self) -> CpuDrain:
         """Swap map generations, then read and empty the one the program just left."""
         assert self._program is not None, "start() first"
         old, end = self._program.swap()
+        ticks = read_cpu_ticks()
         counts_map = self._program.table(MAP_COUNTS[old])
         kernel_stacks = self._program.table(MAP_STACKS[old])
         user_stacks = self._program.table(MAP_USER_STACKS[old])
@@ -117,8 +121,8 @@ class CpuSampler:
             )
         clear_stack_map(kernel_stacks)
         clear_stack_map(user_stacks)
-        drain = CpuDrain(self._last, end, tuple(rows), self.lost())
-        self._last = end
+        drain = CpuDrain(self._last, end, tuple(rows), self.lost(), ticks - self._ticks)
+        self._last, self._ticks = end, ticks
         return drain
 
     def lost(self) -> dict[str, int]:

@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widget import Widget
 
-from ktop.model import Snapshot
+from ktop.model import PANE_FUNCTIONS, Snapshot
 from ktop.text import printable
 from ktop.units import format_span
 
@@ -34,6 +34,10 @@ def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "")
     if cpu:
         text.append(f"{cpu.cpus} CPUs  {cpu.sample_hz} Hz  ")
     text.append(time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at)))
+    cost = snapshot.cost
+    if cost is not None:  # what the observer costs, so the user can judge it
+        bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
+        text.append(f"   ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", style="dim")
     if paused:
         text.append("  PAUSED (space resumes)", style="bold reverse yellow")
     text.append("\n")
@@ -50,6 +54,8 @@ def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "")
             f" in {format_span(cpu.window_s)}{' (cumulative)' if cpu.cumulative else ''}"
             f"  kernel {cpu.kernel_samples}  user {cpu.user_samples}  idle {cpu.idle_samples}"
         )
+    elif PANE_FUNCTIONS in snapshot.loading:
+        text.append(f"CPU sampling: {snapshot.loading[PANE_FUNCTIONS]}", style="dim")
     else:
         text.append("CPU sampling unavailable", style="yellow")
     text.append("\n")

@@ -72,6 +72,11 @@ class Pane(Vertical):
             self.table.show_rows([])
             self._set_chrome(f"unavailable: {reason}", "unavailable")
             return
+        loading = snapshot.loading.get(self.PANE)
+        if loading:
+            self.table.show_rows([])
+            self._set_chrome(loading, "loading")
+            return
         rows, empty_message, subtitle = self.rows(snapshot, display)
         self.table.show_rows(rows)
         if self.table.filter_text:

@@ -1,0 +1,98 @@
+"""What ktop itself costs while it runs: its process's CPU time, and the run time of its BPF
+programs, which the kernel charges to whatever task they interrupted, not to ktop.
+
+BPF run time is counted by the kernel only while statistics are enabled: ktop holds a
+BPF_ENABLE_STATS descriptor for its lifetime, as bpftop does (the sysctl
+kernel.bpf_stats_enabled=1 does the same for everyone), and reads each program's
+run_time_ns from /proc/self/fdinfo.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import time
+
+from ktop.model import SelfCostRow
+
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
+_BPF_ENABLE_STATS, _BPF_STATS_RUN_TIME = 32, 0
+_STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def enable_bpf_stats() -> int | None:
+    """A descriptor that keeps BPF run-time statistics on while it is open, or None."""
+    number = _BPF_SYSCALL.get(platform.machine())
+    if number is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = (ctypes.c_uint32 * 2)(_BPF_STATS_RUN_TIME, 0)
+    fd = libc.syscall(number, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
+    return fd if fd >= 0 else None
+
+
+def stats_enabled_by_sysctl(path: str = _STATS_SYSCTL) -> bool:
+    try:
+        with open(path) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
+def parse_run_time_ns(fdinfo: str) -> int | None:
+    """run_time_ns from a BPF program's fdinfo text; None when the kernel shows none."""
+    for line in fdinfo.splitlines():
+        if line.startswith("run_time_ns:"):
+            return int(line.split()[1])
+    return None
+
+
+def bpf_run_time_ns(proc: str = "/proc/self") -> int:
+    """Run time of every BPF program this process holds, summed (nanoseconds)."""
+    total = 0
+    for fd in os.listdir(f"{proc}/fd"):
+        try:
+            if os.readlink(f"{proc}/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            with open(f"{proc}/fdinfo/{fd}") as f:
+                total += parse_run_time_ns(f.read()) or 0
+        except OSError:  # closed between listing and reading
+            continue
+    return total
+
+
+class SelfCost:
+    """ktop's CPU% and its BPF programs' CPU%, over the span since the previous measure.
+
+    The process's CPU time comes from CLOCK_PROCESS_CPUTIME_ID (every thread, exited ones
+    included, in nanoseconds): /proc's clock ticks would read a 0.5% process as 0% or 1%."""
+
+    def __init__(self) -> None:
+        self._stats_fd: int | None = None
+        self._counting = False
+        self._previous: tuple[float, float, int] | None = None
+
+    def start(self) -> None:
+        self._stats_fd = enable_bpf_stats()
+        self._counting = self._stats_fd is not None or stats_enabled_by_sysctl()
+        self._previous = (time.monotonic(), time.process_time(), bpf_run_time_ns())
+
+    def measure(self) -> SelfCostRow | None:
+        """None before start() or on the first call's zero-length span."""
+        if self._previous is None:
+            return None
+        now, cpu, bpf_ns = time.monotonic(), time.process_time(), bpf_run_time_ns()
+        before_time, before_cpu, before_bpf = self._previous
+        self._previous = (now, cpu, bpf_ns)
+        elapsed = now - before_time
+        if elapsed <= 0:
+            return None
+        bpf = 100.0 * (bpf_ns - before_bpf) / 1e9 / elapsed if self._counting else None
+        return SelfCostRow(cpu_percent=100.0 * (cpu - before_cpu) / elapsed,
+                           bpf_percent=None if bpf is None else max(0.0, bpf))
+
+    def close(self) -> None:
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
+            self._stats_fd = None
