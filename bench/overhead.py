@@ -11,12 +11,12 @@ Each tool runs in a real terminal (a private tmux server, 160x50). For each, the
   - seconds from launch to the first hot kernel function on screen (one dd running), and for
     ktop to its first full screen (header filled in and a row in the processes pane);
   - the slowdown of a fixed-size, kernel-bound dd (~3 s on one CPU) with the tool running at
-    --hz, against the same dd alone just before.
+    --hz, against the same dd alone just before the tool started and just after it stopped.
 Each figure is the median of --runs runs, with min-max beside it; the runs of the two tools
 are interleaved (ktop, perf top, ktop, ...) so that drift hits both alike.
 
 Usage (root): python bench/overhead.py [--runs 3] [--seconds 30] [--warmup 10] [--quick]
-`make bench` runs it with the defaults (about 13 minutes on 2 CPUs).
+`make bench` runs it with the defaults (about 14 minutes on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def measure(
     dd slowdown, busy) and at --high-hz (busy)."""
     figures: dict[str, float | None] = {}
     time.sleep(QUIET)  # the previous tool's exit (BPF programs freed, tmux) is over
-    figures["dd_alone"] = urandom_throughput(dd_mib)
+    figures["dd_before"] = urandom_throughput(dd_mib)
     with launched(tmux, tool, args.hz) as (session, process, started):
         with busy_cpus(1):  # a hot kernel function to show
             startup = watch_startup(tmux, session, tool, started)
@@ -358,6 +358,8 @@ def measure(
         figures["dd_with"] = urandom_throughput(dd_mib)
         figures["busy"], figures["busy_bpf"] = busy_cpu(tmux, session, tool, process.pid,
                                                         args.seconds)
+    time.sleep(QUIET)
+    figures["dd_after"] = urandom_throughput(dd_mib)
     with launched(tmux, tool, args.high_hz) as (session, process, started):
         sleep_until(started + args.warmup)
         figures["high"], figures["high_bpf"] = busy_cpu(tmux, session, tool, process.pid,
@@ -365,8 +367,15 @@ def measure(
     return figures
 
 
+def dd_alone(run: dict[str, float | None]) -> float | None:
+    """dd's MB/s alone: the mean of just before the tool started and just after it stopped,
+    so that a drift of the machine's speed cancels out."""
+    before, after = run.get("dd_before"), run.get("dd_after")
+    return None if before is None or after is None else (before + after) / 2
+
+
 def slowdown(run: dict[str, float | None]) -> float | None:
-    alone, with_tool = run.get("dd_alone"), run.get("dd_with")
+    alone, with_tool = dd_alone(run), run.get("dd_with")
     return None if not alone or with_tool is None else 100.0 * (alone - with_tool) / alone
 
 
@@ -437,10 +446,11 @@ def report(args: argparse.Namespace, results: dict[Tool, list[dict]], dd_mib: in
     ], results)
     print(f"\nmemory at the end of the idle measurement; first hot/screen: seconds from launch "
           f"with one dd running; dd slowdown: dd count={dd_mib} bs=1M with the tool at "
-          f"{args.hz} Hz against alone")
+          f"{args.hz} Hz against alone (the mean of before and after); CPU% counts 10 ms ticks")
     for tool, runs in results.items():
-        print(f"  dd alone before {tool.name}: {summary([r.get('dd_alone') for r in runs])} MB/s,"
-              f" with it: {summary([r.get('dd_with') for r in runs])} MB/s")
+        print(f"  {tool.name}: dd alone {summary([r.get('dd_before') for r in runs])} MB/s"
+              f" before and {summary([r.get('dd_after') for r in runs])} after it,"
+              f" {summary([r.get('dd_with') for r in runs])} with it")
 
 
 # --- main -------------------------------------------------------------------------------
@@ -480,8 +490,8 @@ def main() -> int:
     if problem:
         print(f"bench: {problem}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, leave_on_signal)
-    signal.signal(signal.SIGHUP, leave_on_signal)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT: even in background
+        signal.signal(signum, leave_on_signal)
     tmux = Tmux()
     results: dict[Tool, list[dict]] = {KTOP: [], PERF: []}
     try:

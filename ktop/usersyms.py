@@ -175,12 +175,13 @@ def _read_exact(f: BinaryIO, offset: int, size: int, file_size: int) -> bytes | 
 
 
 def _build_id(elf: ELFFile) -> str | None:
-    sources = []
-    sec = elf.get_section_by_name(".note.gnu.build-id")
-    if sec is not None and sec["sh_type"] == "SHT_NOTE":
-        sources.append(sec)
-    else:
-        sources.extend(seg for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE")
+    # The note segments first: finding a section by name makes pyelftools build every
+    # section, and its hash sections parse whole (35 ms for libc, each new binary).
+    sources: list = [seg for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE"]
+    if not sources:
+        sec = elf.get_section_by_name(".note.gnu.build-id")
+        if sec is not None and sec["sh_type"] == "SHT_NOTE":
+            sources.append(sec)
     for src in sources:
         for note in src.iter_notes():
             if note["n_type"] == "NT_GNU_BUILD_ID" and isinstance(note["n_desc"], str):
@@ -196,7 +197,8 @@ class _ElfProbe:
         self.file_size = file_size
         self.elf = ELFFile(f)
         self.build_id = _build_id(self.elf)
-        self.sections = [s.header for s in self.elf.iter_sections()]
+        # Headers only (pyelftools' iter_sections would parse every section's contents).
+        self.sections = [self.elf._get_section_header(i) for i in range(self.elf.num_sections())]
         self.symtabs = [
             (i, h)
             for i, h in enumerate(self.sections)

@@ -1,4 +1,9 @@
-"""Per-process CPU from psutil, as top and htop compute it: 100% is one CPU."""
+"""Per-process CPU, as top and htop compute it: 100% is one CPU.
+
+Each refresh reads one file per process, /proc/PID/stat, which holds every number the pane
+shows (psutil would read three: stat, status and statm); psutil names the command line,
+once per process.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +15,10 @@ import psutil
 
 from ktop.model import ProcessRow
 
-# psutil status -> the letter top shows.
-_STATE_LETTERS = {
-    psutil.STATUS_RUNNING: "R",
-    psutil.STATUS_SLEEPING: "S",
-    psutil.STATUS_DISK_SLEEP: "D",
-    psutil.STATUS_STOPPED: "T",
-    psutil.STATUS_TRACING_STOP: "t",
-    psutil.STATUS_ZOMBIE: "Z",
-    psutil.STATUS_DEAD: "X",
-    psutil.STATUS_WAKING: "W",
-    psutil.STATUS_IDLE: "I",
-    psutil.STATUS_PARKED: "P",
-}
-_ATTRS = ["pid", "name", "uids", "status", "num_threads", "memory_info", "cpu_times", "create_time"]
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PROC = "/proc"
+_TASK_COMM_LEN = 15  # the kernel keeps 15 characters of a command name
 
 
 def task_exists(pid: int) -> bool:
@@ -31,21 +26,48 @@ def task_exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
+def parse_stat(text: bytes) -> tuple[str, str, int, int, int, int, int] | None:
+    """(comm, state, utime+stime ticks, stime ticks, threads, start ticks, rss pages) from
+    /proc/PID/stat; the command name sits in parentheses and may itself hold ') '."""
+    head, sep, tail = text.rpartition(b") ")
+    if not sep:
+        return None
+    fields = tail.split()
+    if len(fields) < 22:
+        return None
+    comm = head.partition(b" (")[2].decode(errors="replace")
+    utime, stime = int(fields[11]), int(fields[12])
+    return (comm, fields[0].decode(), utime + stime, stime, int(fields[17]), int(fields[19]),
+            int(fields[21]))
+
+
+def real_uid(status: bytes) -> int | None:
+    for line in status.splitlines():
+        if line.startswith(b"Uid:"):
+            return int(line.split()[1])
+    return None
+
+
 class ProcessCollector:
     pane = "processes"
 
-    def __init__(self) -> None:
-        # pid -> (create_time, user+system seconds, system seconds) at the previous refresh;
-        # create_time tells a reused pid from the process we measured before.
-        self._previous: dict[int, tuple[float, float, float]] = {}
+    def __init__(self, proc: str = _PROC) -> None:
+        self._proc = proc
+        # pid -> (start ticks, user+system ticks, system ticks) at the previous refresh;
+        # the start time tells a reused pid from the process we measured before.
+        self._previous: dict[int, tuple[int, int, int]] = {}
         self._previous_time = 0.0
         self._users: dict[int, str] = {}
-        self._cmdlines: dict[tuple[int, float], str] = {}
+        # Read once per process (and again after an exec renames it): they rarely change.
+        self._uids: dict[tuple[int, int, str], int | None] = {}
+        self._cmdlines: dict[tuple[int, int], str] = {}
 
     def start(self) -> None:
         self.collect()
 
-    def _user_name(self, uid: int) -> str:
+    def _user_name(self, uid: int | None) -> str:
+        if uid is None:
+            return "?"
         if uid not in self._users:
             try:
                 self._users[uid] = pwd.getpwuid(uid).pw_name
@@ -53,53 +75,82 @@ class ProcessCollector:
                 self._users[uid] = str(uid)
         return self._users[uid]
 
+    def _read(self, pid: int) -> tuple | None:
+        try:
+            with open(f"{self._proc}/{pid}/stat", "rb") as f:
+                return parse_stat(f.read())
+        except OSError:  # vanished between listing and reading: gone from this frame
+            return None
+
+    def _uid(self, pid: int, start: int, comm: str) -> int | None:
+        key = (pid, start, comm)
+        if key not in self._uids:
+            try:
+                with open(f"{self._proc}/{pid}/status", "rb") as f:
+                    self._uids[key] = real_uid(f.read())
+            except OSError:
+                self._uids[key] = None
+        return self._uids[key]
+
     def collect(self) -> tuple[ProcessRow, ...]:
         now = time.monotonic()
         elapsed = now - self._previous_time if self._previous_time else 0.0
-        current: dict[int, tuple[float, float, float]] = {}
+        current: dict[int, tuple[int, int, int]] = {}
         rows = []
-        for proc in psutil.process_iter(_ATTRS, ad_value=None):
-            info = proc.info
-            times = info["cpu_times"]
-            if times is None or info["create_time"] is None:
-                continue  # vanished between listing and reading: gone from this frame
-            total, system = times.user + times.system, times.system
-            current[info["pid"]] = (info["create_time"], total, system)
-            before = self._previous.get(info["pid"])
+        for entry in os.listdir(self._proc):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            stat = self._read(pid)
+            if stat is None:
+                continue
+            comm, state, total, system, threads, start, rss_pages = stat
+            current[pid] = (start, total, system)
+            before = self._previous.get(pid)
             cpu = sys = 0.0
-            if before and before[0] == info["create_time"] and elapsed > 0:
-                cpu = max(0.0, 100.0 * (total - before[1]) / elapsed)
-                sys = max(0.0, 100.0 * (system - before[2]) / elapsed)
-            memory = info["memory_info"]
-            uids = info["uids"]
+            if before and before[0] == start and elapsed > 0:
+                cpu = max(0.0, 100.0 * (total - before[1]) / _TICKS / elapsed)
+                sys = max(0.0, 100.0 * (system - before[2]) / _TICKS / elapsed)
+            cmdline = self._cmdline(pid, start)
             rows.append(
                 ProcessRow(
-                    pid=info["pid"],
-                    comm=info["name"] or "?",
-                    user=self._user_name(uids.real) if uids else "?",
-                    state=_STATE_LETTERS.get(info["status"], "?"),
+                    pid=pid,
+                    comm=_full_name(comm, cmdline) or "?",
+                    user=self._user_name(self._uid(pid, start, comm)),
+                    state=state,
                     cpu_percent=round(cpu, 1),
                     sys_percent=round(sys, 1),
-                    threads=info["num_threads"] or 0,
-                    rss_bytes=memory.rss if memory else 0,
-                    cmdline=self._cmdline(proc, info["create_time"]),
+                    threads=threads,
+                    rss_bytes=rss_pages * _PAGE,
+                    cmdline=cmdline,
                 )
             )
         self._previous, self._previous_time = current, now
         live = {(pid, c[0]) for pid, c in current.items()}
         self._cmdlines = {k: v for k, v in self._cmdlines.items() if k in live}
+        self._uids = {k: v for k, v in self._uids.items() if k[:2] in live}
         rows.sort(key=lambda r: (-r.cpu_percent, r.pid))
         return tuple(rows)
 
-    def _cmdline(self, proc: psutil.Process, create_time: float) -> str:
+    def _cmdline(self, pid: int, start: int) -> str:
         """Read once per process: a command line rarely changes and costs a syscall."""
-        key = (proc.pid, create_time)
+        key = (pid, start)
         if key not in self._cmdlines:
             try:
-                self._cmdlines[key] = " ".join(proc.cmdline())
+                self._cmdlines[key] = " ".join(psutil.Process(pid).cmdline())
             except (psutil.Error, OSError):
                 self._cmdlines[key] = ""
         return self._cmdlines[key]
 
     def close(self) -> None:
         self._previous.clear()
+
+
+def _full_name(comm: str, cmdline: str) -> str:
+    """The kernel cuts command names at 15 characters; the program's own name is whole in
+    its command line (as psutil and htop take it)."""
+    if len(comm) >= _TASK_COMM_LEN and cmdline:
+        program = os.path.basename(cmdline.split(" ", 1)[0])
+        if program.startswith(comm):
+            return program
+    return comm

@@ -7,8 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
+from textual.geometry import Region
 from textual.widgets import Static
 
 from ktop.model import Snapshot
@@ -84,15 +87,29 @@ class Pane(Vertical):
         self._set_chrome(empty_message if not rows else "", subtitle)
 
     def _set_chrome(self, message_text: str, subtitle: str) -> None:
-        """Touch the message line and subtitle only when they change: each write costs a
-        layout pass, every second, for every pane."""
-        if (message_text, subtitle) == getattr(self, "_chrome", None):
+        """Touch the message line and subtitle only when they change: a message costs a
+        layout pass, and a subtitle set through Textual repaints the whole pane."""
+        if message_text != getattr(self, "_message_text", None):
+            self._message_text = message_text
+            message = self.query_one(".pane-message", Static)
+            message.update(message_text)
+            message.display = bool(message_text)
+        if subtitle != getattr(self, "_subtitle", None):
+            self._subtitle = subtitle
+            self._set_subtitle(subtitle)
+
+    def _set_subtitle(self, subtitle: str) -> None:
+        """The subtitle sits in the bottom border line: repaint that line alone (Textual's
+        border_subtitle setter repaints every line of the pane, each second). The text is
+        ours, but may hold a filter the user typed: it is escaped, never markup."""
+        if not self.is_mounted or not self.size:
+            self.border_subtitle = Text(subtitle)
             return
-        self._chrome = (message_text, subtitle)
-        message = self.query_one(".pane-message", Static)
-        message.update(message_text)
-        message.display = bool(message_text)
-        self.border_subtitle = subtitle
+        self._border_subtitle = Content(subtitle)
+        # Refresh regions are relative to the content area, inside the border.
+        left, top = self.content_offset
+        height = self.outer_size.height
+        self.refresh(Region(-left, height - 1 - top, self.outer_size.width, 1))
 
     def rows(self, snapshot: Snapshot, display: Display) -> tuple[Sequence[Row], str, str]:
         """(rows of the current view, what to say when there are none, border subtitle)."""

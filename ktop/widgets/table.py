@@ -161,15 +161,18 @@ class KeyedTable(ScrollView, can_focus=True):
         if selected is not None:
             self.cursor_row = next((i for i, (k, _) in enumerate(self._rows) if k == selected), 0)
         self.cursor_row = max(0, min(self.cursor_row, len(self._rows) - 1))
-        if len(before) == len(ordered) and self.cursor_row == cursor_before:
-            # Repaint only the visible lines whose row changed; row i is virtual line i + 1.
-            top = self.scroll_offset.y
-            for i in range(top, min(len(ordered), top + self.size.height)):
-                if before[i] != ordered[i]:
-                    self.refresh_lines(i + 1)
+        if self.cursor_row != cursor_before:
+            self._size_to_rows(self.size)
+            self.refresh()
             return
-        self._size_to_rows(self.size)
-        self.refresh()
+        # Repaint only the visible lines whose row changed (a row gone or new counts as
+        # changed); row i is virtual line i + 1. A full repaint re-renders every line.
+        top = self.scroll_offset.y
+        for i in range(top, min(max(len(before), len(ordered)), top + self.size.height)):
+            if i >= len(before) or i >= len(ordered) or before[i] != ordered[i]:
+                self.refresh_lines(i + 1)
+        if len(before) != len(ordered):
+            self._size_to_rows(self.size)
 
     def cycle_sort(self, step: int) -> str:
         keys = [c.key for c in self.table_columns]
@@ -204,7 +207,9 @@ class KeyedTable(ScrollView, can_focus=True):
         """The scrollable height: the rows and the header line, but never less than the table
         itself. While the rows fit it stays put, so a row count changing every second costs
         a repaint of this table, not a layout pass of the whole screen."""
-        self.virtual_size = Size(size.width, max(len(self._rows) + 1, size.height))
+        virtual = Size(size.width, max(len(self._rows) + 1, size.height))
+        if virtual != self.virtual_size:  # else no layout pass
+            self.virtual_size = virtual
 
     # ---- drawing ----------------------------------------------------------------------------
 
