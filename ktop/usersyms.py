@@ -20,6 +20,9 @@ from elftools.elf.elffile import ELFFile
 
 UNKNOWN = "[unknown]"
 KEEP_TABLES = 64  # symbol tables of files kept before those no live process maps are dropped
+# A table no sample has needed for this many refreshes is dropped, even if its file is still
+# mapped: ktop's own start-up names LLVM and clang frames (6 MiB of names) once, then never.
+IDLE_REFRESHES = 60
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -345,6 +348,8 @@ class UserSymbolizer:
         self._procs: dict[int, _ProcMaps] = {}
         self._by_stat: dict[tuple[str, int, int, int], _SymTable] = {}
         self._by_build: dict[tuple[object, ...], _SymTable] = {}
+        self._refresh = 0  # retain() calls so far
+        self._last_used: dict[int, int] = {}  # id(table) -> the refresh it last named a frame
         # Minimum seconds between maps re-reads triggered by unmapped addresses,
         # so garbage addresses from broken stack walks do not re-read every sample.
         self._maps_retry_interval = 0.25
@@ -360,6 +365,24 @@ class UserSymbolizer:
             del self._procs[pid]
         if len(self._by_stat) > KEEP_TABLES:
             self._drop_unused_tables()
+        self._refresh += 1
+        if self._refresh % IDLE_REFRESHES == 0:
+            self._drop_idle_tables()
+
+    def _drop_idle_tables(self) -> None:
+        """Forget the tables no sample needed for IDLE_REFRESHES refreshes; a mapping that
+        needs one again loads it again."""
+        oldest = self._refresh - IDLE_REFRESHES
+        idle = {id(t) for t in self._by_stat.values() if self._last_used.get(id(t), -1) < oldest}
+        if not idle:
+            return
+        self._by_stat = {k: t for k, t in self._by_stat.items() if id(t) not in idle}
+        self._by_build = {k: t for k, t in self._by_build.items() if id(t) not in idle}
+        for procmaps in self._procs.values():
+            for m in procmaps.maps:
+                if m.table is not None and id(m.table) in idle:
+                    m.table = None
+        self._last_used = {k: v for k, v in self._last_used.items() if k not in idle}
 
     def _drop_unused_tables(self) -> None:
         """Forget the symbol tables no live process maps any more (a binary rebuilt and run
@@ -416,6 +439,7 @@ class UserSymbolizer:
             return UserFrame(addr, UNKNOWN, m.module)
         if m.table is None:
             m.table = self._table_for(pid, m)
+        self._last_used[id(m.table)] = self._refresh
         sym = m.table.lookup(addr - m.start + m.offset)
         return UserFrame(addr, sym or UNKNOWN, m.module)
 

@@ -384,6 +384,29 @@ def test_symbol_tables_no_live_process_maps_are_dropped(
     assert loads == [1]
 
 
+def test_symbol_tables_no_sample_needs_are_dropped_while_still_mapped(
+    bins: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ktop maps LLVM for life but names its frames only while compiling at start: those
+    names must not be kept for hours."""
+    monkeypatch.setattr(usersyms, "IDLE_REFRESHES", 3)
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    root = _fake_proc(tmp_path / "proc", 91, _maps_lines(bins["pie"], PIE_BASE))
+    sym = UserSymbolizer(str(root))
+    assert sym.resolve(91, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    loads = []
+    monkeypatch.setattr(sym, "_load", lambda *a, _load=sym._load: loads.append(1) or _load(*a))
+    sym.retain([91])
+    sym.retain([91])
+    assert sym.resolve(91, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    assert loads == []  # still in use: kept
+    for _ in range(6):
+        sym.retain([91])  # mapped, but no sample named a frame in it
+    assert sym._by_stat == {} and sym._by_build == {}
+    assert sym.resolve(91, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    assert loads == [1]  # needed again: read again
+
+
 def _wait_for_mapping(pid: int, path: Path) -> list[str]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
