@@ -132,3 +132,23 @@ def test_sigterm_restores_the_terminal_and_detaches_the_sampler(terminal):
     assert terminal.display(TERMINAL_STATE) == NORMAL_STATE
     assert stty_state(terminal, "AFTER") == before
     assert not wait_until_unloaded(ours)
+
+
+def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal):
+    """Start-up work runs in the background: quitting during it must not wait for clang,
+    and nothing ktop loaded may outlive it."""
+    before = stty_state(terminal, "BEFORE")
+    terminal.run(f"{shlex.quote(sys.executable)} -m ktop; printf 'KTOP_%s=%s\\n' EXIT $?")
+    screen = terminal.wait_for("4 Processes")
+    ktop = psutil.Process(int(terminal.display("#{pane_pid}"))).children()[0]
+    deadline = time.monotonic() + 30
+    while "compiling its BPF program" not in screen and "waiting for the panes" not in screen:
+        assert time.monotonic() < deadline, f"never saw a pane loading:\n{screen}"
+        screen = terminal.screen()
+    ours = bpf_programs_of(ktop.pid)  # those attached so far (perhaps none yet)
+    terminal.send("q")
+    assert exit_code(terminal) == "0"
+    assert terminal.display(TERMINAL_STATE) == NORMAL_STATE
+    assert stty_state(terminal, "AFTER") == before
+    assert not ktop.is_running()
+    assert not wait_until_unloaded(ours)

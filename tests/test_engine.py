@@ -1,0 +1,176 @@
+"""The live source's start-up and failure paths, with fake collectors (no root, no kernel):
+the processes pane is there at once, each BPF pane loads in turn, says what it is doing,
+shows data as soon as it attaches, and a pane that fails says why while the others go on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from ktop.collectors.bpfload import Unavailable
+from ktop.engine import LiveSource, Options, PaneSpec
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS
+
+ALL = frozenset({PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO})
+
+
+class FakeCollector:
+    def __init__(self, gate: threading.Event | None = None, fail_start: Exception | None = None):
+        self.gate = gate
+        self.fail_start = fail_start
+        self.started = self.closed = False
+        self.fail_drain: Exception | None = None
+
+    def start(self) -> None:
+        if self.gate is not None:
+            assert self.gate.wait(10), "test never opened the gate"
+        if self.fail_start:
+            raise self.fail_start
+        self.started = True
+
+    def drain(self):
+        if self.fail_drain:
+            raise self.fail_drain
+        return "drained"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeAggregator:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.drains = 0
+
+    def add(self, drain) -> None:
+        self.drains += 1
+
+    def profile(self, cumulative: bool = False):
+        return SimpleNamespace(pane=self.name, drains=self.drains, window_s=1.0)
+
+    def fold_exited(self, is_alive) -> None:
+        pass
+
+
+def spec(name: str, collector: FakeCollector) -> PaneSpec:
+    return PaneSpec(name, lambda source: (collector, FakeAggregator(name)))
+
+
+def wait_until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def gates():
+    gates = {name: threading.Event() for name in ALL}
+    yield gates
+    for gate in gates.values():  # never leave a loader thread waiting
+        gate.set()
+
+
+def test_processes_come_at_once_and_each_pane_says_what_it_is_doing(gates):
+    collectors = {name: FakeCollector(gates[name]) for name in ALL}
+    source = LiveSource(Options(panes=ALL), [spec(n, collectors[n]) for n in
+                                             (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)])
+    source.start(wait=False)
+    try:
+        first = source.collect()
+        assert first.processes, "the processes pane needs no BPF and waits for none"
+        assert first.cpu is None and first.locks is None and first.blockio is None
+        assert first.loading[PANE_FUNCTIONS].startswith("compiling its BPF program... ")
+        assert first.loading[PANE_LOCKS].startswith("waiting for the panes before it... ")
+        assert not first.unavailable
+
+        gates[PANE_FUNCTIONS].set()  # hot functions attach: their data, before the others'
+        wait_until(lambda: PANE_FUNCTIONS not in source.collect().loading)
+        second = source.collect()
+        assert second.cpu.pane == PANE_FUNCTIONS and second.locks is None
+        assert second.loading[PANE_LOCKS].startswith("compiling")
+
+        gates[PANE_LOCKS].set()
+        gates[PANE_BLOCKIO].set()
+        assert source.wait_loaded(10)
+        done = source.collect()
+        assert done.loading == {} and done.locks.pane == PANE_LOCKS
+        assert done.blockio.pane == PANE_BLOCKIO
+    finally:
+        source.close()
+    assert all(c.closed for c in collectors.values())
+
+
+def test_a_pane_that_cannot_start_says_why_and_the_others_load(gates):
+    for gate in gates.values():
+        gate.set()
+    broken = FakeCollector(fail_start=Unavailable("kernel lacks tracepoint lock:contention_begin"))
+    source = LiveSource(Options(panes=ALL), [
+        spec(PANE_FUNCTIONS, FakeCollector()),
+        spec(PANE_LOCKS, broken),
+        spec(PANE_BLOCKIO, FakeCollector()),
+    ])
+    source.start()
+    snapshot = source.collect()
+    source.close()
+    assert snapshot.unavailable == {PANE_LOCKS: "kernel lacks tracepoint lock:contention_begin"}
+    assert snapshot.locks is None
+    assert snapshot.cpu.pane == PANE_FUNCTIONS and snapshot.blockio.pane == PANE_BLOCKIO
+
+
+def test_a_surprise_while_building_costs_one_pane_not_the_app():
+    def explode(source):
+        raise RuntimeError("bcc said no")
+
+    source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS, PANE_BLOCKIO})), [
+        PaneSpec(PANE_FUNCTIONS, explode),
+        spec(PANE_BLOCKIO, FakeCollector()),
+    ])
+    source.start()
+    snapshot = source.collect()
+    source.close()
+    assert snapshot.unavailable == {PANE_FUNCTIONS: "failed to start: bcc said no"}
+    assert snapshot.blockio.pane == PANE_BLOCKIO
+
+
+def test_a_collector_failing_later_leaves_its_pane_saying_why_while_the_others_go_on():
+    failing, steady = FakeCollector(), FakeCollector()
+    source = LiveSource(Options(panes=frozenset({PANE_LOCKS, PANE_BLOCKIO})), [
+        spec(PANE_LOCKS, failing), spec(PANE_BLOCKIO, steady)])
+    source.start()
+    assert source.collect().locks.pane == PANE_LOCKS
+    failing.fail_drain = OSError("map vanished")
+    after = source.collect()
+    later = source.collect()
+    source.close()
+    assert after.unavailable == {PANE_LOCKS: "stopped: map vanished"}
+    assert after.locks is None and later.locks is None
+    assert failing.closed
+    assert later.blockio.drains == 3  # every refresh, the failure notwithstanding
+
+
+def test_closing_while_a_pane_compiles_leaves_nothing_attached(gates):
+    collector = FakeCollector(gates[PANE_FUNCTIONS])
+    source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS})), [spec(PANE_FUNCTIONS, collector)])
+    source.start(wait=False)
+    source.close()  # quit while "compiling"
+    gates[PANE_FUNCTIONS].set()
+    assert source.wait_loaded(10)
+    wait_until(lambda: collector.closed)
+    assert collector.started  # it did attach, and was closed at once
+
+
+def test_attaching_wakes_the_caller_for_an_early_refresh(gates):
+    woken = threading.Event()
+    source = LiveSource(Options(panes=frozenset({PANE_LOCKS})), [spec(PANE_LOCKS, FakeCollector(gates[PANE_LOCKS]))])
+    source.on_attached = woken.set
+    source.start(wait=False)
+    try:
+        assert not woken.is_set()
+        gates[PANE_LOCKS].set()
+        assert woken.wait(10)
+    finally:
+        source.close()

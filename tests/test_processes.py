@@ -1,0 +1,49 @@
+"""The processes pane's numbers, read from /proc/PID/stat as top reads them."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ktop.collectors.processes import ProcessCollector, _full_name, parse_stat, real_uid
+
+# A command name may hold spaces and parentheses: the last ") " ends it.
+STAT = (b"4242 (evil) (name) S 1 4242 4242 0 -1 4194560 100 0 0 0 "
+        b"250 50 0 0 20 0 3 0 123456 10000000 777 18446744073709551615 0 0 0\n")
+
+
+def test_stat_fields_are_the_ones_top_shows():
+    comm, state, total, system, threads, start, rss = parse_stat(STAT)
+    assert comm == "evil) (name"
+    assert state == "S"
+    assert (total, system) == (300, 50)  # utime + stime, stime, in clock ticks
+    assert threads == 3 and start == 123456 and rss == 777
+
+
+def test_a_truncated_stat_is_no_row():
+    assert parse_stat(b"4242 (x) S 1 2") is None
+    assert parse_stat(b"garbage") is None
+
+
+def test_the_real_uid_is_the_first_of_four():
+    assert real_uid(b"Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t0\n") == 1000
+    assert real_uid(b"Name:\tx\n") is None
+
+
+def test_long_names_come_whole_from_the_command_line():
+    assert _full_name("systemd-journal", "/lib/systemd/systemd-journald") == "systemd-journald"
+    assert _full_name("systemd-journal", "") == "systemd-journal"
+    assert _full_name("short", "/usr/bin/other") == "short"
+
+
+def test_this_process_is_measured_while_it_burns_cpu():
+    collector = ProcessCollector()
+    collector.start()
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:
+        pass
+    rows = {row.pid: row for row in collector.collect()}
+    me = rows[os.getpid()]
+    assert me.cpu_percent > 30
+    assert me.rss_bytes > 1 << 20 and me.threads >= 1
+    assert me.user == __import__("pwd").getpwuid(os.getuid()).pw_name
