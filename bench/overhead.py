@@ -92,11 +92,12 @@ def perf_hot(screen: list[str]) -> bool:
 
 
 def is_ktop(argv: list[str]) -> bool:
-    return os.path.basename(argv[0]).startswith("python") and argv[1:3] == ["-m", "ktop"]
+    # argv is empty for a process caught between fork and exec, or exiting
+    return bool(argv) and os.path.basename(argv[0]).startswith("python") and argv[1:3] == ["-m", "ktop"]
 
 
 def is_perf_top(argv: list[str]) -> bool:
-    return os.path.basename(argv[0]).startswith("perf") and argv[1:2] == ["top"]
+    return bool(argv) and os.path.basename(argv[0]).startswith("perf") and argv[1:2] == ["top"]
 
 
 @dataclass(frozen=True)
