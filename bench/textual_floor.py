@@ -112,7 +112,7 @@ class FloorApp(App[None]):
 
 def measure(shape: str, lines: int, seconds: float) -> float:
     """CPU% of the app running in a private tmux server, after a few seconds' warm-up."""
-    socket = f"ktop-floor-{os.getpid()}"
+    socket = f"ktop-floor-{os.getpid()}-{shape}"
     command = f"{sys.executable} {os.path.abspath(__file__)} --shape {shape} --lines {lines}"
     subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160",
                     "-y", "50", command], check=True)

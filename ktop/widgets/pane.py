@@ -12,7 +12,6 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Region
-from textual.widgets import Static
 
 from ktop.model import Snapshot
 from ktop.widgets.table import Column, KeyedTable, Row
@@ -47,8 +46,8 @@ class Pane(Vertical):
         for index, view in enumerate(self.VIEWS):
             table = KeyedTable(view.columns, view.sort, id=f"{self.PANE}-{view.name}")
             table.display = index == 0
+            table.message = "starting collectors..."
             yield table
-        yield Static("starting collectors...", classes="pane-message")
 
     @property
     def table(self) -> KeyedTable:
@@ -87,13 +86,9 @@ class Pane(Vertical):
         self._set_chrome(empty_message if not rows else "", subtitle)
 
     def _set_chrome(self, message_text: str, subtitle: str) -> None:
-        """Touch the message line and subtitle only when they change: a message costs a
-        layout pass, and a subtitle set through Textual repaints the whole pane."""
-        if message_text != getattr(self, "_message_text", None):
-            self._message_text = message_text
-            message = self.query_one(".pane-message", Static)
-            message.update(message_text)
-            message.display = bool(message_text)
+        """The table says why it is empty; the subtitle is touched only when it changes (set
+        through Textual, it would repaint the whole pane)."""
+        self.table.set_message(message_text)
         if subtitle != getattr(self, "_subtitle", None):
             self._subtitle = subtitle
             self._set_subtitle(subtitle)

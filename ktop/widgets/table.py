@@ -8,6 +8,7 @@ the width or the cursor changed; everything else comes from the cache.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -75,12 +76,15 @@ class KeyedTable(ScrollView, can_focus=True):
         Binding("end", "cursor_to(-1)", "Last row", show=False),
         Binding("enter", "select", "Drill down", show=False),
     ]
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"keyed-table--header", "keyed-table--cursor"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "keyed-table--header", "keyed-table--cursor", "keyed-table--message",
+    }
     DEFAULT_CSS = """
     KeyedTable {
         background: $surface;
         color: $foreground;
         & > .keyed-table--header { text-style: bold; background: $panel; color: $foreground; }
+        & > .keyed-table--message { color: $warning; }
         & > .keyed-table--cursor {
             background: $block-cursor-blurred-background;
             color: $block-cursor-blurred-foreground;
@@ -116,6 +120,9 @@ class KeyedTable(ScrollView, can_focus=True):
         self._rows: list[Row] = []  # shown: filtered and sorted
         self._row_cache: dict[str, tuple[tuple, Strip]] = {}
         self._header_cache: tuple[tuple, Strip] | None = None
+        # Said in place of rows when there are none (why the pane is empty or unavailable):
+        # drawn by the table, so it coming and going costs no layout pass of the screen.
+        self.message = ""
 
     # ---- what tests and the app read --------------------------------------------------------
 
@@ -174,6 +181,17 @@ class KeyedTable(ScrollView, can_focus=True):
         if len(before) != len(ordered):
             self._size_to_rows(self.size)
 
+    def set_message(self, text: str) -> None:
+        if text != self.message:
+            self.message = text
+            if not self._rows:
+                self.refresh()
+
+    def _message_lines(self, width: int) -> list[str]:
+        room = max(1, width - 2 * _PAD)
+        return [line for paragraph in self.message.splitlines()
+                for line in textwrap.wrap(printable(paragraph), room) or [""]]
+
     def cycle_sort(self, step: int) -> str:
         keys = [c.key for c in self.table_columns]
         self.sort_column = keys[(keys.index(self.sort_column) + step) % len(keys)]
@@ -208,8 +226,18 @@ class KeyedTable(ScrollView, can_focus=True):
         itself. While the rows fit it stays put, so a row count changing every second costs
         a repaint of this table, not a layout pass of the whole screen."""
         virtual = Size(size.width, max(len(self._rows) + 1, size.height))
-        if virtual != self.virtual_size:  # else no layout pass
-            self.virtual_size = virtual
+        if virtual == self.virtual_size:
+            return
+        before = self.virtual_size
+        if before.width == virtual.width and min(before.height, virtual.height) > size.height:
+            # Still more rows than lines: the scrollbar stays, so tell it alone. Setting
+            # virtual_size asks for a layout pass of the whole screen (processes come and go
+            # every second or two).
+            self.set_reactive(KeyedTable.virtual_size, virtual)
+            self.vertical_scrollbar.window_virtual_size = virtual.height
+            self.scroll_y = min(self.scroll_y, self.max_scroll_y)
+            return
+        self.virtual_size = virtual
 
     # ---- drawing ----------------------------------------------------------------------------
 
@@ -242,6 +270,12 @@ class KeyedTable(ScrollView, can_focus=True):
                 self._header_cache = (key, self._line(labels, width, style))
             return self._header_cache[1]
         index = self.scroll_offset.y + y - 1
+        if not self._rows and self.message:
+            lines = self._message_lines(width)
+            if index < len(lines):
+                style = self.rich_style + self.get_component_rich_style("keyed-table--message")
+                strip = Strip([Segment(" " * _PAD + lines[index], style)])
+                return strip.crop(0, width).adjust_cell_length(width, self.rich_style)
         if index >= len(self._rows):
             return Strip.blank(width, self.rich_style)
         key, cells = self._rows[index]
