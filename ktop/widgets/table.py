@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -242,19 +243,17 @@ class KeyedTable(ScrollView, can_focus=True):
     # ---- drawing ----------------------------------------------------------------------------
 
     def _line(self, cells: Sequence[tuple[str, bool, str]], width: int, base: Style) -> Strip:
-        """One table line: each cell cut or padded to its column, styles over the base."""
-        text = Text(no_wrap=True, end="")
+        """One table line: each cell cut (with an ellipsis) or padded to its column, its
+        style over the base. Built from segments directly: a Rich Text per row cost 3x more."""
+        pad = Segment(" " * _PAD, base)
+        segments = []
         for (content, right, style), column_width in zip(cells, self._widths(width)):
-            cell = Text(content, style=style, no_wrap=True, overflow="ellipsis", end="")
-            cell.truncate(column_width, overflow="ellipsis")
-            cell.align("right" if right else "left", column_width)
-            text.append(" " * _PAD)
-            text.append_text(cell)
-            text.append(" " * _PAD)
-        text.truncate(width, pad=True)
-        segments = [Segment(s.text, base + s.style if s.style else base)
-                    for s in text.render(self.app.console)]
-        return Strip(segments, width)
+            if cell_len(content) > column_width:
+                content = set_cell_size(content, max(0, column_width - 1)) + "…" if column_width else ""
+            content = set_cell_size(content, column_width) if not right else (
+                " " * (column_width - cell_len(content)) + content)
+            segments += (pad, Segment(content, base + Style.parse(style) if style else base), pad)
+        return Strip(segments).crop(0, width).adjust_cell_length(width, base)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
