@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ktop import __version__
 from ktop.collectors import bpfload
-from ktop.collectors.bpfload import Unavailable
+from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.selfcost import SelfCost
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot, UserFrame
@@ -109,6 +109,11 @@ def _build_blockio(source: LiveSource) -> tuple[Collector, Aggregator]:
     )
 
 
+# glibc keeps what each thread frees in that thread's arena: hand it back now and then, or
+# the collect thread's garbage of every refresh stays resident.
+TRIM_EVERY = 30  # refreshes
+
+
 # In load order: the first is what a user looks at first.
 BPF_PANES = (
     PaneSpec(PANE_FUNCTIONS, _build_functions),
@@ -138,6 +143,7 @@ class LiveSource:
         self._running: dict[str, tuple[Collector, Aggregator]] = {}
         self._closed = False
         self._loaded = threading.Event()
+        self._collects = 0
 
     @property
     def unavailable(self) -> dict[str, str]:
@@ -250,6 +256,9 @@ class LiveSource:
             aggregator.fold_exited(is_alive)
         cpu_profile = profiles.get(PANE_FUNCTIONS)
         duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
+        self._collects += 1
+        if self._collects % TRIM_EVERY == 0:
+            trim_heap()
         with self._lock:
             unavailable = dict(self._unavailable)
             loading = self._loading_text()

@@ -366,7 +366,7 @@ class UserSymbolizer:
         if len(self._by_stat) > KEEP_TABLES:
             self._drop_unused_tables()
         self._refresh += 1
-        if self._refresh % IDLE_REFRESHES == 0:
+        if self._refresh % 10 == 0:
             self._drop_idle_tables()
 
     def _drop_idle_tables(self) -> None:

@@ -400,7 +400,7 @@ def test_symbol_tables_no_sample_needs_are_dropped_while_still_mapped(
     sym.retain([91])
     assert sym.resolve(91, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
     assert loads == []  # still in use: kept
-    for _ in range(6):
+    for _ in range(12):
         sym.retain([91])  # mapped, but no sample named a frame in it
     assert sym._by_stat == {} and sym._by_build == {}
     assert sym.resolve(91, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"

@@ -162,16 +162,21 @@ def release_compiler_memory(maps_path: str = "/proc/self/maps") -> None:
     start): the heap clang and LLVM freed (about 60 MiB: glibc keeps freed memory for
     reuse), and the compiler libraries' pages, which compiling touched (about 75 MiB of
     RSS). Paged out, they stay in the page cache, and return only if touched again."""
+    trim_heap()
     libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        libc.malloc_trim(0)
-    except AttributeError:  # a libc without malloc_trim: nothing to give back
-        pass
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     for start, end in compiler_mappings(maps_path):
         # Private pages the loader wrote (relocations) cannot be paged out without swap
         # and stay; EINVAL on kernels before 5.4 leaves everything as it was.
         libc.madvise(start, end - start, _MADV_PAGEOUT)
+
+
+def trim_heap() -> None:
+    """Return to the kernel the free memory glibc holds in every thread's arena."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # a libc without malloc_trim: nothing to give back
+        pass
 
 
 def compiler_mappings(maps_path: str = "/proc/self/maps") -> list[tuple[int, int]]:
