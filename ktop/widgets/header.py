@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from ktop.model import PANE_FUNCTIONS, Snapshot
@@ -71,18 +74,33 @@ def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "")
 
 
 class HeaderBar(Widget):
-    """Three lines of fixed height, redrawn in place: a Static would ask for a layout pass of
-    the whole screen on every update, once a second."""
+    """Three lines of fixed height, drawn with the line API: the clock and the CPU split
+    change every second, and only the lines that changed are rebuilt and repainted (a
+    Rich renderable would be laid out whole each time; a Static would re-lay the screen)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._text = Text()
+        self._lines: list[Text] = []
+        self._strips: dict[int, tuple[tuple, Strip]] = {}
 
-    def render(self) -> Text:
-        return self._text
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        line = self._lines[y] if y < len(self._lines) else Text()
+        key = (line.plain, tuple(line.spans), width, base)
+        cached = self._strips.get(y)
+        if cached is None or cached[0] != key:
+            strip = Strip(list(line.render(self.app.console))).crop(0, width).apply_style(base)
+            # The fill takes the background alone, as Textual's padding beside it does.
+            fill = Style(bgcolor=base.bgcolor)
+            cached = self._strips[y] = (key, strip.adjust_cell_length(width, fill))
+        return cached[1]
 
     def show(self, snapshot: Snapshot | None, paused: bool = False, note: str = "") -> None:
-        text = header_text(snapshot, paused, note)
-        if text.plain != self._text.plain or text.spans != self._text.spans:  # else no redraw
-            self._text = text
-            self.refresh()
+        lines = list(header_text(snapshot, paused, note).split("\n"))
+        for y in range(max(len(lines), len(self._lines))):
+            old = self._lines[y] if y < len(self._lines) else None
+            new = lines[y] if y < len(lines) else None
+            if old is None or new is None or old.plain != new.plain or old.spans != new.spans:
+                self.refresh(Region(0, y, self.size.width or 1000, 1))
+        self._lines = lines
