@@ -21,6 +21,9 @@ UserResolver = Callable[[int, Sequence[int]], list[UserFrame]]
 LineLookup = Callable[[int], "str | None"]
 
 
+KEYS_KEPT = 10  # intervals a stack stays named after it was last seen
+
+
 @dataclass(frozen=True)
 class _StackKey:
     pid: int
@@ -70,7 +73,9 @@ class CpuAggregator:
         self.line_info = line_info
         self._recent: deque[_Interval] = deque()
         self._window: Counter = Counter()  # the sum of _recent's stacks, kept as they change
-        self._keys: dict[tuple, _StackKey] = {}  # the last interval's stacks, by raw addresses
+        # Stacks named lately, by raw addresses -> (key, the interval that last saw it).
+        self._keys: dict[tuple, tuple[_StackKey, int]] = {}
+        self._intervals = 0
         self._all = _Interval(0.0, Counter(), CpuTicks())
         self._lost: dict[str, int] = {}
 
@@ -87,14 +92,18 @@ class CpuAggregator:
 
     def add(self, drain: CpuDrain) -> None:
         stacks: Counter = Counter()
-        keys: dict[tuple, _StackKey] = {}
+        self._intervals += 1
+        keys = self._keys
         for row in drain.counts:
-            # Most stacks come back interval after interval: name each once.
+            # Most stacks come back within seconds: name each once while it does.
             raw = (row.pid, row.comm, row.kernel, row.user, row.user_mode)
-            key = self._keys.get(raw) or self._stack_key(row)
-            keys[raw] = key
+            known = keys.get(raw)
+            key = known[0] if known else self._stack_key(row)
+            keys[raw] = (key, self._intervals)
             stacks[key] += row.samples
-        self._keys = keys
+        if self._intervals % KEYS_KEPT == 0:
+            oldest = self._intervals - KEYS_KEPT
+            self._keys = {raw: kept for raw, kept in keys.items() if kept[1] > oldest}
         interval = _Interval(drain.end - drain.start, stacks, drain.ticks)
         self._recent.append(interval)
         before = list(self._recent)

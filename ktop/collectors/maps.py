@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import time
+from array import array
 from typing import Any
 
 
@@ -24,22 +25,30 @@ def drain_hash(table: Any) -> list:
 def read_stack(table: Any, stack_id: int) -> tuple[int, ...]:
     """A stack map entry's addresses, innermost first, up to the first empty slot.
 
-    (bcc's own walker assumes 127 slots; some of our stack maps hold fewer.)"""
-    addresses = []
-    for address in table[table.Key(stack_id)].ip:
-        if not address:
-            break
-        addresses.append(int(address))
-    return tuple(addresses)
+    (bcc's own walker assumes 127 slots; some of our stack maps hold fewer.) The entry is
+    read as one array of machine words: a Python loop over 127 ctypes slots cost 25 us."""
+    words = array("Q", bytes(table[table.Key(stack_id)]))
+    try:
+        depth = words.index(0)
+    except ValueError:
+        depth = len(words)
+    return tuple(words[:depth])
 
 
 def clear_stack_map(table: Any) -> None:
-    """Empty a stack map. bcc 0.26's StackTrace.clear() does nothing: delete key by key."""
-    for key in list(table.keys()):
-        try:
-            del table[key]
-        except KeyError:
-            pass
+    """Empty a stack map. bcc 0.26's StackTrace.clear() does nothing: delete key by key,
+    with the syscalls made directly (bcc's iteration builds Python objects per key)."""
+    from bcc.libbcc import lib  # noqa: PLC0415 - only collectors import bcc
+
+    fd, key = table.map_fd, ct.c_uint32()
+    ids = []
+    found = lib.bpf_get_next_key(fd, None, ct.byref(key))
+    while found == 0:
+        ids.append(key.value)
+        found = lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(key))
+    for stack_id in ids:
+        key.value = stack_id
+        lib.bpf_delete_elem(fd, ct.byref(key))
 
 
 class _ProgInfo(ct.Structure):
