@@ -16,7 +16,7 @@ from ktop.model import CpuProfile, StackSample, UserFrame
 from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
-UserResolver = Callable[[int, Sequence[int]], list[UserFrame]]
+UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
 # Kernel address -> "file:line" from a debug vmlinux, or None.
 LineLookup = Callable[[int], "str | None"]
 
@@ -76,6 +76,8 @@ class CpuAggregator:
         # Stacks named lately, by raw addresses -> (key, the interval that last saw it).
         self._keys: dict[tuple, tuple[_StackKey, int]] = {}
         self._intervals = 0
+        self._made_window: dict[_StackKey, StackSample] = {}
+        self._made_cumulative: dict[_StackKey, StackSample] = {}
         self._all = _Interval(0.0, Counter(), CpuTicks())
         self._lost: dict[str, int] = {}
 
@@ -155,8 +157,29 @@ class CpuAggregator:
             ticks = CpuTicks()
             for interval in self._recent:
                 ticks = ticks + interval.ticks
-        profile = build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks, cumulative)
+        made = self._made_cumulative if cumulative else self._made_window
+        profile = build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks,
+                                cumulative, made)
+        for key in [k for k in made if k not in stacks]:  # gone from the window
+            del made[key]
         return replace(profile, line_info=self.line_info)
+
+
+def _sample(made: dict[_StackKey, StackSample], key: _StackKey, samples: int) -> StackSample:
+    sample = made.get(key)
+    if sample is None or sample.samples != samples:
+        sample = made[key] = StackSample(
+            pid=key.pid,
+            comm=key.comm,
+            samples=samples,
+            frames=key.frames,
+            modules=key.modules,
+            sources=key.sources,
+            user_frames=key.user_frames,
+            truncated=key.truncated,
+            idle=key.idle,
+        )
+    return sample
 
 
 def _exited(key: _StackKey, pid: int) -> _StackKey:
@@ -171,22 +194,16 @@ def build_profile(
     lost: dict[str, int],
     ticks: CpuTicks,
     cumulative: bool,
+    made: dict[_StackKey, StackSample] | None = None,
 ) -> CpuProfile:
+    """made: the StackSamples of the previous build, reused where the count is the same
+    (most stacks in a window keep theirs from one refresh to the next)."""
     total = sum(stacks.values())
     idle = sum(n for key, n in stacks.items() if key.idle and not key.user_mode)
     user = sum(n for key, n in stacks.items() if key.user_mode)
+    made = {} if made is None else made
     stack_rows = tuple(
-        StackSample(
-            pid=key.pid,
-            comm=key.comm,
-            samples=samples,
-            frames=key.frames,
-            modules=key.modules,
-            sources=key.sources,
-            user_frames=key.user_frames,
-            truncated=key.truncated,
-            idle=key.idle,
-        )
+        _sample(made, key, samples)
         for key, samples in sorted(stacks.items(), key=lambda kv: -kv[1])
         if key.frames or key.user_frames
     )

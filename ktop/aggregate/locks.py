@@ -215,7 +215,7 @@ class LockAggregator:
         self,
         kallsyms: Kallsyms,
         window_s: float = 5.0,
-        resolve_user: Callable[[int, Sequence[int]], list[UserFrame]] | None = None,
+        resolve_user: Callable[[int, Sequence[int]], Sequence[UserFrame]] | None = None,
     ) -> None:
         """resolve_user: (pid, user addresses) -> frames, named while the process lives."""
         self.window_s = window_s
