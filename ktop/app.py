@@ -31,8 +31,8 @@ from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
 
 PANE_ORDER = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
-FIRST_REFRESH_S = 0.25  # the first screen: processes' CPU% over this much time
-FIRST_DATA_S = 0.3  # a pane's first refresh after its collector attaches: samples enough
+FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
+FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
 
 

@@ -209,6 +209,7 @@ class LiveSource:
                 pair[0].close()
             else:
                 self._running[spec.name] = pair
+                self._self_cost.programs_changed()
         if not reason and self.on_attached:
             self.on_attached()
 
@@ -262,6 +263,7 @@ class LiveSource:
                     self._unavailable[name] = f"stopped: {e}"
                     self._running.pop(name, None)
                 collector.close()
+                self._self_cost.programs_changed()
         processes = self._processes.collect()
         self._user_symbols.retain(p.pid for p in processes)
         if self._collects % USER_STACKS_KEPT == 0:  # an exec'd pid may name them anew

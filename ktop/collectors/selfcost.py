@@ -48,17 +48,30 @@ def parse_run_time_ns(fdinfo: str) -> int | None:
     return None
 
 
-def bpf_run_time_ns(proc: str = "/proc/self") -> int:
-    """Run time of every BPF program this process holds, summed (nanoseconds)."""
-    total = 0
+def bpf_program_fds(proc: str = "/proc/self") -> list[str]:
+    """The descriptors of every BPF program this process holds."""
+    fds = []
     for fd in os.listdir(f"{proc}/fd"):
         try:
-            if os.readlink(f"{proc}/fd/{fd}") != "anon_inode:bpf-prog":
-                continue
-            with open(f"{proc}/fdinfo/{fd}") as f:
-                total += parse_run_time_ns(f.read()) or 0
+            if os.readlink(f"{proc}/fd/{fd}") == "anon_inode:bpf-prog":
+                fds.append(fd)
         except OSError:  # closed between listing and reading
             continue
+    return fds
+
+
+def bpf_run_time_ns(fds: list[str], proc: str = "/proc/self") -> int | None:
+    """Run time of these BPF programs, summed (nanoseconds); None if one of them is gone."""
+    total = 0
+    for fd in fds:
+        try:
+            with open(f"{proc}/fdinfo/{fd}") as f:
+                run_time = parse_run_time_ns(f.read())
+        except OSError:
+            return None
+        if run_time is None:  # the descriptor now names something else
+            return None
+        total += run_time
     return total
 
 
@@ -72,17 +85,29 @@ class SelfCost:
         self._stats_fd: int | None = None
         self._counting = False
         self._previous: tuple[float, float, int] | None = None
+        self._fds: list[str] = []  # programs load at start-up, and may stop: listed again then
 
     def start(self) -> None:
         self._stats_fd = enable_bpf_stats()
         self._counting = self._stats_fd is not None or stats_enabled_by_sysctl()
-        self._previous = (time.monotonic(), time.process_time(), bpf_run_time_ns())
+        self._previous = (time.monotonic(), time.process_time(), self._bpf_ns())
+
+    def programs_changed(self) -> None:
+        """A collector attached or stopped: list the programs again at the next measure."""
+        self._fds = []
+
+    def _bpf_ns(self) -> int:
+        total = bpf_run_time_ns(self._fds) if self._fds else None
+        if total is None:
+            self._fds = bpf_program_fds()
+            total = bpf_run_time_ns(self._fds) or 0
+        return total
 
     def measure(self) -> SelfCostRow | None:
         """None before start() or on the first call's zero-length span."""
         if self._previous is None:
             return None
-        now, cpu, bpf_ns = time.monotonic(), time.process_time(), bpf_run_time_ns()
+        now, cpu, bpf_ns = time.monotonic(), time.process_time(), self._bpf_ns()
         before_time, before_cpu, before_bpf = self._previous
         self._previous = (now, cpu, bpf_ns)
         elapsed = now - before_time
