@@ -129,8 +129,18 @@ def _options(args: argparse.Namespace) -> Options:
     )
 
 
+# Where ktop's own one-line messages go: the stderr ktop was started with. While a BPF
+# program compiles (in the background, once start-up no longer waits for it), fd 2 is
+# pointed at a file that catches clang's and the verifier's output.
+_messages = sys.stderr
+
+
+def _say(message: str) -> None:
+    print(f"ktop: {message}", file=_messages, flush=True)
+
+
 def _fail(message: str, code: int = 1) -> int:
-    print(f"ktop: {message}", file=sys.stderr)
+    _say(message)
     return code
 
 
@@ -168,7 +178,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         return _fail(str(e))
     except KeyboardInterrupt:
         return _fail("interrupted; nothing written", 130)
-    print(f"ktop: wrote {written}", file=sys.stderr)
+    _say(f"wrote {written}")
     return 0
 
 
@@ -206,7 +216,12 @@ def run_interactive(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _messages
     args = parse_args(argv)
+    try:
+        _messages = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+    except (OSError, ValueError, AttributeError):  # no real stderr (tests capture it)
+        _messages = sys.stderr
     if args.snapshot:
         return run_snapshot(args)
     return run_interactive(args)
