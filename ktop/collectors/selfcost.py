@@ -90,6 +90,10 @@ class SelfCost:
     def start(self) -> None:
         self._stats_fd = enable_bpf_stats()
         self._counting = self._stats_fd is not None or stats_enabled_by_sysctl()
+        self.start_span()
+
+    def start_span(self) -> None:
+        """The next measure covers from now on."""
         self._previous = (time.monotonic(), time.process_time(), self._bpf_ns())
 
     def programs_changed(self) -> None:
