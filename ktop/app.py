@@ -401,6 +401,3 @@ def build_app(source: DataSource, **kwargs) -> KtopApp:
     """The app factory: tests hand it recorded data, the CLI live collectors."""
     return KtopApp(source, **kwargs)
 
-
-def all_tables(app: KtopApp) -> list[KeyedTable]:
-    return list(app.query(KeyedTable))

@@ -14,7 +14,6 @@ PANE_FUNCTIONS = "functions"
 PANE_LOCKS = "locks"
 PANE_BLOCKIO = "blockio"
 PANE_PROCESSES = "processes"
-PANES = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
 
 # The pid of rows that fold together processes (or threads) that have exited, one row per
 # command, in the totals kept since start: pids churn, and the totals must stay bounded.

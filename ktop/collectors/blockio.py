@@ -342,7 +342,6 @@ class BlockCollector:
         self._last_sweep = 0.0
         self._last_bio_refresh = 0.0
         self._pending: list[CompletedRequest] = []
-        self.submitter_tracepoint = ""
 
     def start(self) -> None:
         """Compile, load and attach; Unavailable says why not and what would fix it."""
@@ -357,10 +356,9 @@ class BlockCollector:
             ) from None
         except BtfError as e:
             raise Unavailable(f"cannot read block requests on this kernel: {e}") from None
-        # block_io_start (6.5+) fires where each request is made, in the submitting task.
-        self.submitter_tracepoint = "block:block_rq_insert"
+        # block_io_start (6.5+) fires where each request is made, in the submitting task;
+        # without it, block_rq_insert stands in.
         if tracepoint_exists("block", "block_io_start"):
-            self.submitter_tracepoint = "block:block_io_start"
             cflags.append("-DHAVE_IO_START")
         if self._user_stacks:
             cflags.append("-DUSER_STACKS")

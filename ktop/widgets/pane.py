@@ -53,9 +53,6 @@ class Pane(Vertical):
     def table(self) -> KeyedTable:
         return self.query_one(f"#{self.PANE}-{self.view}", KeyedTable)
 
-    def tables(self) -> list[KeyedTable]:
-        return list(self.query(KeyedTable))
-
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
         names = [v.name for v in self.VIEWS]
         had_focus = self.table.has_focus
