@@ -10,18 +10,16 @@ import pytest
 
 from ktop.aggregate.blockio import BlockAggregator, bucket_bounds, histogram
 from ktop.collectors.blockio import (
-    BTF_PATH,
     STRUCT_FIELDS,
     TRACEPOINT_ARGS,
     BlockDrain,
-    BtfError,
     CompletedRequest,
     IoStack,
     IoTotal,
-    KernelBtf,
     LatencyBucket,
     struct_offset_flags,
 )
+from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.disks import kernel_dev
 from ktop.symbols import Kallsyms
 
