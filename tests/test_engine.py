@@ -80,6 +80,8 @@ def test_processes_come_at_once_and_each_pane_says_what_it_is_doing(gates):
                                              (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)])
     source.start(wait=False)
     try:
+        # the loader thread marks hot functions "compiling" as it begins
+        wait_until(lambda: source.collect().loading[PANE_FUNCTIONS].startswith("compiling"))
         first = source.collect()
         assert first.processes, "the processes pane needs no BPF and waits for none"
         assert first.cpu is None and first.locks is None and first.blockio is None
