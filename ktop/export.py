@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ktop.aggregate.stacktree import callers_tree
 from ktop.model import (
     BlockProfile,
     CpuProfile,
@@ -24,6 +23,7 @@ from ktop.model import (
     StackSample,
     UserFrame,
 )
+from ktop.stacktree import callers_tree
 from ktop.text import printable
 
 

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 from conftest import run_app
 
-from ktop.aggregate.stacktree import callees_tree, callers_tree, processes_hitting, unique_stacks
 from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import StackSample, UserFrame
 from ktop.screens.stacks import FunctionScreen, IoProcessScreen, LockCallerScreen
 from ktop.snapshot import SnapshotError, render_screen, screen_text
+from ktop.stacktree import callees_tree, callers_tree, processes_hitting, unique_stacks
 
 # ---- trees from stacks ---------------------------------------------------------------------
 

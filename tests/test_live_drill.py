@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from ktop.aggregate.stacktree import callers_tree
 from ktop.engine import LiveSource, Options
 from ktop.model import PANE_FUNCTIONS
+from ktop.stacktree import callers_tree
 
 pytestmark = [
     pytest.mark.live,

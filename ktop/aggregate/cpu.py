@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
-from ktop.aggregate.stacktree import hot_functions
 from ktop.aggregate.window import trim_to_window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import CpuProfile, StackSample, UserFrame
+from ktop.stacktree import hot_functions
 from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.

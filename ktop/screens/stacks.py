@@ -18,7 +18,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from ktop.aggregate.stacktree import (
+from ktop.model import IoProcess, LockCaller, Snapshot
+from ktop.stacktree import (
     StackNode,
     callees_tree,
     callers_tree,
@@ -26,7 +27,6 @@ from ktop.aggregate.stacktree import (
     processes_hitting,
     unique_stacks,
 )
-from ktop.model import IoProcess, LockCaller, Snapshot
 from ktop.text import format_pid, printable
 from ktop.units import format_ns, format_span
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ktop.aggregate.stacktree import hot_functions
 from ktop.model import PANE_FUNCTIONS, Snapshot
+from ktop.stacktree import hot_functions
 from ktop.units import format_span
 from ktop.widgets.pane import Display, Pane, View
 from ktop.widgets.table import Cell, Column, num
