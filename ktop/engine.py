@@ -118,6 +118,14 @@ FOLD_EVERY = 10  # refreshes
 USER_STACKS_KEPT = 5  # refreshes a named user stack is reused
 
 
+LOADER_THREAD = "ktop-loader"
+
+
+def still_loading() -> bool:
+    """A BPF program is still compiling in the background (ktop is quitting during start-up)."""
+    return any(t.name == LOADER_THREAD and t.is_alive() for t in threading.enumerate())
+
+
 # In load order: the first is what a user looks at first.
 BPF_PANES = (
     PaneSpec(PANE_FUNCTIONS, _build_functions),
@@ -169,7 +177,7 @@ class LiveSource:
         if self._specs:
             # A daemon: quitting while clang compiles must not wait for it; the kernel
             # unloads whatever the process held when it exits.
-            threading.Thread(target=self._load_all, name="ktop-loader", daemon=True).start()
+            threading.Thread(target=self._load_all, name=LOADER_THREAD, daemon=True).start()
         else:
             self._loaded.set()
         if wait:

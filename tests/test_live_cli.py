@@ -131,7 +131,7 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    assert process.returncode not in (0, None)
+    assert process.returncode == 130, err  # as for Ctrl-C; not a crash (139) while clang ran
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ktop: "), err
     assert "Traceback" not in err
