@@ -115,7 +115,6 @@ TRIM_EVERY = 30  # refreshes
 # Totals since start fold exited processes once crowded; looking for them walks every entry,
 # so not on every refresh (at 4000 Hz that walk was a fifth of the collecting).
 FOLD_EVERY = 10  # refreshes
-USER_STACKS_KEPT = 5  # refreshes a named user stack is reused
 
 
 LOADER_THREAD = "ktop-loader"
@@ -148,7 +147,6 @@ class LiveSource:
         self._started = time.monotonic()
         self._kallsyms: Kallsyms | None = None
         self._user_symbols = UserSymbolizer()
-        self._user_stacks: dict[tuple[int, tuple[int, ...]], tuple[UserFrame, ...]] = {}
         # Shared with the loader thread, under _lock.
         self._lock = threading.Lock()
         self._unavailable: dict[str, str] = {}
@@ -246,17 +244,8 @@ class LiveSource:
 
     def resolve_user(self, pid: int, addresses) -> tuple[UserFrame, ...]:
         """User frames named while the process lives; a process that exited keeps the names
-        resolved before (the aggregate holds them), later addresses show as hex.
-
-        One user stack comes back under many kernel stacks (a syscall interrupted at each
-        of its instructions): named once per pid and stack for a few refreshes."""
-        key = (pid, tuple(addresses))
-        frames = self._user_stacks.get(key)
-        if frames is None:
-            frames = self._user_stacks[key] = tuple(
-                UserFrame(f.symbol, f.module) for f in self._user_symbols.resolve(pid, addresses)
-            )
-        return frames
+        resolved before (the aggregate holds them), later addresses show as hex."""
+        return tuple(UserFrame(f.symbol, f.module) for f in self._user_symbols.resolve(pid, addresses))
 
     # ---- each interval --------------------------------------------------------------------
 
@@ -276,8 +265,6 @@ class LiveSource:
                 self._self_cost.programs_changed()
         processes = self._processes.collect()
         self._user_symbols.retain(p.pid for p in processes)
-        if self._collects % USER_STACKS_KEPT == 0:  # an exec'd pid may name them anew
-            self._user_stacks.clear()
         self._collects += 1
         if self._collects % FOLD_EVERY == 0:
             is_alive = functools.cache(task_exists)  # asked once per pid

@@ -11,7 +11,7 @@ import time
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
@@ -23,6 +23,7 @@ KEEP_TABLES = 64  # symbol tables of files kept before those no live process map
 # A table no sample has needed for this many refreshes is dropped, even if its file is still
 # mapped: ktop's own start-up names LLVM and clang frames (6 MiB of names) once, then never.
 IDLE_REFRESHES = 60
+MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -306,6 +307,12 @@ class _ProcMaps:
     starts: list[int]
     maps: list[_Mapping]
     read_at: float
+    # Stacks named with these maps: one user stack comes back under many kernel stacks (a
+    # syscall interrupted at each of its instructions). Gone with the maps when re-read.
+    # Only stacks whose every address was mapped: an unmapped one may be a dlopen() to come.
+    stacks: dict[tuple[int, ...], tuple[list[UserFrame], tuple[_SymTable, ...]]] = field(
+        default_factory=dict
+    )
 
     def find(self, address: int) -> _Mapping | None:
         i = bisect_right(self.starts, address) - 1
@@ -379,6 +386,7 @@ class UserSymbolizer:
         self._by_stat = {k: t for k, t in self._by_stat.items() if id(t) not in idle}
         self._by_build = {k: t for k, t in self._by_build.items() if id(t) not in idle}
         for procmaps in self._procs.values():
+            procmaps.stacks.clear()  # they hold the dropped tables
             for m in procmaps.maps:
                 if m.table is not None and id(m.table) in idle:
                     m.table = None
@@ -397,8 +405,19 @@ class UserSymbolizer:
             procmaps = self._read_maps(pid, None)
         if procmaps is None:
             return [UserFrame(a, f"0x{a:x}", UNKNOWN) for a in addresses]
-        retried = False
+        key = tuple(addresses)
+        cached = procmaps.stacks.get(key)
+        if cached is not None:
+            frames, tables = cached
+            for table in tables:  # still in use, though not looked up again
+                self._last_used[id(table)] = self._refresh
+            return frames
+        return self._resolve(pid, procmaps, key)
+
+    def _resolve(self, pid: int, procmaps: _ProcMaps, addresses: tuple[int, ...]) -> list[UserFrame]:
+        retried = unmapped = False
         frames: list[UserFrame] = []
+        tables: list[_SymTable] = []
         for addr in addresses:
             m = procmaps.find(addr)
             if (
@@ -413,6 +432,14 @@ class UserSymbolizer:
                     procmaps = fresh
                     m = procmaps.find(addr)
             frames.append(self._frame(pid, m, addr))
+            if m is None:
+                unmapped = True
+            elif m.table is not None:
+                tables.append(m.table)
+        if not unmapped:
+            if len(procmaps.stacks) >= MAX_STACKS_PER_PROCESS:
+                procmaps.stacks.clear()
+            procmaps.stacks[addresses] = (frames, tuple(set(tables)))
         return frames
 
     def _read_maps(self, pid: int, previous: _ProcMaps | None) -> _ProcMaps | None:
