@@ -222,18 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         _messages = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
     except (OSError, ValueError, AttributeError):  # no real stderr (tests capture it)
         _messages = sys.stderr
-    code = run_snapshot(args) if args.snapshot else run_interactive(args)
-    from ktop.engine import still_loading
-
-    if still_loading():
-        # Quit during start-up: clang still runs in the loader thread, and the interpreter's
-        # shutdown would tear Python down under it (it crashed with SIGSEGV, exit 139). The
-        # terminal is restored and the collectors closed; the kernel frees what the process
-        # still holds as it exits.
-        for stream in (sys.stdout, _messages):
-            stream.flush()
-        os._exit(code)
-    return code
+    return run_snapshot(args) if args.snapshot else run_interactive(args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ktop import __version__
-from ktop.collectors import bpfload
+from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.selfcost import SelfCost
@@ -117,13 +117,9 @@ TRIM_EVERY = 30  # refreshes
 FOLD_EVERY = 10  # refreshes
 
 
-LOADER_THREAD = "ktop-loader"
-
-
-def still_loading() -> bool:
-    """A BPF program is still compiling in the background (ktop is quitting during start-up)."""
-    return any(t.name == LOADER_THREAD and t.is_alive() for t in threading.enumerate())
-
+# Quitting during start-up waits this long for the loader to close what it just attached
+# (a cancelled compile returns at once; the process exiting would close it anyway).
+LOADER_JOIN_S = 2.0
 
 # In load order: the first is what a user looks at first.
 BPF_PANES = (
@@ -154,6 +150,7 @@ class LiveSource:
         self._running: dict[str, tuple[Collector, Aggregator]] = {}
         self._closed = False
         self._loaded = threading.Event()
+        self._loader: threading.Thread | None = None
         self._collects = 0
 
     @property
@@ -173,9 +170,8 @@ class LiveSource:
             for spec in self._specs:
                 self._loading[spec.name] = ("waiting for the panes before it", now)
         if self._specs:
-            # A daemon: quitting while clang compiles must not wait for it; the kernel
-            # unloads whatever the process held when it exits.
-            threading.Thread(target=self._load_all, name=LOADER_THREAD, daemon=True).start()
+            self._loader = threading.Thread(target=self._load_all, name="ktop-loader", daemon=True)
+            self._loader.start()
         else:
             self._loaded.set()
         if wait:
@@ -186,12 +182,12 @@ class LiveSource:
 
     def _load_all(self) -> None:
         try:
-            for spec in self._specs:
-                if self._closed:
-                    return
-                self._load(spec)
+            with loader.shared_compiler():
+                for spec in self._specs:
+                    if self._closed:
+                        return
+                    self._load(spec)
             self.headers = bpfload.headers_description()
-            bpfload.release_compiler_memory()
             # What ktop costs from here on: the next figure no longer counts compiling.
             self._self_cost.start_span()
         finally:
@@ -303,6 +299,10 @@ class LiveSource:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        if self._loader is not None:
+            loader.cancel()  # quitting during start-up: stop the compile under way
+            self._loader.join(timeout=LOADER_JOIN_S)
+        with self._lock:
             running, self._running = list(self._running.values()), {}
         for collector, _ in running:
             collector.close()

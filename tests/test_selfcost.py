@@ -1,4 +1,4 @@
-"""What ktop shows of its own cost, and how it gives back what compiling cost."""
+"""What ktop shows of its own cost."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import time
 import pytest
 from conftest import root_only
 
-from ktop.collectors.bpfload import compiler_mappings
 from ktop.collectors.selfcost import SelfCost, parse_run_time_ns
 from ktop.engine import LiveSource, Options
 from ktop.model import PANE_FUNCTIONS
@@ -38,23 +37,6 @@ def test_own_cpu_counts_every_thread_in_nanoseconds():
     measured = cost.measure()
     cost.close()
     assert measured is not None and measured.cpu_percent > 10  # it was spinning
-
-
-def test_the_compiler_libraries_are_found_in_the_maps(tmp_path):
-    maps = tmp_path / "maps"
-    maps.write_text(
-        "7f0000000000-7f0000100000 r--p 00000000 fe:01 1234 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1\n"
-        "7f0000100000-7f0003000000 r-xp 00100000 fe:01 1234 /usr/lib/x86_64-linux-gnu/libLLVM-14.so.1\n"
-        "7f1000000000-7f1000200000 r-xp 00000000 fe:01 99 /usr/lib/llvm-14/lib/libclang-cpp.so.14\n"
-        "7f2000000000-7f2000021000 rw-p 00000000 00:00 0 \n"
-        "7f3000000000-7f3000100000 r-xp 00000000 fe:01 77 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
-    )
-    assert compiler_mappings(str(maps)) == [
-        (0x7F0000000000, 0x7F0000100000),
-        (0x7F0000100000, 0x7F0003000000),
-        (0x7F1000000000, 0x7F1000200000),
-    ]
-    assert compiler_mappings(str(tmp_path / "missing")) == []
 
 
 @pytest.mark.live

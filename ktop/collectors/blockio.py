@@ -11,19 +11,19 @@ import ctypes as ct
 import errno
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from ktop.collectors.bpfload import (
     Unavailable,
     check_privileges,
-    compile_program,
     ensure_tracefs,
+    load_program,
     require_tracepoints,
     tracepoint_exists,
 )
+from ktop.collectors.bpfsys import RingBuffer
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.disks import bio_based_devices
-from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
+from ktop.collectors.maps import TwoGenerationProgram
 
 PROGRAM = "blockio.bpf.c"
 # Map names, as bpf/blockio.bpf.c declares them.
@@ -205,6 +205,7 @@ class BlockCollector:
         self._user_stacks = user_stacks
         self._sys_root = sys_root
         self._program: TwoGenerationProgram | None = None
+        self._completions: RingBuffer | None = None
         self._origin = 0.0
         self._last = 0.0
         self._stale = 0
@@ -234,18 +235,18 @@ class BlockCollector:
         ringbuf_pages = 256 if self._interval_s <= 1.0 else 1024
         cflags.append(f"-DRINGBUF_PAGES={ringbuf_pages}")
         # bcc attaches every RAW_TRACEPOINT_PROBE itself as it loads the program.
-        self._program = TwoGenerationProgram(compile_program(PROGRAM, cflags), LOST_NAMES)
+        self._program = TwoGenerationProgram(load_program(PROGRAM, cflags), LOST_NAMES)
         try:
-            self._program.table(MAP_COMPLETIONS).open_ring_buffer(self._on_completion)
+            self._completions = RingBuffer(self._program.table(MAP_COMPLETIONS))
             self.refresh_bio_devices()
-        except Exception as e:
+        except (OSError, ValueError) as e:
             self.close()
             raise Unavailable(f"cannot open the block I/O ring buffer: {e}") from None
         self._origin = self._last = self._last_sweep = time.monotonic()
 
 
-    def _on_completion(self, _ctx: Any, data: Any, _size: int) -> int:
-        event = ct.cast(data, ct.POINTER(BlkEvent)).contents
+    def _on_completion(self, record: memoryview) -> None:
+        event = BlkEvent.from_buffer_copy(record)
         self._pending.append(
             CompletedRequest(
                 time=event.ts_ns / 1e9,
@@ -259,7 +260,6 @@ class BlockCollector:
                 queue_ns=event.queue_ns,
             )
         )
-        return 0
 
     def drain(self) -> BlockDrain:
         """Swap map generations, then read and empty the one the program just left."""
@@ -277,7 +277,7 @@ class BlockCollector:
                 latency_ns=value.latency_ns,
                 queue_ns=value.queue_ns,
             )
-            for key, value in drain_hash(self._program.table(MAP_TOTALS[old]))
+            for key, value in self._program.table(MAP_TOTALS[old]).drain()
         )
         histogram = tuple(
             LatencyBucket(
@@ -286,9 +286,9 @@ class BlockCollector:
                 dev=key.dev,
                 rw=_rw(key.rw),
                 slot=key.slot,
-                count=int(getattr(value, "value", value)),
+                count=count,
             )
-            for key, value in drain_hash(self._program.table(MAP_HIST[old]))
+            for key, count in self._program.table(MAP_HIST[old]).drain()
         )
         stacks_map = self._program.table(MAP_STACKS[old])
 
@@ -301,15 +301,15 @@ class BlockCollector:
                 comm=_comm(key.comm),
                 dev=key.dev,
                 rw=_rw(key.rw),
-                requests=int(getattr(value, "value", value)),
+                requests=requests,
                 kernel=walk(key.kstack),
                 user=walk(key.ustack) if key.ustack != -errno.EFAULT else (),
             )
-            for key, value in drain_hash(self._program.table(MAP_STACK_COUNTS[old]))
+            for key, requests in self._program.table(MAP_STACK_COUNTS[old]).drain()
         )
-        clear_stack_map(stacks_map)
+        stacks_map.clear()
 
-        self._program.program.ring_buffer_consume()
+        self._completions.consume(self._on_completion)
         requests, self._pending = tuple(self._pending), []
 
         now = time.monotonic()
@@ -328,10 +328,7 @@ class BlockCollector:
         self._last_sweep = now
         inflight = self._program.table(MAP_INFLIGHT)
         cutoff_ns = int((now - STALE_AFTER_S) * 1e9)
-        try:
-            entries = list(inflight.items_lookup_batch())
-        except Exception:
-            entries = list(inflight.items())
+        entries = inflight.snapshot()
         stale = [key for key, req in entries if req.start_ns < cutoff_ns]
         for key in stale:
             try:
@@ -371,6 +368,9 @@ class BlockCollector:
         return totals
 
     def close(self) -> None:
+        if self._completions is not None:
+            self._completions.close()
+            self._completions = None
         if self._program is not None:
             self._program.close()
             self._program = None

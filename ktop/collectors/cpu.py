@@ -7,8 +7,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from ktop.collectors.bpfload import Unavailable, compile_program, import_bcc
-from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
+from ktop.collectors.bpfload import Unavailable, load_program
+from ktop.collectors.bpfsys import attach_sampling
+from ktop.collectors.maps import TwoGenerationProgram
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 
 PROGRAM = "cpu.bpf.c"
@@ -71,7 +72,7 @@ class CpuSampler:
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
-        program = compile_program(
+        program = load_program(
             PROGRAM,
             [
                 f"-DCOUNTS_ENTRIES={counts}",
@@ -81,18 +82,11 @@ class CpuSampler:
             {"on_cpu_sample": "PERF_EVENT"},
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
-        bcc = import_bcc()
         try:
-            program.attach_perf_event(
-                ev_type=bcc.PerfType.SOFTWARE,
-                ev_config=bcc.PerfSWConfig.CPU_CLOCK,
-                fn_name=b"on_cpu_sample",
-                sample_freq=self.hz,
-                cpu=-1,
-            )
-        except Exception as e:
+            program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
+        except OSError as e:
             self.close()
-            raise Unavailable(f"cannot attach the cpu-clock perf event: {e}") from None
+            raise Unavailable(f"cannot attach the cpu-clock perf event: {e.strerror}") from None
         self._last = time.monotonic()
         self._ticks = read_cpu_ticks()
 
@@ -107,8 +101,7 @@ class CpuSampler:
         walk = self._program.stacks.read
 
         rows = []
-        for key, value in drain_hash(counts_map):
-            samples = int(getattr(value, "value", value))
+        for key, samples in counts_map.drain():
             rows.append(
                 StackCount(
                     pid=key.pid,
@@ -119,8 +112,8 @@ class CpuSampler:
                     user_mode=key.kstack == -errno.EFAULT,
                 )
             )
-        clear_stack_map(kernel_stacks)
-        clear_stack_map(user_stacks)
+        kernel_stacks.clear()
+        user_stacks.clear()
         drain = CpuDrain(self._last, end, tuple(rows), self.lost(), ticks - self._ticks)
         self._last, self._ticks = end, ticks
         return drain

@@ -11,11 +11,12 @@ from ktop.collectors.bpfload import (
     TRACEFS,
     Unavailable,
     check_privileges,
-    compile_program,
     ensure_tracefs,
+    load_program,
     require_tracepoints,
 )
-from ktop.collectors.maps import TwoGenerationProgram, clear_stack_map, drain_hash
+from ktop.collectors.bpfsys import attach_tracepoint
+from ktop.collectors.maps import TwoGenerationProgram
 
 PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
@@ -165,7 +166,7 @@ class LockCollector:
         ensure_tracefs()
         require_lock_tracepoints()
         check_record_layout()
-        program = compile_program(
+        program = load_program(
             PROGRAM,
             [f"-DUSER_STACKS={int(self._user_stacks)}", f"-DPASS_ON={int(self._pass_on)}"],
             {"on_contention_begin": "TRACEPOINT", "on_contention_end": "TRACEPOINT"},
@@ -174,16 +175,17 @@ class LockCollector:
         template = self._program.table(MAP_WAIT_TEMPLATE)
         leaf = template.Leaf()
         leaf.wait.min_ns = U64_MAX  # so the first wait of a new aggregate sets min
-        template[template.Key(0)] = leaf
+        template[0] = leaf
         try:
             # End first: every begin seen then has its end seen, so no start is left behind.
-            program.attach_tracepoint(tp=b"lock:contention_end", fn_name=b"on_contention_end")
-            program.attach_tracepoint(
-                tp=b"lock:contention_begin", fn_name=b"on_contention_begin"
-            )
-        except Exception as e:  # noqa: BLE001 - bcc raises bare Exception
+            for tracepoint in ("lock:contention_end", "lock:contention_begin"):
+                function = "on_" + tracepoint.split(":")[1]
+                program.keep(attach_tracepoint(program.programs[function], tracepoint, TRACEFS))
+        except OSError as e:
             self.close()
-            raise Unavailable(f"cannot attach the lock contention tracepoints: {e}") from None
+            raise Unavailable(
+                f"cannot attach the lock contention tracepoints: {e.strerror}"
+            ) from None
         self._last = time.monotonic()
 
     def drain(self) -> LockDrain:
@@ -208,7 +210,7 @@ class LockCollector:
                 min_ns=value.wait.min_ns,
                 hist=tuple(value.hist),
             )
-            for key, value in drain_hash(self._program.table(MAP_STACK_WAITS[old]))
+            for key, value in self._program.table(MAP_STACK_WAITS[old]).drain()
         ]
         lock_rows = [
             LockWaits(
@@ -219,7 +221,7 @@ class LockCollector:
                 max_ns=value.max_ns,
                 min_ns=value.min_ns,
             )
-            for key, value in drain_hash(self._program.table(MAP_LOCK_WAITS[old]))
+            for key, value in self._program.table(MAP_LOCK_WAITS[old]).drain()
         ]
         task_rows = [
             TaskWaits(
@@ -236,10 +238,10 @@ class LockCollector:
                 max_ns=value.max_ns,
                 min_ns=value.min_ns,
             )
-            for key, value in drain_hash(self._program.table(MAP_TASK_WAITS[old]))
+            for key, value in self._program.table(MAP_TASK_WAITS[old]).drain()
         ]
-        clear_stack_map(kernel_stacks)
-        clear_stack_map(user_stacks)
+        kernel_stacks.clear()
+        user_stacks.clear()
         self._age_starts()
         drain = LockDrain(
             self._last, end, tuple(stack_rows), tuple(lock_rows), tuple(task_rows), self.lost()

@@ -9,27 +9,13 @@ run_time_ns from /proc/self/fdinfo.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import time
 
+from ktop.collectors.bpfsys import enable_stats
 from ktop.model import SelfCostRow
 
-_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351, "riscv64": 280}
-_BPF_ENABLE_STATS, _BPF_STATS_RUN_TIME = 32, 0
 _STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
-
-
-def enable_bpf_stats() -> int | None:
-    """A descriptor that keeps BPF run-time statistics on while it is open, or None."""
-    number = _BPF_SYSCALL.get(platform.machine())
-    if number is None:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    attr = (ctypes.c_uint32 * 2)(_BPF_STATS_RUN_TIME, 0)
-    fd = libc.syscall(number, _BPF_ENABLE_STATS, ctypes.byref(attr), ctypes.sizeof(attr))
-    return fd if fd >= 0 else None
 
 
 def stats_enabled_by_sysctl(path: str = _STATS_SYSCTL) -> bool:
@@ -88,7 +74,7 @@ class SelfCost:
         self._fds: list[str] = []  # programs load at start-up, and may stop: listed again then
 
     def start(self) -> None:
-        self._stats_fd = enable_bpf_stats()
+        self._stats_fd = enable_stats()
         self._counting = self._stats_fd is not None or stats_enabled_by_sysctl()
         self.start_span()
 

@@ -1,0 +1,139 @@
+"""Programs compiled in a child process, held and read by descriptor in ktop's own."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import root_only
+
+from ktop.collectors.bpfload import kernel_headers
+from ktop.collectors.bpfsys import BpfMap, bpf, ctype_of
+from ktop.collectors.loader import CompileFailed, Compiler
+
+# Descriptions as bcc gives them for ktop's own maps.
+LOCK_STACK_WAIT = json.loads(
+    '["lock_stack_wait", [["wait",["lock_wait", [["count","unsigned long long"],'
+    ' ["total_ns","unsigned long long"], ["max_ns","unsigned long long"],'
+    ' ["min_ns","unsigned long long"] ], "struct_packed"]],'
+    ' ["hist","unsigned long long", [40]] ], "struct_packed"]'
+)
+CPU_KEY = json.loads(
+    '["cpu_key", [["pid","unsigned int"], ["kstack","int"], ["ustack","int"],'
+    ' ["pad","unsigned int"], ["comm","char", [16]] ], "struct_packed"]'
+)
+
+
+def test_map_types_are_built_from_bccs_descriptions():
+    key = ctype_of(CPU_KEY)(pid=7, kstack=-14, comm=b"dd")
+    assert ct.sizeof(key) == 32
+    assert (key.pid, key.kstack, key.comm) == (7, -14, b"dd")
+    wait = ctype_of(LOCK_STACK_WAIT)()
+    assert ct.sizeof(wait) == 352  # as the kernel map says: 4 counters and 40 slots
+    wait.wait.min_ns = 2**64 - 1
+    wait.hist[39] = 5
+    assert (wait.wait.min_ns, wait.hist[39]) == (2**64 - 1, 5)
+    assert ctype_of("unsigned char") is ct.c_ubyte
+
+
+def test_a_description_that_disagrees_with_the_map_size_is_refused():
+    with pytest.raises(ValueError, match="key type is 32 bytes, the map's 40"):
+        BpfMap("counts", -1, 1, CPU_KEY, "unsigned long long", 40, 8, 16)
+
+
+def test_an_unknown_c_type_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown C type 'float128'"):
+        ctype_of(["k", [["x", "float128"]], "struct"])
+
+
+class _MapCreate(ct.Structure):
+    _fields_ = [("map_type", ct.c_uint32), ("key_size", ct.c_uint32),
+                ("value_size", ct.c_uint32), ("max_entries", ct.c_uint32)]
+
+
+@root_only
+def test_a_hash_map_drains_whole_across_many_batches():
+    """More entries than one batch holds: every one comes back once, and the map is empty."""
+    entries = 5000
+    fd = bpf(0, _MapCreate(map_type=1, key_size=4, value_size=8, max_entries=8192))  # HASH
+    table = BpfMap("t", fd, 1, "unsigned int", "unsigned long long", 4, 8, 8192)
+    try:
+        for i in range(entries):
+            table[i] = i * 3
+        assert table[4999] == 14997
+        drained = {key.value: value for key, value in table.drain()}
+        assert drained == {i: i * 3 for i in range(entries)}
+        assert list(table.keys()) == []
+        with pytest.raises(KeyError):
+            table[1]
+    finally:
+        import os  # noqa: PLC0415
+
+        os.close(fd)
+
+
+BROKEN = "int f(void) { return undeclared_thing; }\n"
+
+
+def headers_environment() -> dict[str, str]:
+    source = kernel_headers().source
+    return {"BCC_KERNEL_SOURCE": source} if source else {}
+
+
+@root_only
+def test_a_compile_error_comes_back_as_one_line_naming_it(tmp_path):
+    (tmp_path / "broken.bpf.c").write_text(BROKEN)
+    with Compiler() as compiler, pytest.raises(CompileFailed) as error:
+        compiler.load("broken.bpf.c", str(tmp_path), [], {}, headers_environment())
+    message = str(error.value)
+    assert message.startswith("broken.bpf.c failed to compile:")
+    assert "undeclared_thing" in message and "\n" not in message
+
+
+@root_only
+def test_killing_the_compiler_mid_compile_fails_the_load_and_nothing_stays(tmp_path):
+    (tmp_path / "slow.bpf.c").write_text("#include <linux/sched.h>\n" + BROKEN)
+    compiler = Compiler()
+    threading.Timer(0.3, compiler.kill).start()
+    started = time.monotonic()
+    with pytest.raises(CompileFailed, match="was killed by signal 9"):
+        compiler.load("slow.bpf.c", str(tmp_path), [], {}, headers_environment())
+    compiler.close()
+    assert time.monotonic() - started < 2
+
+
+KTOP_PROCESS = """
+import json, sys, time
+from ktop.engine import LiveSource, Options
+source = LiveSource(Options())
+source.start()
+time.sleep(1)
+snapshot = source.collect()
+with open("/proc/self/maps") as f:
+    maps = f.read()
+print(json.dumps({
+    "unavailable": dict(snapshot.unavailable),
+    "functions": len(snapshot.cpu.functions) if snapshot.cpu else 0,
+    "compiler_mapped": [n for n in ("libLLVM", "libclang", "libbcc") if n in maps],
+    "bcc_imported": "bcc" in sys.modules,
+}))
+source.close()
+"""
+
+
+@root_only
+@pytest.mark.live
+def test_ktops_own_process_never_loads_the_compiler():
+    """The point of the child: bcc, clang and LLVM's 30 MiB never enter ktop's memory."""
+    result = subprocess.run([sys.executable, "-c", KTOP_PROCESS], capture_output=True,
+                            text=True, timeout=60, check=True)
+    seen = json.loads(result.stdout)
+    assert seen["unavailable"] == {}
+    assert seen["functions"] > 0
+    assert seen["compiler_mapped"] == []
+    assert seen["bcc_imported"] is False
