@@ -29,6 +29,7 @@ from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
+from ktop.writer import SnapshotError, write_atomically
 
 PANE_ORDER = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
@@ -79,7 +80,6 @@ class KtopApp(App[None]):
         show_idle: bool = False,
         pid: int | None = None,
         save_dir: str = ".",
-        drill: str | None = None,
         source_note: str = "",
     ) -> None:
         super().__init__()
@@ -92,7 +92,6 @@ class KtopApp(App[None]):
         self.zoomed: str | None = None
         self.note = ""
         self.source_note = source_note  # "replay of FILE": the data is not live
-        self.drill = drill  # "pane:WHAT" to open once data arrives (--snapshot --drill)
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
         self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
@@ -357,24 +356,6 @@ class KtopApp(App[None]):
             return True
         return False
 
-    async def prepare_export(self, pilot) -> bool:
-        """For --snapshot --drill PANE:WHAT: open the drill-down of the row WHAT names, as
-        Enter on it would. False when the pane shows no such row."""
-        if not self.drill:
-            return True
-        name, _, what = self.drill.partition(":")
-        pane = self.pane(name)
-        # WHAT is a row's key or its first part: "vfs_read" of "vfs_read [kernel.kallsyms]",
-        # a caller of "caller|type", a pid of "pid|disk|rw".
-        key = next(
-            (k for k in pane.table.row_keys if what in (k, k.split("|")[0], k.rsplit(" ", 1)[0])),
-            None,
-        )
-        if key is None or not self.open_drill(name, pane.view, key):
-            return False
-        await pilot.pause(0.3)
-        return True
-
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [
             ("Up Down PgUp PgDn Home End", "move in the focused table"),
@@ -385,8 +366,6 @@ class KtopApp(App[None]):
         self.push_screen(HelpScreen("ktop", keys))
 
     def action_save(self) -> None:
-        from ktop.snapshot import SnapshotError, write_atomically
-
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")
         path = os.path.join(self.save_dir, name)
         try:

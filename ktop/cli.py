@@ -160,7 +160,8 @@ def _recording(args: argparse.Namespace):
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
-    from ktop.snapshot import SnapshotError, check_writable, run_snapshot, snapshot_format
+    from ktop.snapshot import run_snapshot
+    from ktop.writer import SnapshotError, check_writable, snapshot_format
 
     try:
         snapshot_format(args.snapshot)
