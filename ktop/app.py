@@ -20,7 +20,7 @@ from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, PANE_PROCESSES, Snapshot
+from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
 from ktop.screens.help import HelpScreen, bindings_help
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
@@ -31,7 +31,7 @@ from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
 from ktop.writer import SnapshotError, write_atomically
 
-PANE_ORDER = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
+PANE_ORDER = tuple(PANES)
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
@@ -304,57 +304,18 @@ class KtopApp(App[None]):
     # ---- drill-down ---------------------------------------------------------------------
 
     def on_keyed_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
-        if self.snapshot is None or self.screen is not self.main_screen:
-            return
-        pane = self.focused_pane()
-        self.open_drill(pane.PANE, pane.view, event.row_key)
+        if self.screen is self.main_screen:
+            self.open_drill(self.focused_pane(), event.row_key)
 
-    def open_drill(self, pane: str, view: str, key: str) -> bool:
-        """Open the stacks behind a row; False if there is nothing to open."""
-        from ktop.screens.stacks import FunctionScreen, IoProcessScreen, LockCallerScreen
-
-        snapshot = self.snapshot
-        if snapshot is None:
-            return False
-        latest = lambda: self.latest  # noqa: E731
-        if pane == PANE_FUNCTIONS:
-            self.push_screen(FunctionScreen(key.rsplit(" ", 1)[0], snapshot, latest))
-            return True
-        if pane == PANE_PROCESSES:
-            self.display_settings = replace(self.display_settings, pid=int(key))
+    def open_drill(self, pane: Pane, key: str) -> bool:
+        """Open what is behind a row (Enter on it, or --drill); False if nothing is."""
+        target = pane.drill(key)
+        if isinstance(target, int):  # a process: every pane shows it alone
+            self.display_settings = replace(self.display_settings, pid=target)
             self.refresh_panes()
-            return True
-        if pane == PANE_LOCKS and snapshot.locks is not None:
-            if view == "tasks":
-                self.display_settings = replace(self.display_settings, pid=int(key))
-                self.refresh_panes()
-                return True
-            caller = next(
-                (c for c in snapshot.locks.callers if f"{c.caller}|{c.type}" == key
-                 or c.caller == key),
-                None,
-            )
-            if caller is None:
-                self.notify("stacks are kept per caller: switch to the caller view (v)")
-                return False
-            self.push_screen(LockCallerScreen(caller, snapshot, latest))
-            return True
-        if pane == PANE_BLOCKIO and snapshot.blockio is not None:
-            pid = int(key.split("|", 1)[0]) if view == "processes" else None
-            if view == "requests":
-                request = next((r for r in snapshot.blockio.requests
-                                if f"{r.time_s:.6f}|{r.disk}|{r.sector}" == key), None)
-                pid = request.pid if request else None
-            process = next(
-                (p for p in snapshot.blockio.processes
-                 if f"{p.pid}|{p.disk}|{p.rw}" == key or (view != "processes" and p.pid == pid)),
-                None,
-            )
-            if process is None:
-                return False
-            self.push_screen(IoProcessScreen(process, snapshot, latest))
-            return True
-        return False
+        elif target is not None:
+            self.push_screen(target(lambda: self.latest))
+        return target is not None
 
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [

@@ -65,13 +65,8 @@ async def render_screen(
 def _open_drill(app: KtopApp, drill: str) -> bool:
     name, _, what = drill.partition(":")
     pane = app.pane(name)
-    # WHAT is a row's key or its first part: "vfs_read" of "vfs_read [kernel.kallsyms]",
-    # a caller of "caller|type", a pid of "pid|disk|rw".
-    key = next(
-        (k for k in pane.table.row_keys if what in (k, k.split("|")[0], k.rsplit(" ", 1)[0])),
-        None,
-    )
-    return key is not None and app.open_drill(name, pane.view, key)
+    key = pane.row_named(what)
+    return key is not None and app.open_drill(pane, key)
 
 
 def screen_text(app: KtopApp) -> str:
