@@ -20,7 +20,7 @@ from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, PANE_PROCESSES, Snapshot
+from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
 from ktop.screens.help import HelpScreen, bindings_help
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
@@ -29,8 +29,9 @@ from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
+from ktop.writer import SnapshotError, write_atomically
 
-PANE_ORDER = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO, PANE_PROCESSES)
+PANE_ORDER = tuple(PANES)
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
@@ -79,7 +80,6 @@ class KtopApp(App[None]):
         show_idle: bool = False,
         pid: int | None = None,
         save_dir: str = ".",
-        drill: str | None = None,
         source_note: str = "",
     ) -> None:
         super().__init__()
@@ -92,7 +92,6 @@ class KtopApp(App[None]):
         self.zoomed: str | None = None
         self.note = ""
         self.source_note = source_note  # "replay of FILE": the data is not live
-        self.drill = drill  # "pane:WHAT" to open once data arrives (--snapshot --drill)
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
         self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
@@ -305,75 +304,18 @@ class KtopApp(App[None]):
     # ---- drill-down ---------------------------------------------------------------------
 
     def on_keyed_table_row_selected(self, event: KeyedTable.RowSelected) -> None:
-        if self.snapshot is None or self.screen is not self.main_screen:
-            return
-        pane = self.focused_pane()
-        self.open_drill(pane.PANE, pane.view, event.row_key)
+        if self.screen is self.main_screen:
+            self.open_drill(self.focused_pane(), event.row_key)
 
-    def open_drill(self, pane: str, view: str, key: str) -> bool:
-        """Open the stacks behind a row; False if there is nothing to open."""
-        from ktop.screens.stacks import FunctionScreen, IoProcessScreen, LockCallerScreen
-
-        snapshot = self.snapshot
-        if snapshot is None:
-            return False
-        latest = lambda: self.latest  # noqa: E731
-        if pane == PANE_FUNCTIONS:
-            self.push_screen(FunctionScreen(key.rsplit(" ", 1)[0], snapshot, latest))
-            return True
-        if pane == PANE_PROCESSES:
-            self.display_settings = replace(self.display_settings, pid=int(key))
+    def open_drill(self, pane: Pane, key: str) -> bool:
+        """Open what is behind a row (Enter on it, or --drill); False if nothing is."""
+        target = pane.drill(key)
+        if isinstance(target, int):  # a process: every pane shows it alone
+            self.display_settings = replace(self.display_settings, pid=target)
             self.refresh_panes()
-            return True
-        if pane == PANE_LOCKS and snapshot.locks is not None:
-            if view == "tasks":
-                self.display_settings = replace(self.display_settings, pid=int(key))
-                self.refresh_panes()
-                return True
-            caller = next(
-                (c for c in snapshot.locks.callers if f"{c.caller}|{c.type}" == key
-                 or c.caller == key),
-                None,
-            )
-            if caller is None:
-                self.notify("stacks are kept per caller: switch to the caller view (v)")
-                return False
-            self.push_screen(LockCallerScreen(caller, snapshot, latest))
-            return True
-        if pane == PANE_BLOCKIO and snapshot.blockio is not None:
-            pid = int(key.split("|", 1)[0]) if view == "processes" else None
-            if view == "requests":
-                request = next((r for r in snapshot.blockio.requests
-                                if f"{r.time_s:.6f}|{r.disk}|{r.sector}" == key), None)
-                pid = request.pid if request else None
-            process = next(
-                (p for p in snapshot.blockio.processes
-                 if f"{p.pid}|{p.disk}|{p.rw}" == key or (view != "processes" and p.pid == pid)),
-                None,
-            )
-            if process is None:
-                return False
-            self.push_screen(IoProcessScreen(process, snapshot, latest))
-            return True
-        return False
-
-    async def prepare_export(self, pilot) -> bool:
-        """For --snapshot --drill PANE:WHAT: open the drill-down of the row WHAT names, as
-        Enter on it would. False when the pane shows no such row."""
-        if not self.drill:
-            return True
-        name, _, what = self.drill.partition(":")
-        pane = self.pane(name)
-        # WHAT is a row's key or its first part: "vfs_read" of "vfs_read [kernel.kallsyms]",
-        # a caller of "caller|type", a pid of "pid|disk|rw".
-        key = next(
-            (k for k in pane.table.row_keys if what in (k, k.split("|")[0], k.rsplit(" ", 1)[0])),
-            None,
-        )
-        if key is None or not self.open_drill(name, pane.view, key):
-            return False
-        await pilot.pause(0.3)
-        return True
+        elif target is not None:
+            self.push_screen(target(lambda: self.latest))
+        return target is not None
 
     def action_help(self) -> None:
         keys = bindings_help(list(self.BINDINGS)) + [
@@ -385,8 +327,6 @@ class KtopApp(App[None]):
         self.push_screen(HelpScreen("ktop", keys))
 
     def action_save(self) -> None:
-        from ktop.snapshot import SnapshotError, write_atomically
-
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")
         path = os.path.join(self.save_dir, name)
         try:

@@ -10,6 +10,7 @@ import tempfile
 
 from ktop import __version__
 from ktop.engine import Options
+from ktop.model import PANE_FUNCTIONS, PANES
 from ktop.text import printable
 
 MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most machines anyway
@@ -62,13 +63,17 @@ def _readable_file(text: str) -> str:
     return text
 
 
+# PANE:WHAT for each pane, as --drill takes it: functions:SYMBOL, ..., processes:PID.
+_DRILL_FORMS = [f"{pane}:{field.upper()}" for pane, field in PANES.items()]
+
+
 def _drill(text: str) -> str:
     pane, sep, what = text.partition(":")
-    if not sep or not what or pane not in ("functions", "locks", "blockio", "processes"):
+    if not sep or not what or pane not in PANES:
         raise argparse.ArgumentTypeError(
-            f"expected functions:SYMBOL, locks:CALLER, blockio:PID or processes:PID, not {text!r}"
+            f"expected {', '.join(_DRILL_FORMS[:-1])} or {_DRILL_FORMS[-1]}, not {text!r}"
         )
-    if pane in ("blockio", "processes") and not what.isdigit():
+    if PANES[pane] == "pid" and not what.isdigit():
         raise argparse.ArgumentTypeError(f"{pane} takes a pid, not {what!r}")
     return text
 
@@ -97,8 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
                         help="screen size for --snapshot .svg/.txt (default 160x50)")
     parser.add_argument("--drill", type=_drill, metavar="PANE:WHAT",
-                        help="with --snapshot .svg/.txt: picture the stacks behind one row, e.g. "
-                        "functions:vfs_read, locks:CALLER, blockio:PID, processes:PID")
+                        help="with --snapshot .svg/.txt: picture the stacks behind one row, "
+                        f"{', '.join(_DRILL_FORMS)} (e.g. {PANE_FUNCTIONS}:vfs_read)")
     parser.add_argument("--vmlinux", type=_readable_file, metavar="PATH",
                         help="debug ELF of the running kernel, for file:line in stacks "
                         "(default /usr/lib/debug/boot/vmlinux-$(uname -r) when present)")
@@ -160,7 +165,8 @@ def _recording(args: argparse.Namespace):
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
-    from ktop.snapshot import SnapshotError, check_writable, run_snapshot, snapshot_format
+    from ktop.snapshot import run_snapshot
+    from ktop.writer import SnapshotError, check_writable, snapshot_format
 
     try:
         snapshot_format(args.snapshot)

@@ -14,6 +14,9 @@ PANE_FUNCTIONS = "functions"
 PANE_LOCKS = "locks"
 PANE_BLOCKIO = "blockio"
 PANE_PROCESSES = "processes"
+# The panes in screen order, each with the field of its rows `--drill PANE:WHAT` names a
+# row by: a hot function's symbol, a lock's caller, a process's pid.
+PANES = {PANE_FUNCTIONS: "symbol", PANE_LOCKS: "caller", PANE_BLOCKIO: "pid", PANE_PROCESSES: "pid"}
 
 # The pid of rows that fold together processes (or threads) that have exited, one row per
 # command, in the totals kept since start: pids churn, and the totals must stay bounded.

@@ -1,8 +1,7 @@
 """`ktop --snapshot FILE`: run the collectors headless, then write the screen or its data.
 
-The format follows the extension: .svg (Textual's screenshot), .txt (the same screen as
-plain text) or .json (the data behind it). Files are written as root, so never through a
-symlink planted at the target: we write a private temporary file beside it and rename it.
+This drives the real app (`ktop.app`) on the collected snapshot; the app never imports this
+module. Files are written by `ktop.writer`.
 """
 
 from __future__ import annotations
@@ -11,65 +10,15 @@ import asyncio
 import io
 import json
 import os
-import tempfile
 import time
 
 from rich.console import Console
 
+from ktop.app import KtopApp, build_app
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.export import to_json
 from ktop.model import Snapshot
-
-FORMATS = (".svg", ".txt", ".json")
-
-
-class SnapshotError(Exception):
-    """One line naming the problem and the fix."""
-
-
-def snapshot_format(path: str) -> str:
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
-        raise SnapshotError(f"cannot tell the format of {path!r}: name it .svg, .txt or .json")
-    return ext
-
-
-def check_writable(path: str) -> None:
-    """Fail before collecting for seconds, not after."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise SnapshotError(f"cannot write {path}: directory {directory} does not exist")
-    if os.path.isdir(path):
-        raise SnapshotError(f"cannot write {path}: it is a directory")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise SnapshotError(f"cannot write {path}: directory {directory} is not writable")
-
-
-def write_atomically(path: str, content: str) -> None:
-    """Write to a new private file in the same directory, then rename over the target.
-
-    rename() replaces a symlink at `path` rather than following it, and a reader never sees a
-    partial file; on any error the temporary file is removed and nothing else changed.
-    """
-    check_writable(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, temporary = tempfile.mkstemp(prefix=".ktop-", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise SnapshotError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temporary, 0o644)
-        os.rename(temporary, path)
-    except OSError as e:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise SnapshotError(f"cannot write {path}: {e.strerror}") from None
+from ktop.writer import SnapshotError, check_writable, snapshot_format, write_atomically
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
@@ -85,11 +34,15 @@ def collect(options: Options, duration_s: float) -> Snapshot:
 
 
 async def render_screen(
-    source: DataSource, size: tuple[int, int], fmt: str, show_idle: bool = False, **app_args
+    source: DataSource,
+    size: tuple[int, int],
+    fmt: str,
+    show_idle: bool = False,
+    drill: str | None = None,
+    **app_args,
 ) -> str:
-    """Drive the real app headless on the snapshot and export what it shows."""
-    from ktop.app import build_app
-
+    """Drive the real app headless on the snapshot and export what it shows; with `drill`
+    ("PANE:WHAT"), the drill-down Enter on the row WHAT names would open."""
     app = build_app(source, interval_s=0.05, show_idle=show_idle, **app_args)
     async with app.run_test(size=size) as pilot:
         for _ in range(200):
@@ -97,24 +50,35 @@ async def render_screen(
             if app.snapshot is not None:
                 break
         await pilot.pause(0.05)
-        drill = app_args.get("drill")
-        if not await app.prepare_export(pilot):
-            raise SnapshotError(
-                f"--drill {drill}: no such row in the data collected; "
-                "run without --drill to see what there is"
-            )
+        if drill:
+            if not _open_drill(app, drill):
+                raise SnapshotError(
+                    f"--drill {drill}: no such row in the data collected; "
+                    "run without --drill to see what there is"
+                )
+            await pilot.pause(0.3)
         if fmt == ".svg":
             return app.export_screenshot(title="ktop")
         return screen_text(app)
 
 
-def screen_text(app) -> str:
+def _open_drill(app: KtopApp, drill: str) -> bool:
+    name, _, what = drill.partition(":")
+    pane = app.pane(name)
+    key = pane.row_named(what)
+    return key is not None and app.open_drill(pane, key)
+
+
+def screen_text(app: KtopApp) -> str:
     """The current screen as plain text: what a user reads, with no escape sequences."""
     width, height = app.size
     console = Console(
         width=width, height=height, file=io.StringIO(), record=True, color_system=None,
         force_terminal=False, legacy_windows=False, safe_box=False,
     )
+    # Textual has no public text export: this renders the screen the way its own
+    # App.export_screenshot does (compositor and background screens, both private), in plain
+    # text instead of SVG. The one place ktop reaches into Textual's internals for it.
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     text = console.export_text(styles=False)
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"

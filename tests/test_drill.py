@@ -185,6 +185,48 @@ def test_drill_picture_of_a_function(recorded_snapshot):
     assert "get_random_bytes_user" in text
 
 
+@pytest.mark.parametrize(
+    ("drill", "says"),
+    [
+        ("locks:d_alloc_parallel+0x5a", "lock waits at d_alloc_parallel+0x5a"),
+        ("blockio:311", "kernel stacks that submitted the I/O"),
+        ("processes:4242", "showing pid 4242 only"),
+    ],
+)
+def test_drill_pictures_of_the_other_panes(recorded_snapshot, drill, says):
+    text = asyncio.run(
+        render_screen(RecordedSource([recorded_snapshot]), (160, 50), ".txt", drill=drill)
+    )
+    assert says in text
+
+
+def test_enter_in_the_other_views_of_locks_and_block_io(recorded_snapshot):
+    app = _app(recorded_snapshot)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("2", "v", "enter")  # lock addresses: no stacks of their own
+        await pilot.pause(0.1)
+        seen["address_stays"] = app.screen is app.main_screen
+        seen["address_says"] = screen_text(app)
+        await pilot.press("v", "enter")  # lock tasks: every pane shows that process
+        await pilot.pause(0.1)
+        seen["task_pid"] = app.display_settings.pid
+        await pilot.press("escape", "3", "v", "enter")  # the newest request: its process
+        await pilot.pause(0.2)
+        seen["request_opens"] = getattr(app.screen, "process", None)
+        await pilot.press("escape", "end", "enter")  # pid 4244 did no I/O of its own here
+        await pilot.pause(0.1)
+        seen["orphan_stays"] = app.screen is app.main_screen
+
+    run_app(app, scenario, notifications=True)
+    assert seen["address_stays"]
+    assert "stacks are kept per caller" in seen["address_says"]
+    assert seen["task_pid"] == max(recorded_snapshot.locks.tasks, key=lambda t: t.total_wait_ns).pid
+    assert seen["request_opens"].pid == 4242
+    assert seen["orphan_stays"]
+
+
 def test_kernel_frames_get_file_and_line_from_a_line_table(kallsyms, addr):
     from ktop.aggregate.cpu import CpuAggregator
     from ktop.collectors.cpu import CpuDrain, StackCount

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -15,7 +16,8 @@ from conftest import PANE_TITLES, SCREEN_SIZE, root_only
 
 from ktop import snapshot as snapshot_module
 from ktop.engine import Options, RecordedSource
-from ktop.snapshot import SnapshotError, render_screen, run_snapshot, write_atomically
+from ktop.snapshot import render_screen, run_snapshot
+from ktop.writer import SnapshotError, write_atomically
 
 CONTENT = "<svg>new snapshot</svg>\n"
 
@@ -79,6 +81,13 @@ def test_dangling_symlink_does_not_create_its_target(tmp_path):
     write_atomically(str(link), CONTENT)
     assert leftovers(elsewhere) == []
     assert link.read_text() == CONTENT and not link.is_symlink()
+
+
+def test_imports_go_one_way_runner_to_app_to_writer():
+    """The writer knows no app, and the app (its `s` key) knows no headless runner."""
+    code = ("import sys, ktop.writer; assert 'textual' not in sys.modules; "
+            "import ktop.app; assert 'ktop.snapshot' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @contextlib.contextmanager

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ktop.model import PANE_BLOCKIO, Snapshot
+from functools import partial
+
+from ktop.model import PANE_BLOCKIO, DiskStats, IoProcess, IoRequest, Snapshot
+from ktop.screens.stacks import IoProcessScreen
 from ktop.text import format_pid
 from ktop.units import format_span
-from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.pane import Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 
@@ -78,6 +81,7 @@ class BlockIoPane(Pane):
                         num(f"{p.avg_lat_ms:.2f}", p.avg_lat_ms),
                         num(f"{p.avg_queue_ms:.2f}", p.avg_queue_ms),
                     ),
+                    p,
                 )
                 for p in block.processes
                 if pid is None or p.pid == pid
@@ -97,6 +101,7 @@ class BlockIoPane(Pane):
                         num(f"{r.queue_ms:.3f}", r.queue_ms),
                         num(f"{r.lat_ms:.3f}", r.lat_ms),
                     ),
+                    r,
                 )
                 for r in block.requests
                 if pid is None or r.pid == pid
@@ -116,6 +121,7 @@ class BlockIoPane(Pane):
                                 num(str(count), count),
                                 Cell("█" * max(1, round(30 * count / peak)) if count else ""),
                             ),
+                            disk,
                         )
                     )
         lost = sum(block.lost.values())
@@ -123,3 +129,10 @@ class BlockIoPane(Pane):
         if lost:
             subtitle += f"  lost {lost}"
         return rows, f"no block I/O in the last {format_span(block.window_s)}", subtitle
+
+    def drill_row(self, row: IoProcess | IoRequest | DiskStats) -> Drill:
+        if isinstance(row, IoRequest):  # a request opens its process
+            row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
+        if isinstance(row, IoProcess):
+            return partial(IoProcessScreen, row, self._snapshot)
+        return None  # a latency bucket: no stacks behind it

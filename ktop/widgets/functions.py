@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ktop.model import PANE_FUNCTIONS, Snapshot
+from functools import partial
+
+from ktop.model import PANE_FUNCTIONS, HotFunction, Snapshot
+from ktop.screens.stacks import FunctionScreen
 from ktop.stacktree import hot_functions
 from ktop.units import format_span
-from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.pane import Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 
@@ -44,6 +47,7 @@ class FunctionsPane(Pane):
                     Cell(f.symbol, style="dim" if f.idle else ""),
                     Cell(f.module, style="dim"),
                 ),
+                f,
             )
             for f in functions
             if display.show_idle or not f.idle
@@ -52,6 +56,9 @@ class FunctionsPane(Pane):
         hidden = "" if display.show_idle else "  idle hidden (i)"
         subtitle = f"{mode} {format_span(cpu.window_s)}{hidden}"
         return rows, f"no kernel samples in the {mode} {format_span(cpu.window_s)}", subtitle
+
+    def drill_row(self, row: HotFunction) -> Drill:
+        return partial(FunctionScreen, row.symbol, self._snapshot)
 
 
 def _heat(percent: float) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ktop.model import PANE_LOCKS, Snapshot
+from functools import partial
+
+from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
+from ktop.screens.stacks import LockCallerScreen
 from ktop.text import format_pid
 from ktop.units import format_ns, format_span
-from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.pane import Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 _WAIT_COLUMNS = (
@@ -61,6 +64,7 @@ class LocksPane(Pane):
                 (
                     f"{c.caller}|{c.type}",
                     (*_wait_cells(c.contended, c.total_wait_ns, c.max_wait_ns, c.type), Cell(c.caller)),
+                    c,
                 )
                 for c in callers
             ]
@@ -72,6 +76,7 @@ class LocksPane(Pane):
                         *_wait_cells(lock.contended, lock.total_wait_ns, lock.max_wait_ns, lock.type),
                         Cell(f"{lock.symbol} ({lock.address})" if lock.symbol else lock.address),
                     ),
+                    lock,
                 )
                 for lock in locks.locks
             ]
@@ -87,6 +92,7 @@ class LocksPane(Pane):
                         num(format_pid(t.pid), t.pid),
                         Cell(t.comm),
                     ),
+                    t,
                 )
                 for t in tasks
             ]
@@ -95,3 +101,11 @@ class LocksPane(Pane):
         if lost:
             subtitle += f"  lost {lost}"
         return rows, f"no lock contention in the last {format_span(locks.window_s)}", subtitle
+
+    def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
+        if isinstance(row, LockCaller):
+            return partial(LockCallerScreen, row, self._snapshot)
+        if isinstance(row, LockTask):
+            return row.pid  # every pane shows this pid alone
+        self.notify("stacks are kept per caller: switch to the caller view (v)")
+        return None

@@ -1,20 +1,29 @@
-"""The frame every live pane shares: a titled box, one table per view, and a line that says
-why the table is empty or the pane unavailable."""
+"""The frame every live pane shares: a titled box, one table per view, a line that says
+why the table is empty or the pane unavailable, and what Enter on a row opens."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Region
+from textual.screen import Screen
 
-from ktop.model import Snapshot
-from ktop.widgets.table import Column, KeyedTable, Row
+from ktop.model import PANES, Snapshot
+from ktop.screens.stacks import LatestSnapshot
+from ktop.widgets.table import Cell, Column, KeyedTable
+
+# A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
+PaneRow = tuple[str, Sequence[Cell], Any]
+
+# What Enter on a row opens: a drill-down screen that still wants the app's newest data, a
+# pid every pane then shows alone, or None when nothing is behind the row.
+Drill = Callable[[LatestSnapshot], Screen] | int | None
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,8 @@ class Pane(Vertical):
         super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
         self.view = self.VIEWS[0].name
         self.border_title = self.TITLE
+        self._snapshot: Snapshot | None = None  # what the rows shown were made from
+        self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view
 
     def compose(self) -> ComposeResult:
         for index, view in enumerate(self.VIEWS):
@@ -66,21 +77,44 @@ class Pane(Vertical):
         return self.view
 
     def show(self, snapshot: Snapshot, display: Display) -> None:
+        self._snapshot = snapshot
         reason = snapshot.unavailable.get(self.PANE)
         if reason:
-            self.table.show_rows([])
+            self._show_rows([])
             self._set_chrome(f"unavailable: {reason}", "unavailable")
             return
         loading = snapshot.loading.get(self.PANE)
         if loading:
-            self.table.show_rows([])
+            self._show_rows([])
             self._set_chrome(loading, "loading")
             return
         rows, empty_message, subtitle = self.rows(snapshot, display)
-        self.table.show_rows(rows)
+        self._show_rows(rows)
         if self.table.filter_text:
             subtitle = f"{subtitle}  filter: {self.table.filter_text}".strip()
         self._set_chrome(empty_message if not rows else "", subtitle)
+
+    def _show_rows(self, rows: Sequence[PaneRow]) -> None:
+        self._shown = {key: row for key, _, row in rows}
+        self.table.show_rows([(key, cells) for key, cells, _ in rows])
+
+    def row_named(self, what: str) -> str | None:
+        """The key of the row `--drill PANE:WHAT` names: by the field PANES gives this pane."""
+        field = PANES[self.PANE]
+        return next(
+            (key for key, row in self._shown.items()
+             if hasattr(row, field) and str(getattr(row, field)) == what),
+            None,
+        )
+
+    def drill(self, key: str) -> Drill:
+        """What Enter on the row `key` opens (`--drill` comes here too)."""
+        row = self._shown.get(key)
+        return None if row is None else self.drill_row(row)
+
+    def drill_row(self, row: Any) -> Drill:
+        """What opens from one model row this pane shows."""
+        raise NotImplementedError
 
     def _set_chrome(self, message_text: str, subtitle: str) -> None:
         """The table says why it is empty; the subtitle is touched only when it changes (set
@@ -103,6 +137,6 @@ class Pane(Vertical):
         height = self.outer_size.height
         self.refresh(Region(-left, height - 1 - top, self.outer_size.width, 1))
 
-    def rows(self, snapshot: Snapshot, display: Display) -> tuple[Sequence[Row], str, str]:
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[Sequence[PaneRow], str, str]:
         """(rows of the current view, what to say when there are none, border subtitle)."""
         raise NotImplementedError

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ktop.model import PANE_PROCESSES, Snapshot
+from ktop.model import PANE_PROCESSES, ProcessRow, Snapshot
 from ktop.text import human_bytes
-from ktop.widgets.pane import Display, Pane, View
+from ktop.widgets.pane import Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 
@@ -46,12 +46,16 @@ class ProcessesPane(Pane):
                     # The command line as htop shows it; kernel threads have none: [name].
                     Cell(p.cmdline or f"[{p.comm}]", p.comm.lower()),
                 ),
+                p,
             )
             for p in processes
         ]
         running = sum(1 for p in snapshot.processes if p.state == "R")
         subtitle = f"{len(snapshot.processes)} tasks, {running} running"
         return rows, "no such process (it may have exited)", subtitle
+
+    def drill_row(self, row: ProcessRow) -> Drill:
+        return row.pid  # every pane shows this process alone
 
 
 def _busy(percent: float) -> str:

@@ -137,11 +137,6 @@ class KeyedTable(ScrollView, can_focus=True):
             return None
         return self._rows[min(self.cursor_row, len(self._rows) - 1)][0]
 
-    @property
-    def row_keys(self) -> list[str]:
-        """Every row's key, the filtered-out ones included."""
-        return [key for key, _ in self._all_rows]
-
     def get_row_at(self, index: int) -> Sequence[Cell]:
         return self._rows[index][1]
 
