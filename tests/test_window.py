@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import deque
+import random
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import pytest
 
-from ktop.aggregate.window import trim_to_window
+from ktop.aggregate.window import Window, trim_to_window
 
 
 @dataclass
@@ -47,3 +48,47 @@ def test_a_late_drain_shortens_the_count_not_the_span():
     durations = kept([1.0, 1.0, 1.0, 2.5, 1.0, 1.0], 5.0)
     assert durations == [1.0, 2.5, 1.0, 1.0]
     assert sum(durations) >= 5.0 - 0.1
+
+
+# ---- the generic window the aggregators keep their counts in -----------------------------
+
+
+def test_recent_counts_slide_and_the_total_keeps_everything():
+    window = Window(2.0, Counter, Counter.update)
+    for second, word in enumerate(["a", "b", "c"]):
+        window.add(float(second), second + 1.0, Counter({word: 1}))
+    assert window.counts(cumulative=False) == (Counter(b=1, c=1), 2.0)
+    assert window.counts(cumulative=True) == (Counter(a=1, b=1, c=1), 3.0)
+    assert window.recent_start == 1.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_sum_kept_as_intervals_come_and_go_equals_one_merged_afresh(seed):
+    rng = random.Random(seed)
+    kept = Window(5.0, Counter, Counter.update, Counter.subtract)
+    merged = Window(5.0, Counter, Counter.update)
+    start = 0.0
+    for _ in range(50):
+        duration = rng.uniform(0.5, 2.5)  # stalls and short drains alike
+        counts = Counter({rng.choice("abcdef"): rng.randint(1, 9) for _ in range(3)})
+        kept.add(start, start + duration, Counter(counts))
+        merged.add(start, start + duration, Counter(counts))
+        start += duration
+        assert +kept.recent() == merged.recent()  # + drops what went down to zero
+        assert kept.recent_s == merged.recent_s
+    assert kept.total == merged.total
+
+
+def test_a_kept_sum_is_read_without_merging_again():
+    merges = []
+
+    def merge(into: Counter, other: Counter) -> None:
+        merges.append(other)
+        into.update(other)
+
+    window = Window(5.0, Counter, merge, Counter.subtract)
+    for second in range(10):
+        window.add(float(second), second + 1.0, Counter(a=1))
+    merged = len(merges)
+    assert window.recent() == Counter(a=5)
+    assert len(merges) == merged  # every refresh reads it: no re-summing the window

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
-from ktop.aggregate.window import trim_to_window
+from ktop.aggregate.window import Window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import CpuProfile, StackSample, UserFrame
@@ -48,10 +48,22 @@ class _StackKey:
 
 
 @dataclass
-class _Interval:
-    duration_s: float
-    stacks: Counter
-    ticks: CpuTicks
+class _Samples:
+    """Samples of one interval or several: by stack, and /proc/stat's ticks over them."""
+
+    stacks: Counter = field(default_factory=Counter)
+    ticks: CpuTicks = field(default_factory=CpuTicks)
+
+    def merge(self, other: _Samples) -> None:
+        self.stacks.update(other.stacks)
+        self.ticks = self.ticks + other.ticks
+
+    def subtract(self, other: _Samples) -> None:
+        self.stacks.subtract(other.stacks)
+        for key in other.stacks:
+            if self.stacks[key] <= 0:
+                del self.stacks[key]
+        self.ticks = self.ticks - other.ticks
 
 
 class CpuAggregator:
@@ -67,18 +79,16 @@ class CpuAggregator:
     ) -> None:
         self._kallsyms = kallsyms
         self._idle = IdleClassifier(kallsyms)
-        self.hz, self.cpus, self.window_s = hz, cpus, window_s
+        self.hz, self.cpus = hz, cpus
         self._resolve_user = resolve_user
         self._source_line = source_line
         self.line_info = line_info
-        self._recent: deque[_Interval] = deque()
-        self._window: Counter = Counter()  # the sum of _recent's stacks, kept as they change
+        self._window = Window(window_s, _Samples, _Samples.merge, _Samples.subtract)
         # Stacks named lately, by raw addresses -> (key, the interval that last saw it).
         self._keys: dict[tuple, tuple[_StackKey, int]] = {}
         self._intervals = 0
         self._made_window: dict[_StackKey, StackSample] = {}
         self._made_cumulative: dict[_StackKey, StackSample] = {}
-        self._all = _Interval(0.0, Counter(), CpuTicks())
         self._lost: dict[str, int] = {}
 
     def _frame(self, address: int) -> tuple[str, str]:
@@ -106,19 +116,7 @@ class CpuAggregator:
         if self._intervals % KEYS_KEPT == 0:
             oldest = self._intervals - KEYS_KEPT
             self._keys = {raw: kept for raw, kept in keys.items() if kept[1] > oldest}
-        interval = _Interval(drain.end - drain.start, stacks, drain.ticks)
-        self._recent.append(interval)
-        before = list(self._recent)
-        trim_to_window(self._recent, self.window_s)
-        self._window.update(stacks)
-        for gone in before[: len(before) - len(self._recent)]:
-            self._window.subtract(gone.stacks)
-            for key in gone.stacks:
-                if self._window[key] <= 0:
-                    del self._window[key]
-        self._all.duration_s += interval.duration_s
-        self._all.stacks.update(stacks)
-        self._all.ticks = self._all.ticks + drain.ticks
+        self._window.add(drain.start, drain.end, _Samples(stacks, drain.ticks))
         self._lost = dict(drain.lost)
 
     def _stack_key(self, row) -> _StackKey:
@@ -142,25 +140,16 @@ class CpuAggregator:
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for processes that have exited."""
-        if crowded(self._all.stacks):
-            fold_exited(self._all.stacks, is_alive, lambda key: key.pid, _exited, operator.add)
-
-    @staticmethod
-    def _span(intervals: Iterable[_Interval]) -> float:
-        return sum(i.duration_s for i in intervals)
+        stacks = self._window.total.stacks
+        if crowded(stacks):
+            fold_exited(stacks, is_alive, lambda key: key.pid, _exited, operator.add)
 
     def profile(self, cumulative: bool = False) -> CpuProfile:
-        if cumulative:
-            window_s, stacks, ticks = self._all.duration_s, self._all.stacks, self._all.ticks
-        else:
-            window_s, stacks = self._span(self._recent), self._window
-            ticks = CpuTicks()
-            for interval in self._recent:
-                ticks = ticks + interval.ticks
+        samples, window_s = self._window.counts(cumulative)
         made = self._made_cumulative if cumulative else self._made_window
-        profile = build_profile(stacks, window_s, self.hz, self.cpus, self._lost, ticks,
-                                cumulative, made)
-        for key in [k for k in made if k not in stacks]:  # gone from the window
+        profile = build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
+                                samples.ticks, cumulative, made)
+        for key in [k for k in made if k not in samples.stacks]:  # gone from the window
             del made[key]
         return replace(profile, line_info=self.line_info)
 
