@@ -241,7 +241,7 @@ class LiveSource:
     def resolve_user(self, pid: int, addresses) -> tuple[UserFrame, ...]:
         """User frames named while the process lives; a process that exited keeps the names
         resolved before (the aggregate holds them), later addresses show as hex."""
-        return tuple(UserFrame(f.symbol, f.module) for f in self._user_symbols.resolve(pid, addresses))
+        return tuple(self._user_symbols.resolve(pid, addresses))
 
     # ---- each interval --------------------------------------------------------------------
 

@@ -27,8 +27,21 @@ EXITED_PID = -1
 class UserFrame:
     """A user-space frame, symbolized while its process was alive."""
 
-    symbol: str  # "main+0x1a", "[unknown]" (stripped) or hex
-    module: str  # mapped file path, or "[unknown]"
+    symbol: str  # "main+0x1a"; "[unknown]" if no symbol covers it; hex if no mapping does
+    module: str  # mapped file path, "[vdso]"/"[heap]"/"[anon]", or "[unknown]"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket of a log2 histogram: `count` values v with low <= v <= high.
+
+    `high` is inclusive, as biolatency prints its buckets: "4 -> 7" holds 4, 5, 6 and 7, and
+    the next bucket starts at 8, so no value could belong to two of them.
+    """
+
+    low: int
+    high: int
+    count: int
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,24 @@ class LockStack:
 
 
 @dataclass(frozen=True)
+class LockUserStack:
+    """A user-space stack of the tasks that waited, with their waits."""
+
+    frames: tuple[UserFrame, ...]  # innermost first
+    contended: int
+    total_wait_ns: int
+
+
+@dataclass(frozen=True)
+class LockTask:
+    pid: int
+    comm: str
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int = 0
+
+
+@dataclass(frozen=True)
 class LockCaller:
     caller: str
     type: str
@@ -116,10 +147,9 @@ class LockCaller:
     max_wait_ns: int
     min_wait_ns: int
     stacks: tuple[LockStack, ...] = ()
-    hist_ns: tuple[tuple[int, int, int], ...] = ()  # (low_ns, high_ns, count), log2 buckets
-    tasks: tuple[tuple[int, str, int, int], ...] = ()  # (pid, comm, contended, total_wait_ns)
-    # The waiters' user-space stacks: (frames innermost first, contended, total_wait_ns).
-    user_stacks: tuple[tuple[tuple[UserFrame, ...], int, int], ...] = ()
+    hist_ns: tuple[Bucket, ...] = ()  # wait times
+    tasks: tuple[LockTask, ...] = ()  # the tasks that waited here
+    user_stacks: tuple[LockUserStack, ...] = ()
 
     @property
     def avg_wait_ns(self) -> int:
@@ -131,15 +161,6 @@ class LockAddress:
     address: str  # "0xffff..."
     symbol: str  # kallsyms name for global locks, "" otherwise
     type: str
-    contended: int
-    total_wait_ns: int
-    max_wait_ns: int = 0
-
-
-@dataclass(frozen=True)
-class LockTask:
-    pid: int
-    comm: str
     contended: int
     total_wait_ns: int
     max_wait_ns: int = 0
@@ -165,7 +186,15 @@ class DiskStats:
     read_bytes: int
     write_bytes: int
     avg_lat_ms: float
-    hist_us: tuple[tuple[int, int, int], ...] = ()  # (low_us, high_us, count)
+    hist_us: tuple[Bucket, ...] = ()  # completion latencies
+
+
+@dataclass(frozen=True)
+class IoSubmitStack:
+    """A kernel stack that submitted block I/O."""
+
+    frames: tuple[str, ...]  # innermost first
+    requests: int
 
 
 @dataclass(frozen=True)
@@ -180,8 +209,8 @@ class IoProcess:
     bytes: int
     avg_lat_ms: float
     avg_queue_ms: float
-    stacks: tuple[tuple[tuple[str, ...], int], ...] = ()  # (kernel frames, requests)
-    hist_us: tuple[tuple[int, int, int], ...] = ()
+    stacks: tuple[IoSubmitStack, ...] = ()
+    hist_us: tuple[Bucket, ...] = ()  # completion latencies
 
 
 @dataclass(frozen=True)

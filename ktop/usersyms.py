@@ -18,6 +18,8 @@ from elftools.common.exceptions import ELFError
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
+from ktop.model import UserFrame
+
 UNKNOWN = "[unknown]"
 KEEP_TABLES = 64  # symbol tables of files kept before those no live process maps are dropped
 # A table no sample has needed for this many refreshes is dropped, even if its file is still
@@ -52,13 +54,6 @@ ELF_ERRORS: tuple[type[BaseException], ...] = (
 # How far back to look for an enclosing symbol when the nearest one does not
 # cover the address (nested/aliased symbols).
 _WALK_BACK = 8
-
-
-@dataclass(frozen=True)
-class UserFrame:
-    address: int
-    symbol: str  # "main+0x1a"; "[unknown]" if no symbol covers it; hex if no mapping does
-    module: str  # mapped file path, "[vdso]"/"[heap]"/"[anon]", or "[unknown]"
 
 
 @functools.lru_cache(maxsize=1)
@@ -404,7 +399,7 @@ class UserSymbolizer:
         if procmaps is None:
             procmaps = self._read_maps(pid, None)
         if procmaps is None:
-            return [UserFrame(a, f"0x{a:x}", UNKNOWN) for a in addresses]
+            return [UserFrame(f"0x{a:x}", UNKNOWN) for a in addresses]
         key = tuple(addresses)
         cached = procmaps.stacks.get(key)
         if cached is not None:
@@ -461,14 +456,14 @@ class UserSymbolizer:
 
     def _frame(self, pid: int, m: _Mapping | None, addr: int) -> UserFrame:
         if m is None:
-            return UserFrame(addr, f"0x{addr:x}", UNKNOWN)
+            return UserFrame(f"0x{addr:x}", UNKNOWN)
         if not m.path.startswith("/"):
-            return UserFrame(addr, UNKNOWN, m.module)
+            return UserFrame(UNKNOWN, m.module)
         if m.table is None:
             m.table = self._table_for(pid, m)
         self._last_used[id(m.table)] = self._refresh
         sym = m.table.lookup(addr - m.start + m.offset)
-        return UserFrame(addr, sym or UNKNOWN, m.module)
+        return UserFrame(sym or UNKNOWN, m.module)
 
     def _candidates(self, pid: int, m: _Mapping) -> list[str]:
         base = os.path.join(self._proc_root, str(pid))

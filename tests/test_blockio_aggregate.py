@@ -21,6 +21,7 @@ from ktop.collectors.blockio import (
 )
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.disks import kernel_dev
+from ktop.model import Bucket, IoSubmitStack
 from ktop.symbols import Kallsyms
 
 VDA = kernel_dev(254, 0)
@@ -170,8 +171,9 @@ def test_every_microsecond_up_to_a_second_has_exactly_one_bucket():
 
 def test_histogram_is_contiguous_with_empty_buckets_between():
     assert histogram({}) == ()
-    assert histogram({3: 5, 6: 1}) == ((4, 7, 5), (8, 15, 0), (16, 31, 0), (32, 63, 1))
-    assert histogram({0: 2, 1: 3}) == ((0, 1, 5),)  # slot 0 never comes from the kernel
+    assert histogram({3: 5, 6: 1}) == (
+        Bucket(4, 7, 5), Bucket(8, 15, 0), Bucket(16, 31, 0), Bucket(32, 63, 1))
+    assert histogram({0: 2, 1: 3}) == (Bucket(0, 1, 5),)  # slot 0 never comes from the kernel
 
 
 def test_disk_histogram_sums_processes_and_directions():
@@ -192,11 +194,11 @@ def test_disk_histogram_sums_processes_and_directions():
         )
     )
     profile = aggregator.profile()
-    assert profile.disks[0].hist_us == ((128, 255, 6), (256, 511, 0), (512, 1023, 2))
+    assert profile.disks[0].hist_us == (Bucket(128, 255, 6), Bucket(256, 511, 0), Bucket(512, 1023, 2))
     by_comm = {p.comm: p for p in profile.processes}
-    assert by_comm["dd"].hist_us == ((128, 255, 5),)
-    assert by_comm["cat"].hist_us == ((128, 255, 1), (256, 511, 0), (512, 1023, 2))
-    assert sum(c for _, _, c in profile.disks[0].hist_us) == profile.disks[0].reads + 5
+    assert by_comm["dd"].hist_us == (Bucket(128, 255, 5),)
+    assert by_comm["cat"].hist_us == (Bucket(128, 255, 1), Bucket(256, 511, 0), Bucket(512, 1023, 2))
+    assert sum(b.count for b in profile.disks[0].hist_us) == profile.disks[0].reads + 5
 
 
 def test_requests_newest_first_in_seconds_since_start():
@@ -250,8 +252,8 @@ def test_stacks_are_symbolized_per_process_and_most_frequent_first():
     )
     (dd,) = aggregator.profile().processes
     assert dd.stacks == (
-        (("blk_account_io_start+0x149", "ext4_file_write_iter+0x35a"), 7),
-        (("blk_account_io_start+0x149", "wb_workfn+0x313"), 3),
+        IoSubmitStack(("blk_account_io_start+0x149", "ext4_file_write_iter+0x35a"), 7),
+        IoSubmitStack(("blk_account_io_start+0x149", "wb_workfn+0x313"), 3),
     )
 
 
@@ -314,14 +316,15 @@ def test_recorded_run_of_dd_on_vda():
     # fsync writes the 2 MiB in a few big requests, then a cache flush: an empty write.
     assert fsynced.bytes >= 32 * 65536
     assert vda.writes == direct.requests + fsynced.requests
-    assert sum(count for _, _, count in vda.hist_us) == vda.reads + vda.writes
+    assert sum(b.count for b in vda.hist_us) == vda.reads + vda.writes
 
     # Stacks start at the block layer: the tracing frames above it are left out.
-    (frames, submitted), *_ = direct.stacks
+    first, *_ = direct.stacks
+    frames, submitted = first.frames, first.requests
     assert submitted == 40
     assert frames[0].startswith("blk_account_io_start+")
     assert any(f.startswith("iomap_dio_rw+") for f in frames)  # the O_DIRECT write path
-    fsync_frames = [f for frames, _ in fsynced.stacks for f in frames]
+    fsync_frames = [f for stack in fsynced.stacks for f in stack.frames]
     assert any(f.startswith(("ext4_sync_file+", "file_write_and_wait_range+")) for f in fsync_frames)
     assert any(f.startswith("blkdev_issue_flush+") for f in fsync_frames)
 

@@ -315,7 +315,8 @@ def test_lock_waiters_user_stacks_are_named_and_shown(kallsyms, addr, recorded_s
     ))
     caller = aggregate.profile().callers[0]
     assert resolved == [(100, (0x401000, 0x402000))]  # the process (tgid), not the thread
-    frames, contended, total = caller.user_stacks[0]
+    stack = caller.user_stacks[0]
+    frames, contended, total = stack.frames, stack.contended, stack.total_wait_ns
     assert [f.symbol for f in frames] == ["worker_loop+0x1c", "main+0x9"]
     assert (contended, total) == (3, 3000)
 

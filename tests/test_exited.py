@@ -82,8 +82,9 @@ def test_lock_totals_fold_exited_tasks_everywhere(kallsyms_locks):
     assert [(t.pid, t.comm, t.contended) for t in totals.tasks] == [
         (EXITED_PID, "rm", 2), (100, "writer", 1)]
     caller = totals.callers[0]
-    assert sorted(caller.tasks) == [(EXITED_PID, "rm", 2, 2000), (100, "writer", 1, 1000)]
-    assert [(frames, n) for frames, n, _ in caller.user_stacks] == [
+    assert sorted((t.pid, t.comm, t.contended, t.total_wait_ns) for t in caller.tasks) == [
+        (EXITED_PID, "rm", 2, 2000), (100, "writer", 1, 1000)]
+    assert [(s.frames, s.contended) for s in caller.user_stacks] == [
         ((UserFrame("[unknown]", "[unknown]"),), 3)]  # nothing lost in the folding
     assert aggregator.profile().tasks[0].pid in (100, 300, 301)  # the window keeps pids
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
@@ -11,7 +13,29 @@ from conftest import check_contract
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors.cpu import CpuDrain, StackCount
 from ktop.collectors.procstat import CpuTicks
-from ktop.export import from_json, to_json
+from ktop.export import FORMAT, ROUNDING, from_json, to_json
+from ktop.model import (
+    BlockProfile,
+    Bucket,
+    CpuProfile,
+    CpuTimes,
+    DiskStats,
+    HotFunction,
+    IoProcess,
+    IoRequest,
+    IoSubmitStack,
+    LockAddress,
+    LockCaller,
+    LockProfile,
+    LockStack,
+    LockTask,
+    LockUserStack,
+    ProcessRow,
+    SelfCostRow,
+    Snapshot,
+    StackSample,
+    UserFrame,
+)
 
 
 def test_recorded_snapshot_round_trips_exactly(recorded_snapshot):
@@ -91,3 +115,109 @@ def test_a_live_profile_round_trips_within_rounding(recorded_snapshot, kallsyms,
     assert after.percent == pytest.approx(before.percent, abs=1e-3)
     assert back.cpu.stacks[0].frames == ("chacha_permute+0xda", "get_random_bytes_user+0x74")
     assert back.cpu.times.kernel == pytest.approx(snapshot.cpu.times.kernel, abs=0.01)
+
+
+# ---- every field, both ways --------------------------------------------------------------
+
+THIRD = 1 / 3  # many digits: what the rounding rules keep of it shows
+
+
+def full_snapshot() -> Snapshot:
+    """A snapshot with every field of every record set, none left at a default."""
+    frame = UserFrame("worker_loop+0x1c", "/usr/bin/app")
+    cpu = CpuProfile(
+        sample_hz=99, cpus=2, window_s=5 + THIRD, cumulative=True, total_samples=990,
+        idle_samples=10, kernel_samples=900, user_samples=80, lost={"kstack_collision": 1},
+        functions=(HotFunction("vfs_read", "[kernel.kallsyms]", 7, 12 + THIRD, idle=True),),
+        stacks=(StackSample(
+            pid=42, comm="app", samples=7, frames=("vfs_read+0x10", "ksys_read+0x5"),
+            modules=("[kernel.kallsyms]", "[ext4]"), user_frames=(frame,), truncated=True,
+            idle=True, sources=("fs/read_write.c:482", "fs/read_write.c:600"),
+        ),),
+        times=CpuTimes(user=20 + THIRD, kernel=70 + THIRD, idle=8 + THIRD, steal=1 + THIRD),
+        line_info="file:line from /usr/lib/debug/boot/vmlinux",
+    )
+    locks = LockProfile(
+        events=3, lost={"unpaired": 2}, window_s=5 + THIRD,
+        callers=(LockCaller(
+            caller="do_unlinkat+0x134", type="rwsem:W", contended=3, total_wait_ns=3000,
+            max_wait_ns=2000, min_wait_ns=500,
+            stacks=(LockStack(("rwsem_down_write_slowpath+0x2e0", "do_unlinkat+0x134"), 3, 3000, 2000),),
+            hist_ns=(Bucket(256, 511, 1), Bucket(512, 1023, 4), Bucket(1024, 2047, 2)),
+            tasks=(LockTask(101, "rm", 3, 3000, 2000),),
+            user_stacks=(LockUserStack((frame,), 3, 3000),),
+        ),),
+        locks=(LockAddress("0xffff888003a1c0e8", "rename_lock", "rwsem:W", 3, 3000, 2000),),
+        tasks=(LockTask(101, "rm", 3, 3000, 2000),),
+    )
+    blockio = BlockProfile(
+        lost={"unpaired": 1}, window_s=5 + THIRD,
+        disks=(DiskStats("vda", 253, 1, 4, 6, 16384, 24576, 1 + THIRD, (Bucket(128, 255, 10),)),),
+        processes=(IoProcess(
+            pid=7, comm="dd", disk="vda", major=253, minor=1, rw="W", requests=6, bytes=24576,
+            avg_lat_ms=1 + THIRD, avg_queue_ms=THIRD,
+            stacks=(IoSubmitStack(("blk_account_io_start+0x149", "ext4_file_write_iter+0x35a"), 6),),
+            hist_us=(Bucket(128, 255, 6),),
+        ),),
+        requests=(IoRequest(2 + THIRD, "dd", 7, "vda", "W", 2048, 4096, THIRD, 1 + THIRD),),
+    )
+    return Snapshot(
+        ktop_version="0.1", kernel="6.18.44", hostname="testhost", taken_at=1767268245 + THIRD,
+        duration_s=5 + THIRD, headers="linux-headers-6.1.0-56-amd64", cpu=cpu,
+        processes=(ProcessRow(7, "dd", "root", "D", 50 + THIRD, 40 + THIRD, 1, 4096, "dd if=x"),),
+        locks=locks, blockio=blockio, unavailable={"processes": "just to say why"},
+        loading={"locks": "compiling its BPF program... 2s"},
+        cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD), paused=True,
+    )
+
+
+def unset_fields(value: object, path: str) -> list[str]:
+    """Where in `value` a field is empty, zero, False or None: a default the JSON could lose."""
+    if dataclasses.is_dataclass(value):
+        unset = []
+        for f in dataclasses.fields(value):
+            field = getattr(value, f.name)
+            unset += [] if field else [f"{path}.{f.name}"]
+            unset += unset_fields(field, f"{path}.{f.name}")
+        return unset
+    if isinstance(value, tuple):
+        return [where for i, item in enumerate(value) for where in unset_fields(item, f"{path}[{i}]")]
+    if isinstance(value, Mapping):
+        return [where for k, item in value.items() for where in unset_fields(item, f"{path}[{k!r}]")]
+    return []
+
+
+def as_rounded(value):
+    """`value` with its floats rounded as the JSON writes them (export.ROUNDING)."""
+    if dataclasses.is_dataclass(value):
+        digits = ROUNDING.get(type(value), {})
+        return dataclasses.replace(value, **{
+            f.name: round(field, digits[f.name]) if f.name in digits else as_rounded(field)
+            for f in dataclasses.fields(value)
+            for field in [getattr(value, f.name)]
+        })
+    if isinstance(value, tuple):
+        return tuple(as_rounded(item) for item in value)
+    return value
+
+
+def test_every_field_of_the_model_round_trips():
+    """A field added to the model without a thought for the JSON fails here: left at its
+    default below, or lost (or not read back) on the way."""
+    snapshot = full_snapshot()
+    assert unset_fields(snapshot, "snapshot") == []
+    back = from_json(json.loads(json.dumps(to_json(snapshot, include_idle=True))))
+    assert back == as_rounded(snapshot)
+    assert back.cpu.window_s == 5.333 and back.cpu.times.user == 20.33  # the rules did apply
+    assert back.taken_at == snapshot.taken_at  # and only they
+
+
+def test_a_file_from_before_the_format_field_still_reads(recorded_json):
+    assert "format" not in recorded_json
+    caller = recorded_json["locks"]["callers"][0]
+    caller["hist_ns"] = [[0, 2, 1], [2, 4, 0], [4, 8, 3]]  # as ktop wrote them: exclusive highs
+    snapshot = from_json(recorded_json)
+    assert snapshot.locks.callers[0].hist_ns == (Bucket(0, 1, 1), Bucket(2, 3, 0), Bucket(4, 7, 3))
+    assert (snapshot.cpu.sample_hz, snapshot.cpu.cpus) == (99, 2)  # once only at the top
+    data = to_json(snapshot)
+    assert data["format"] == FORMAT and data["locks"]["callers"][0]["hist_ns"][0] == [0, 1, 1]

@@ -105,8 +105,8 @@ def test_workload_contention_is_seen_with_waits_and_types(both_views):
     top = {(c.caller.split("+")[0], c.type) for c in profile.callers[:5]}
     assert ("do_unlinkat", "rwsem:W") in top
     unlink = next(c for c in profile.callers if c.caller.startswith("do_unlinkat+"))
-    assert sum(h[2] for h in unlink.hist_ns) == unlink.contended
-    assert len({pid for pid, *_ in unlink.tasks}) >= 4  # the workload's processes
+    assert sum(b.count for b in unlink.hist_ns) == unlink.contended
+    assert len({t.pid for t in unlink.tasks}) >= 4  # the workload's processes
     assert any(lock.type == "rwsem:W" for lock in profile.locks[:3])
     assert any(task.comm.startswith("python") for task in profile.tasks[:5])
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ktop.aggregate.exited import crowded, fold_exited
-from ktop.aggregate.window import trim_to_window
+from ktop.aggregate.window import Window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, split_dev
-from ktop.model import BlockProfile, DiskStats, IoProcess, IoRequest
+from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
 from ktop.symbols import Kallsyms
 
 # (pid, comm, dev, rw): one row of the per-process table.
@@ -38,7 +38,7 @@ def bucket_bounds(slot: int) -> tuple[int, int]:
     return 1 << (slot - 1), (1 << slot) - 1
 
 
-def histogram(slots: Mapping[int, int]) -> tuple[tuple[int, int, int], ...]:
+def histogram(slots: Mapping[int, int]) -> tuple[Bucket, ...]:
     """Contiguous buckets from the lowest to the highest non-empty slot."""
     used = [slot for slot, count in slots.items() if count]
     if not used:
@@ -47,7 +47,7 @@ def histogram(slots: Mapping[int, int]) -> tuple[tuple[int, int, int], ...]:
     counts: Counter = Counter()
     for slot, count in slots.items():
         counts[max(1, slot)] += count
-    return tuple((*bucket_bounds(slot), counts[slot]) for slot in range(lo, hi + 1))
+    return tuple(Bucket(*bucket_bounds(slot), counts[slot]) for slot in range(lo, hi + 1))
 
 
 @dataclass
@@ -70,18 +70,14 @@ def _added(into: _Totals, other: _Totals) -> _Totals:
 
 
 @dataclass
-class _Interval:
-    start: float
-    end: float
+class _IoCounts:
+    """Block I/O of one interval or several, by IoKey."""
+
     totals: dict[IoKey, _Totals] = field(default_factory=dict)
     slots: Counter = field(default_factory=Counter)  # (IoKey, slot) -> completions
     stacks: Counter = field(default_factory=Counter)  # (IoKey, frames) -> submissions
 
-    @property
-    def duration_s(self) -> float:
-        return max(0.0, self.end - self.start)
-
-    def merge(self, other: _Interval) -> None:
+    def merge(self, other: _IoCounts) -> None:
         for key, totals in other.totals.items():
             self.totals.setdefault(key, _Totals()).add(totals)
         self.slots.update(other.slots)
@@ -97,15 +93,13 @@ class BlockAggregator:
     ) -> None:
         """disk_names: dev_t -> name (default: read from /sys); symbols: kernel address ->
         "symbol+0xoff" (a Kallsyms, or any callable; default: bare hex)."""
-        self.window_s = window_s
+        self._window = Window(window_s, _IoCounts, _IoCounts.merge)
         if disk_names is None:
             disk_names = DiskNames()
         self._disk_names = disk_names
         if isinstance(symbols, Kallsyms):
             symbols = symbols.format
         self._format_address: AddressFormatter = symbols or (lambda address: f"{address:#x}")
-        self._recent: deque[_Interval] = deque()
-        self._all: _Interval | None = None
         self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
         self._lost: dict[str, int] = {}
 
@@ -124,37 +118,34 @@ class BlockAggregator:
         return tuple(frames[tracing[-1] + 1 :] if tracing else frames)
 
     def add(self, drain: BlockDrain) -> None:
-        interval = _Interval(drain.start, drain.end)
+        self._window.add(drain.start, drain.end, self._fold(drain))
+        for request in drain.requests:
+            self._requests.append((request.time - drain.origin, request))
+        self._lost = dict(drain.lost)
+
+    def _fold(self, drain: BlockDrain) -> _IoCounts:
+        counts = _IoCounts()
         for row in drain.totals:
             key = (row.pid, row.comm, row.dev, row.rw)
-            interval.totals.setdefault(key, _Totals()).add(
+            counts.totals.setdefault(key, _Totals()).add(
                 _Totals(row.requests, row.bytes, row.latency_ns, row.queue_ns)
             )
         for bucket in drain.histogram:
-            interval.slots[(bucket.pid, bucket.comm, bucket.dev, bucket.rw), bucket.slot] += (
+            counts.slots[(bucket.pid, bucket.comm, bucket.dev, bucket.rw), bucket.slot] += (
                 bucket.count
             )
         for stack in drain.stacks:
             frames = self._frames(stack.kernel)
             if frames:  # an empty stack is already counted as lost
-                interval.stacks[(stack.pid, stack.comm, stack.dev, stack.rw), frames] += (
+                counts.stacks[(stack.pid, stack.comm, stack.dev, stack.rw), frames] += (
                     stack.requests
                 )
-        for request in drain.requests:
-            self._requests.append((request.time - drain.origin, request))
-
-        self._recent.append(interval)
-        trim_to_window(self._recent, self.window_s)
-        if self._all is None:
-            self._all = _Interval(drain.start, drain.end)
-        self._all.end = drain.end
-        self._all.merge(interval)
-        self._lost = dict(drain.lost)
+        return counts
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for processes that have exited."""
-        totals = self._all
-        if totals is None or not crowded(totals.totals, totals.slots, totals.stacks):
+        totals = self._window.total
+        if not crowded(totals.totals, totals.slots, totals.stacks):
             return
 
         def with_pid(key: IoKey, pid: int) -> IoKey:
@@ -166,16 +157,8 @@ class BlockAggregator:
                         lambda key, pid: (with_pid(key[0], pid), key[1]), operator.add)
 
     def profile(self, cumulative: bool = False, max_requests: int = 200) -> BlockProfile:
-        if cumulative:
-            merged = self._all or _Interval(0.0, 0.0)
-            window_s = merged.duration_s
-            oldest = float("-inf")
-        else:
-            merged = _Interval(0.0, 0.0)
-            for interval in self._recent:
-                merged.merge(interval)
-            window_s = sum(interval.duration_s for interval in self._recent)
-            oldest = self._recent[0].start if self._recent else 0.0
+        merged, window_s = self._window.counts(cumulative)
+        oldest = float("-inf") if cumulative else self._window.recent_start
         return BlockProfile(
             lost=dict(self._lost),
             disks=self._disks(merged),
@@ -184,7 +167,7 @@ class BlockAggregator:
             window_s=window_s,
         )
 
-    def _disks(self, merged: _Interval) -> tuple[DiskStats, ...]:
+    def _disks(self, merged: _IoCounts) -> tuple[DiskStats, ...]:
         per_disk: dict[int, dict[str, _Totals]] = {}
         for (_pid, _comm, dev, rw), totals in merged.totals.items():
             per_disk.setdefault(dev, {}).setdefault(rw, _Totals()).add(totals)
@@ -213,13 +196,13 @@ class BlockAggregator:
             )
         return tuple(sorted(disks, key=lambda d: (d.disk, d.major, d.minor)))
 
-    def _processes(self, merged: _Interval) -> tuple[IoProcess, ...]:
+    def _processes(self, merged: _IoCounts) -> tuple[IoProcess, ...]:
         slots: dict[IoKey, Counter] = {}
         for (key, slot), count in merged.slots.items():
             slots.setdefault(key, Counter())[slot] += count
-        stacks: dict[IoKey, list[tuple[tuple[str, ...], int]]] = {}
+        stacks: dict[IoKey, list[IoSubmitStack]] = {}
         for (key, frames), requests in merged.stacks.items():
-            stacks.setdefault(key, []).append((frames, requests))
+            stacks.setdefault(key, []).append(IoSubmitStack(frames, requests))
         rows = []
         for key, totals in merged.totals.items():
             if not totals.requests:
@@ -238,7 +221,7 @@ class BlockAggregator:
                     bytes=totals.bytes,
                     avg_lat_ms=totals.latency_ns / totals.requests / 1e6,
                     avg_queue_ms=totals.queue_ns / totals.requests / 1e6,
-                    stacks=tuple(sorted(stacks.get(key, ()), key=lambda s: (-s[1], s[0]))),
+                    stacks=tuple(sorted(stacks.get(key, ()), key=lambda s: (-s.requests, s.frames))),
                     hist_us=histogram(slots.get(key, {})),
                 )
             )

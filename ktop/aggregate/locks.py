@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import errno
 import re
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
-from ktop.aggregate.window import trim_to_window
+from ktop.aggregate.window import Window
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
-from ktop.model import LockAddress, LockCaller, LockProfile, LockStack, LockTask, UserFrame
+from ktop.model import (
+    Bucket,
+    LockAddress,
+    LockCaller,
+    LockProfile,
+    LockStack,
+    LockTask,
+    LockUserStack,
+    UserFrame,
+)
 from ktop.symbols import KERNEL_MODULE, Kallsyms
 
 # Lock type flags of lock:contention_begin (include/trace/events/lock.h).
@@ -69,16 +77,17 @@ def lock_type_name(flags: int) -> str:
     return LOCK_TYPES.get(flags, f"unknown:{flags:#x}")
 
 
-def hist_buckets(slots: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
-    """Log2 slots as (low_ns, high_ns, count), from the first to the last non-empty slot.
+def hist_buckets(slots: Sequence[int]) -> tuple[Bucket, ...]:
+    """Log2 slots as buckets of ns, from the first to the last non-empty slot.
 
-    Slot k counts waits in [2^k, 2^(k+1)) ns; slot 0 also holds a wait of 0 ns.
+    Slot k counts waits of 2^k .. 2^(k+1) - 1 ns; slot 0 also holds a wait of 0 ns.
     """
     used = [k for k, count in enumerate(slots) if count]
     if not used:
         return ()
     return tuple(
-        (0 if k == 0 else 1 << k, 1 << (k + 1), slots[k]) for k in range(used[0], used[-1] + 1)
+        Bucket(0 if k == 0 else 1 << k, (1 << (k + 1)) - 1, slots[k])
+        for k in range(used[0], used[-1] + 1)
     )
 
 
@@ -180,20 +189,14 @@ class _CallerWaits:
 
 
 @dataclass
-class _Interval:
-    start: float
-    end: float
+class _Contention:
+    """Waits of one interval or several: by (caller, type), by (lock, type), by task."""
+
     callers: dict[tuple[str, str], _CallerWaits] = field(default_factory=dict)
     locks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
     tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
 
-    @property
-    def duration_s(self) -> float:
-        return max(0.0, self.end - self.start)
-
-    def merge(self, other: _Interval) -> None:
-        self.start = min(self.start, other.start)
-        self.end = max(self.end, other.end)
+    def merge(self, other: _Contention) -> None:
         for key, caller in other.callers.items():
             self.callers.setdefault(key, _CallerWaits()).merge(caller)
         _merge_into(self.locks, other.locks)
@@ -218,41 +221,34 @@ class LockAggregator:
         resolve_user: Callable[[int, Sequence[int]], Sequence[UserFrame]] | None = None,
     ) -> None:
         """resolve_user: (pid, user addresses) -> frames, named while the process lives."""
-        self.window_s = window_s
         self._resolve_user = resolve_user
         self.symbolizer = StackSymbolizer(kallsyms)
-        self._recent: deque[_Interval] = deque()
-        self._all: _Interval | None = None
+        # Waits cannot be taken back out of a sum (their min and max), so no subtract.
+        self._window = Window(window_s, _Contention, _Contention.merge)
         self._lost: dict[str, int] = {}
         self._lock_names: dict[int, str] = {}
 
     def add(self, drain: LockDrain) -> None:
-        interval = self._fold(drain)
-        self._recent.append(interval)
-        trim_to_window(self._recent, self.window_s)
-        if self._all is None:
-            self._all = _Interval(interval.start, interval.end)
-        self._all.merge(interval)
+        self._window.add(drain.start, drain.end, self._fold(drain))
         self._lost = dict(drain.lost)
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for tasks that have exited."""
-        if self._all is None:
-            return
-        callers = self._all.callers.values()
-        if crowded(self._all.tasks):  # every caller's tasks are among these
-            for tasks in [self._all.tasks, *(c.tasks for c in callers)]:
+        total = self._window.total
+        callers = total.callers.values()
+        if crowded(total.tasks):  # every caller's tasks are among these
+            for tasks in [total.tasks, *(c.tasks for c in callers)]:
                 fold_exited(tasks, is_alive, lambda task: task[0],
                             lambda task, tid: (tid, task[1]), _merged)
         for caller in callers:  # user stacks carry no pid to test
             if crowded(caller.user_stacks):
                 rekey(caller.user_stacks, forget_addresses, _merged)
 
-    def _fold(self, drain: LockDrain) -> _Interval:
-        interval = _Interval(drain.start, drain.end)
+    def _fold(self, drain: LockDrain) -> _Contention:
+        contention = _Contention()
         for row in drain.stacks:
             frames, caller = self._stack(row.kernel, row.kernel_error)
-            waits = interval.callers.setdefault(
+            waits = contention.callers.setdefault(
                 (caller, lock_type_name(row.flags)), _CallerWaits()
             )
             waits.waits.add(row.contended, row.total_ns, row.max_ns, row.min_ns)
@@ -264,8 +260,8 @@ class LockAggregator:
             _, caller = self._stack(row.kernel, row.kernel_error)
             task = (row.tid, row.comm)
             stats = (row.contended, row.total_ns, row.max_ns, row.min_ns)
-            interval.tasks.setdefault(task, _Waits()).add(*stats)
-            waits = interval.callers.get((caller, lock_type_name(row.flags)))
+            contention.tasks.setdefault(task, _Waits()).add(*stats)
+            waits = contention.callers.get((caller, lock_type_name(row.flags)))
             if waits is not None:  # None only if the per-stack map was full
                 waits.tasks.setdefault(task, _Waits()).add(*stats)
                 if row.user and self._resolve_user is not None:
@@ -273,10 +269,10 @@ class LockAggregator:
                     waits.user_stacks.setdefault(user, _Waits()).add(*stats)
         for row in drain.locks:
             key = (row.address, lock_type_name(row.flags))
-            interval.locks.setdefault(key, _Waits()).add(
+            contention.locks.setdefault(key, _Waits()).add(
                 row.contended, row.total_ns, row.max_ns, row.min_ns
             )
-        return interval
+        return contention
 
     def _stack(self, kernel: tuple[int, ...], error: int) -> tuple[tuple[str, ...], str]:
         if not kernel:
@@ -292,20 +288,9 @@ class LockAggregator:
         return name
 
     def profile(self, cumulative: bool = False) -> LockProfile:
-        if cumulative:
-            intervals: Iterable[_Interval] = [self._all] if self._all else []
-        else:
-            intervals = self._recent
-        total = None
-        for interval in intervals:
-            if total is None:
-                total = _Interval(interval.start, interval.end)
-            total.merge(interval)
-        if total is None:
-            return LockProfile(events=0, lost=dict(self._lost), callers=(), locks=(), tasks=())
-        return self._build(total)
+        return self._build(*self._window.counts(cumulative))
 
-    def _build(self, interval: _Interval) -> LockProfile:
+    def _build(self, contention: _Contention, window_s: float) -> LockProfile:
         callers = tuple(
             LockCaller(
                 caller=caller,
@@ -319,16 +304,14 @@ class LockAggregator:
                     for frames, s in _by_total_wait(w.stacks)
                 ),
                 hist_ns=hist_buckets(w.hist),
-                tasks=tuple(
-                    (tid, comm, s.contended, s.total_ns) for (tid, comm), s in _by_total_wait(w.tasks)
-                ),
+                tasks=_tasks(w.tasks),
                 user_stacks=tuple(
-                    (frames, s.contended, s.total_ns)
+                    LockUserStack(frames, s.contended, s.total_ns)
                     for frames, s in sorted(w.user_stacks.items(), key=lambda kv: -kv[1].total_ns)
                 ),
             )
             for (caller, lock_type), w in sorted(
-                interval.callers.items(), key=lambda kv: (-kv[1].waits.total_ns, kv[0])
+                contention.callers.items(), key=lambda kv: (-kv[1].waits.total_ns, kv[0])
             )
         )
         locks = tuple(
@@ -340,22 +323,23 @@ class LockAggregator:
                 total_wait_ns=w.total_ns,
                 max_wait_ns=w.max_ns,
             )
-            for (address, lock_type), w in _by_total_wait(interval.locks)
-        )
-        tasks = tuple(
-            LockTask(
-                pid=tid, comm=comm, contended=w.contended, total_wait_ns=w.total_ns, max_wait_ns=w.max_ns
-            )
-            for (tid, comm), w in _by_total_wait(interval.tasks)
+            for (address, lock_type), w in _by_total_wait(contention.locks)
         )
         return LockProfile(
             events=sum(c.contended for c in callers),
             lost=dict(self._lost),
             callers=callers,
             locks=locks,
-            tasks=tasks,
-            window_s=interval.end - interval.start,
+            tasks=_tasks(contention.tasks),
+            window_s=window_s,
         )
+
+
+def _tasks(waits: dict[tuple[int, str], _Waits]) -> tuple[LockTask, ...]:
+    return tuple(
+        LockTask(pid=tid, comm=comm, contended=w.contended, total_wait_ns=w.total_ns, max_wait_ns=w.max_ns)
+        for (tid, comm), w in _by_total_wait(waits)
+    )
 
 
 def _by_total_wait(waits: dict) -> list:

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from ktop.model import IoProcess, LockCaller, Snapshot
+from ktop.model import Bucket, IoProcess, LockCaller, Snapshot
 from ktop.stacktree import (
     StackNode,
     callees_tree,
@@ -356,9 +356,9 @@ def _user_stacks_table(c: LockCaller) -> Table:
     table.add_column("contended", justify="right")
     table.add_column("total wait", justify="right")
     table.add_column("user stack (innermost first)")
-    for frames, contended, total in c.user_stacks[:20]:
-        lines = "\n".join(f"[user] {f.symbol}  {f.module}" for f in frames) or "[no user stack]"
-        table.add_row(str(contended), format_ns(total), _safe(lines, "green"))
+    for s in c.user_stacks[:20]:
+        lines = "\n".join(f"[user] {f.symbol}  {f.module}" for f in s.frames) or "[no user stack]"
+        table.add_row(str(s.contended), format_ns(s.total_wait_ns), _safe(lines, "green"))
         table.add_row("", "", "")
     return table
 
@@ -369,19 +369,19 @@ def _lock_tasks_table(c: LockCaller) -> Table:
     tasks.add_column("comm")
     tasks.add_column("contended", justify="right")
     tasks.add_column("total wait", justify="right")
-    for pid, comm, contended, total in sorted(c.tasks, key=lambda t: -t[3]):
-        tasks.add_row(format_pid(pid), _safe(comm), str(contended), format_ns(total))
+    for t in sorted(c.tasks, key=lambda t: -t.total_wait_ns):
+        tasks.add_row(format_pid(t.pid), _safe(t.comm), str(t.contended), format_ns(t.total_wait_ns))
     return tasks
 
 
-def _histogram_table(what: str, buckets, unit: str) -> Table:
+def _histogram_table(what: str, buckets: tuple[Bucket, ...], unit: str) -> Table:
     table = Table(title=f"{what} distribution (log2 buckets, {unit})", title_justify="left", box=None)
     table.add_column(f"{unit} range", justify="right")
     table.add_column("count", justify="right")
     table.add_column("distribution")
-    peak = max((count for _, _, count in buckets), default=0) or 1
-    for low, high, count in buckets:
-        table.add_row(f"{low} -> {high}", str(count), "█" * round(40 * count / peak))
+    peak = max((b.count for b in buckets), default=0) or 1
+    for b in buckets:
+        table.add_row(f"{b.low} -> {b.high}", str(b.count), "█" * round(40 * b.count / peak))
     return table
 
 
@@ -421,8 +421,8 @@ class IoProcessScreen(DetailScreen):
                        box=None, expand=True)
         stacks.add_column("requests", justify="right")
         stacks.add_column("stack (innermost first)")
-        for frames, count in sorted(p.stacks, key=lambda s: -s[1]):
-            stacks.add_row(str(count), _safe("\n".join(frames)))
+        for s in sorted(p.stacks, key=lambda s: -s.requests):
+            stacks.add_row(str(s.requests), _safe("\n".join(s.frames)))
             stacks.add_row("", "")
         requests = Table(title="recent requests", title_justify="left", box=None)
         for name in ("TIME(s)", "DISK", "T", "SECTOR", "BYTES", "QUE(ms)", "LAT(ms)"):

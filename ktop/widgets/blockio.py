@@ -109,17 +109,17 @@ class BlockIoPane(Pane):
         else:
             rows = []
             for disk in block.disks:
-                peak = max((c for _, _, c in disk.hist_us), default=0) or 1
-                for low, high, count in disk.hist_us:
+                peak = max((b.count for b in disk.hist_us), default=0) or 1
+                for b in disk.hist_us:
                     rows.append(
                         (
-                            f"{disk.disk}|{low}",
+                            f"{disk.disk}|{b.low}",
                             (
                                 Cell(disk.disk),
                                 Cell("*"),
-                                num(f"{low} -> {high}", (disk.disk, low)),
-                                num(str(count), count),
-                                Cell("█" * max(1, round(30 * count / peak)) if count else ""),
+                                num(f"{b.low} -> {b.high}", (disk.disk, b.low)),
+                                num(str(b.count), b.count),
+                                Cell("█" * max(1, round(30 * b.count / peak)) if b.count else ""),
                             ),
                             disk,
                         )

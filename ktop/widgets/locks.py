@@ -59,7 +59,7 @@ class LocksPane(Pane):
         if self.view == "callers":
             callers = locks.callers
             if display.pid is not None:
-                callers = tuple(c for c in callers if any(t[0] == display.pid for t in c.tasks))
+                callers = tuple(c for c in callers if any(t.pid == display.pid for t in c.tasks))
             rows = [
                 (
                     f"{c.caller}|{c.type}",
