@@ -67,7 +67,8 @@ def _rounded(value: Any, digits: int | None) -> Any:
 
 def decode(hint: Any, data: Any) -> Any:
     """JSON data back to the model type `hint` (as the dataclasses' type hints name it).
-    Keys the model does not know are left alone; a missing field takes its default."""
+    Keys the model does not know are ignored, a missing field takes its default; one without
+    raises KeyError, a value of the wrong type TypeError."""
     origin = get_origin(hint)
     if origin is UnionType:  # only ever "X | None"
         (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
@@ -107,7 +108,7 @@ def _hints(cls: type) -> dict[str, Any]:
 def _expect(data: Any, kind: type | tuple[type, ...], name: str) -> Any:
     # JSON's true is no number, though Python's bool is an int
     if not isinstance(data, kind) or (isinstance(data, bool) and kind is not bool):
-        raise TypeError(f"found {data!r} where {name} belongs")
+        raise TypeError(f"found {data!r:.40} where {name} belongs")
     return data
 
 

@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class Counted(Generic[T]):
+class _Counted(Generic[T]):
     """What an aggregator counted in one drained interval."""
 
     start: float
@@ -56,7 +56,7 @@ class Window(Generic[T]):
     An aggregator folds each drain into counts (a T), and builds its profile from what the
     window gives back; `merge(into, other)` adds one T into another. Given `subtract` too,
     the sum of the recent intervals is kept as they come and go rather than merged again for
-    every profile (at 4000 Hz, re-summing the window's stacks each refresh was most of it).
+    every profile: the CPU pane's window holds thousands of stacks at high sampling rates.
     """
 
     def __init__(
@@ -68,13 +68,13 @@ class Window(Generic[T]):
     ) -> None:
         self.span_s = span_s
         self._empty, self._merge, self._subtract = empty, merge, subtract
-        self._recent: deque[Counted[T]] = deque()
+        self._recent: deque[_Counted[T]] = deque()
         self._recent_sum = empty() if subtract else None
         self.total = empty()  # since the first interval; the aggregator may fold it in place
         self.total_s = 0.0
 
     def add(self, start: float, end: float, counts: T) -> None:
-        interval = Counted(start, end, counts)
+        interval = _Counted(start, end, counts)
         self._recent.append(interval)
         dropped = trim_to_window(self._recent, self.span_s)
         if self._recent_sum is not None:
