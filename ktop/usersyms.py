@@ -94,16 +94,7 @@ def _demangle(name: str) -> str:
 class _SymTable:
     """Function symbols of one ELF file, as parallel sorted arrays for bisect."""
 
-    __slots__ = (
-        "_ends",
-        "_name_offs",
-        "_name_src",
-        "_names",
-        "_segs",
-        "_sized",
-        "_starts",
-        "_strtabs",
-    )
+    __slots__ = ("_ends", "_name_offs", "_name_text", "_names", "_segs", "_sized", "_starts")
 
     def __init__(
         self,
@@ -116,9 +107,17 @@ class _SymTable:
         self._starts = array("Q", (s[0] for s in symbols))
         self._ends = array("Q", (s[1] for s in symbols))
         self._sized = bytes(1 if s[2] else 0 for s in symbols)
-        self._name_offs = array("Q", (s[3] for s in symbols))
-        self._name_src = bytes(s[4] for s in symbols)
-        self._strtabs = strtabs
+        # Only these functions' names are kept: a string table also names every object,
+        # section and import (6 MiB for the 11 libraries of one busy machine), and tables
+        # stay loaded as long as their binary runs.
+        text, offsets = bytearray(), array("I")
+        for _start, _end, _sized, name_off, tab_idx in symbols:
+            table = strtabs[tab_idx]
+            end = table.find(b"\0", name_off)
+            offsets.append(len(text))
+            text += memoryview(table)[name_off : end if end >= 0 else len(table)]
+            text.append(0)
+        self._name_text, self._name_offs = bytes(text), offsets
         self._names: dict[int, str] = {}
 
     def __len__(self) -> int:
@@ -134,10 +133,8 @@ class _SymTable:
     def _name(self, idx: int) -> str:
         name = self._names.get(idx)
         if name is None:
-            tab = self._strtabs[self._name_src[idx]]
             off = self._name_offs[idx]
-            end = tab.find(b"\0", off)
-            raw = tab[off : end if end >= 0 else len(tab)]
+            raw = self._name_text[off : self._name_text.index(b"\0", off)]
             name = _demangle(raw.decode("utf-8", "replace")) or UNKNOWN
             self._names[idx] = name
         return name
