@@ -47,3 +47,35 @@ def test_this_process_is_measured_while_it_burns_cpu():
     assert me.cpu_percent > 30
     assert me.rss_bytes > 1 << 20 and me.threads >= 1
     assert me.user == __import__("pwd").getpwuid(os.getuid()).pw_name
+
+
+def open_fds() -> set[str]:
+    return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")}
+
+
+def test_an_exited_process_leaves_its_row_and_its_open_stat_file():
+    """/proc/PID/stat stays open between refreshes; a process that exits takes both its row
+    and that descriptor with it, and an unchanged process keeps its row."""
+    import subprocess  # noqa: PLC0415
+
+    before = open_fds()
+    child = subprocess.Popen(["sleep", "30"])
+    collector = ProcessCollector()
+    try:
+        collector.collect()
+        time.sleep(0.05)
+        rows = {r.pid: r for r in collector.collect()}
+        assert rows[child.pid].comm == "sleep"
+        stat = f"/proc/{child.pid}/stat"
+        assert stat in open_fds()
+        again = {r.pid: r for r in collector.collect()}
+        assert again[child.pid] is rows[child.pid]  # nothing changed: the same row
+        child.kill()
+        child.wait()
+        assert child.pid not in {r.pid for r in collector.collect()}
+        assert stat not in open_fds()
+    finally:
+        child.kill()
+        collector.close()
+    assert open_fds() <= before  # close() closed every one

@@ -26,7 +26,8 @@ def flip_generation(table: BpfMap, generation: int) -> float:
 
 def sum_lost(table: BpfMap, names: tuple[str, ...]) -> dict[str, int]:
     """A per-CPU array of loss counters, summed over CPUs, by the reasons' names in order."""
-    return {name: sum(table[i]) for i, name in enumerate(names)}
+    counters = {key.value: sum(per_cpu) for key, per_cpu in table.snapshot()}
+    return {name: counters.get(i, 0) for i, name in enumerate(names)}
 
 
 class StackReader:
