@@ -1,6 +1,6 @@
 /* Hot kernel functions: a cpu-clock perf event on every CPU counts samples in the kernel by
  * (pid, kernel stack, user stack). User space drains one generation of maps while the
- * program fills the other, then clears the drained stack map, so it never fills up. */
+ * program fills the other; stack maps are emptied by user space once crowded (maps.py). */
 #include <uapi/linux/ptrace.h>
 #include "ktop.h"
 

@@ -26,6 +26,7 @@ KEEP_TABLES = 64  # symbol tables of files kept before those no live process map
 # mapped: ktop's own start-up names LLVM and clang frames (6 MiB of names) once, then never.
 IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
+MAX_FRAMES_PER_PROCESS = 16384  # named addresses kept per process, for the same reason
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -299,12 +300,17 @@ class _ProcMaps:
     starts: list[int]
     maps: list[_Mapping]
     read_at: float
+    text_hash: int  # of the maps text: a re-read that finds it unchanged keeps all of this
     # Stacks named with these maps: one user stack comes back under many kernel stacks (a
     # syscall interrupted at each of its instructions). Gone with the maps when re-read.
     # Only stacks whose every address was mapped: an unmapped one may be a dlopen() to come.
     stacks: dict[tuple[int, ...], tuple[list[UserFrame], tuple[_SymTable, ...]]] = field(
         default_factory=dict
     )
+
+    # Each address named once: stacks that differ only in their innermost frame (sampled in
+    # user code, or walked through garbage without frame pointers) share all the others.
+    frames: dict[int, UserFrame] = field(default_factory=dict)
 
     def find(self, address: int) -> _Mapping | None:
         i = bisect_right(self.starts, address) - 1
@@ -379,6 +385,7 @@ class UserSymbolizer:
         self._by_build = {k: t for k, t in self._by_build.items() if id(t) not in idle}
         for procmaps in self._procs.values():
             procmaps.stacks.clear()  # they hold the dropped tables
+            procmaps.frames.clear()
             for m in procmaps.maps:
                 if m.table is not None and id(m.table) in idle:
                     m.table = None
@@ -423,11 +430,19 @@ class UserSymbolizer:
                 if fresh is not None:
                     procmaps = fresh
                     m = procmaps.find(addr)
-            frames.append(self._frame(pid, m, addr))
             if m is None:
                 unmapped = True
-            elif m.table is not None:
+                frames.append(UserFrame(f"0x{addr:x}", UNKNOWN))
+                continue
+            frame = procmaps.frames.get(addr)
+            if frame is None:
+                if len(procmaps.frames) >= MAX_FRAMES_PER_PROCESS:
+                    procmaps.frames.clear()
+                frame = procmaps.frames[addr] = self._frame(pid, m, addr)
+            frames.append(frame)
+            if m.table is not None:
                 tables.append(m.table)
+                self._last_used[id(m.table)] = self._refresh
         if not unmapped:
             if len(procmaps.stacks) >= MAX_STACKS_PER_PROCESS:
                 procmaps.stacks.clear()
@@ -441,24 +456,25 @@ class UserSymbolizer:
                 text = f.read()
         except (OSError, ValueError):
             return None
+        text_hash = hash(text)
+        if previous is not None and previous.text_hash == text_hash:
+            previous.read_at = time.monotonic()  # nothing was mapped since: keep what is named
+            return previous
         maps = _parse_maps(text)
         if previous is not None:
             # Keep already-loaded tables for mappings that did not change.
             known = {m.ident: m.table for m in previous.maps}
             for m in maps:
                 m.table = known.get(m.ident)
-        procmaps = _ProcMaps([m.start for m in maps], maps, time.monotonic())
+        procmaps = _ProcMaps([m.start for m in maps], maps, time.monotonic(), text_hash)
         self._procs[pid] = procmaps
         return procmaps
 
-    def _frame(self, pid: int, m: _Mapping | None, addr: int) -> UserFrame:
-        if m is None:
-            return UserFrame(f"0x{addr:x}", UNKNOWN)
+    def _frame(self, pid: int, m: _Mapping, addr: int) -> UserFrame:
         if not m.path.startswith("/"):
             return UserFrame(UNKNOWN, m.module)
         if m.table is None:
             m.table = self._table_for(pid, m)
-        self._last_used[id(m.table)] = self._refresh
         sym = m.table.lookup(addr - m.start + m.offset)
         return UserFrame(sym or UNKNOWN, m.module)
 

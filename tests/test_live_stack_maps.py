@@ -1,6 +1,8 @@
-"""Over a long run the stack maps must not fill: each drain empties the generation it read.
+"""Stack map entries are read once and kept while the map keeps them; the maps never fill.
 
-bcc 0.26's StackTrace.clear() silently does nothing; this test is what catches that.
+These hold on the real kernel only if a stack map never replaces an entry under an id
+(no BPF_F_REUSE_STACKID) and deleting entries works (bcc 0.26's StackTrace.clear() silently
+did nothing; these tests are what would catch that).
 """
 
 import os
@@ -9,27 +11,67 @@ import time
 
 import pytest
 
+from ktop.collectors import bpfsys, maps
+
 pytestmark = [
     pytest.mark.live,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to load BPF programs"),
 ]
 
 
-def test_cpu_sampler_empties_the_stack_maps_it_drained():
-    from ktop.collectors.cpu import MAP_STACKS, MAP_USER_STACKS, CpuSampler
+@pytest.fixture
+def busy_sampler():
+    from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
 
     sampler = CpuSampler(hz=499)
     sampler.start()
     busy = subprocess.Popen(["dd", "if=/dev/urandom", "of=/dev/null", "bs=64k"],
                             stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        drained_generation = sampler._program.generation
-        drain = sampler.drain()
-        assert sum(len(row.kernel) > 0 for row in drain.counts) > 0, "no stacks were sampled"
-        for name in (MAP_STACKS[drained_generation], MAP_USER_STACKS[drained_generation]):
-            left = len(list(sampler._program.table(name).keys()))
-            assert left == 0, f"{name} still holds {left} stacks after its drain"
-    finally:
-        busy.kill()
-        sampler.close()
+    yield sampler
+    busy.kill()
+    sampler.close()
+
+
+def test_a_stack_kept_across_intervals_still_names_the_same_entry(busy_sampler, monkeypatch):
+    from ktop.collectors.cpu import MAP_STACKS  # noqa: PLC0415
+
+    reads = []
+    def counted(table, stack_id):
+        if table.name in MAP_STACKS:  # kernel stacks, as `named` counts
+            reads.append(stack_id)
+        return bpfsys.stack_addresses(table, stack_id)
+
+    monkeypatch.setattr(maps, "stack_addresses", counted)
+    named, read = [], []
+    for _ in range(4):  # two of each generation
+        time.sleep(0.5)
+        reads.clear()
+        drain = busy_sampler.drain()
+        named.append(len({row.kernel for row in drain.counts if row.kernel}))
+        read.append(len(reads))
+    assert named[-1] > 0, "no stacks were sampled"
+    # dd's stacks recur: the later intervals read only the stacks that are new to them.
+    assert sum(read[2:]) < sum(named[2:]), (read, named)
+    # Every id kept names, in the map now, exactly the stack read for it back then.
+    reader = busy_sampler._program.stacks
+    for generation in (0, 1):
+        table = busy_sampler._program.table(MAP_STACKS[generation])
+        kept = reader._known.get(table.fd, {})
+        assert kept, f"{table.name} kept nothing"
+        for stack_id, stack in kept.items():
+            assert bpfsys.stack_addresses(table, stack_id) == stack
+
+
+def test_a_crowded_stack_map_is_emptied_after_its_drain(busy_sampler, monkeypatch):
+    from ktop.collectors.cpu import MAP_STACKS, MAP_USER_STACKS  # noqa: PLC0415
+
+    monkeypatch.setattr(maps, "CROWDED", 0.0)  # any stack at all is a crowd
+    time.sleep(1.0)
+    drained_generation = busy_sampler._program.generation
+    drain = busy_sampler.drain()
+    assert sum(len(row.kernel) > 0 for row in drain.counts) > 0, "no stacks were sampled"
+    for name in (MAP_STACKS[drained_generation], MAP_USER_STACKS[drained_generation]):
+        table = busy_sampler._program.table(name)
+        left = len(list(table.keys()))
+        assert left == 0, f"{name} still holds {left} stacks after its drain"
+        assert busy_sampler._program.stacks._known[table.fd] == {}

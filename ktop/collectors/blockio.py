@@ -307,7 +307,7 @@ class BlockCollector:
             )
             for key, requests in self._program.table(MAP_STACK_COUNTS[old]).drain()
         )
-        stacks_map.clear()
+        self._program.stacks.tidy(stacks_map)
 
         self._completions.consume(self._on_completion)
         requests, self._pending = tuple(self._pending), []

@@ -6,6 +6,7 @@ import errno
 import os
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ktop.collectors.bpfload import Unavailable, load_program
 from ktop.collectors.bpfsys import attach_sampling
@@ -27,9 +28,9 @@ LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
 MAX_STACK_DEPTH = 127  # PERF_MAX_STACK_DEPTH: a stack this deep may have been cut
 
 
-@dataclass(frozen=True)
-class StackCount:
-    """One in-kernel counter as drained: addresses are innermost first."""
+class StackCount(NamedTuple):
+    """One in-kernel counter as drained: addresses are innermost first. (A named tuple: at
+    4000 Hz hundreds are made a second, three times faster than a frozen dataclass.)"""
 
     pid: int
     comm: str
@@ -69,6 +70,7 @@ class CpuSampler:
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
         self._ticks = CpuTicks()
+        self._comms: dict[bytes, str] = {}
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
@@ -99,21 +101,20 @@ class CpuSampler:
         kernel_stacks = self._program.table(MAP_STACKS[old])
         user_stacks = self._program.table(MAP_USER_STACKS[old])
         walk = self._program.stacks.read
+        names = self._comms
 
         rows = []
         for key, samples in counts_map.drain():
-            rows.append(
-                StackCount(
-                    pid=key.pid,
-                    comm=key.comm.decode(errors="replace"),
-                    samples=samples,
-                    kernel=walk(kernel_stacks, key.kstack),
-                    user=walk(user_stacks, key.ustack),
-                    user_mode=key.kstack == -errno.EFAULT,
-                )
-            )
-        kernel_stacks.clear()
-        user_stacks.clear()
+            comm = names.get(key.comm)
+            if comm is None:
+                comm = names[key.comm] = key.comm.decode(errors="replace")
+            kstack = key.kstack
+            rows.append(StackCount(key.pid, comm, samples, walk(kernel_stacks, kstack),
+                                   walk(user_stacks, key.ustack), kstack == -errno.EFAULT))
+        if len(names) > 4096:  # command names seen lately, decoded once
+            names.clear()
+        self._program.stacks.tidy(kernel_stacks)
+        self._program.stacks.tidy(user_stacks)
         drain = CpuDrain(self._last, end, tuple(rows), self.lost(), ticks - self._ticks)
         self._last, self._ticks = end, ticks
         return drain

@@ -240,8 +240,8 @@ class LockCollector:
             )
             for key, value in self._program.table(MAP_TASK_WAITS[old]).drain()
         ]
-        kernel_stacks.clear()
-        user_stacks.clear()
+        self._program.stacks.tidy(kernel_stacks)
+        self._program.stacks.tidy(user_stacks)
         self._age_starts()
         drain = LockDrain(
             self._last, end, tuple(stack_rows), tuple(lock_rows), tuple(task_rows), self.lost()
