@@ -147,14 +147,6 @@ static __always_inline bool is_kworker(const char *comm)
 	       comm[4] == 'k' && comm[5] == 'e' && comm[6] == 'r';
 }
 
-static __always_inline void count_stack_error(int err, int collision, int full)
-{
-	if (err == -EEXIST)
-		count_lost(collision);
-	else if (err == -ENOMEM)
-		count_lost(full);
-}
-
 /* Counts one submission under the submitter's stacks. */
 static __always_inline void count_submission(void *ctx, struct blk_inflight *req)
 {
@@ -165,11 +157,11 @@ static __always_inline void count_submission(void *ctx, struct blk_inflight *req
 	key.rw = req->rw;
 	__builtin_memcpy(key.comm, req->comm, sizeof(key.comm));
 	key.kstack = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
-	count_stack_error(key.kstack, BLK_LOST_KSTACK_COLLISION, BLK_LOST_KSTACK_FULL);
+	count_lost(stack_loss(key.kstack, BLK_LOST_KSTACK_COLLISION, BLK_LOST_KSTACK_FULL));
 #ifdef USER_STACKS
 	key.ustack = g ? stacks_1.get_stackid(ctx, BPF_F_USER_STACK)
 		       : stacks_0.get_stackid(ctx, BPF_F_USER_STACK);
-	count_stack_error(key.ustack, BLK_LOST_USTACK_COLLISION, BLK_LOST_USTACK_FULL);
+	count_lost(stack_loss(key.ustack, BLK_LOST_USTACK_COLLISION, BLK_LOST_USTACK_FULL));
 #else
 	key.ustack = -EFAULT;
 #endif

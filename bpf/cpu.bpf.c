@@ -18,11 +18,6 @@ struct bpf_perf_event_data;
 #define USER_STACK_ENTRIES 8192
 #endif
 
-/* User stacks are kept shallower: they only serve the drill-down, and it halves their memory. */
-struct user_stack {
-	u64 ip[KTOP_USER_STACK_DEPTH];
-};
-
 BPF_ARRAY(generation, u32, 1);
 BPF_HASH(counts_0, struct cpu_key, u64, COUNTS_ENTRIES);
 BPF_HASH(counts_1, struct cpu_key, u64, COUNTS_ENTRIES);
@@ -41,14 +36,6 @@ static __always_inline void count_lost(int reason)
 		(*n)++;
 }
 
-static __always_inline void count_stack_error(int err, int collision, int full)
-{
-	if (err == -EEXIST)
-		count_lost(collision);
-	else if (err == -ENOMEM)
-		count_lost(full);
-}
-
 int on_cpu_sample(struct bpf_perf_event_data *ctx)
 {
 	u32 zero = 0, *gen = generation.lookup(&zero);
@@ -64,25 +51,14 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		key.kstack = stacks_1.get_stackid(ctx, 0);
 		key.ustack = key.pid ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK) : -EFAULT;
 	}
-	count_stack_error(key.kstack, CPU_LOST_KSTACK_COLLISION, CPU_LOST_KSTACK_FULL);
-	count_stack_error(key.ustack, CPU_LOST_USTACK_COLLISION, CPU_LOST_USTACK_FULL);
+	count_lost(stack_loss(key.kstack, CPU_LOST_KSTACK_COLLISION, CPU_LOST_KSTACK_FULL));
+	count_lost(stack_loss(key.ustack, CPU_LOST_USTACK_COLLISION, CPU_LOST_USTACK_FULL));
 	/* Written out per map: bcc rewrites map references only in method-call form. */
-	u64 one = 1, *n;
-	int err;
-	if (g == 0) {
-		n = counts_0.lookup(&key);
-		err = n ? 0 : counts_0.insert(&key, &one);
-		if (err == -EEXIST)	/* another CPU inserted it first */
-			n = counts_0.lookup(&key);
-	} else {
-		n = counts_1.lookup(&key);
-		err = n ? 0 : counts_1.insert(&key, &one);
-		if (err == -EEXIST)
-			n = counts_1.lookup(&key);
-	}
+	u64 none = 0, *n;
+	n = g ? counts_1.lookup_or_try_init(&key, &none) : counts_0.lookup_or_try_init(&key, &none);
 	if (n)
 		__sync_fetch_and_add(n, 1);
-	else if (err && err != -EEXIST)
+	else
 		count_lost(CPU_LOST_COUNTS_FULL);
 	return 0;
 }

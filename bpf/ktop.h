@@ -6,6 +6,21 @@
 #define KTOP_COMM_LEN 16
 #define KTOP_USER_STACK_DEPTH 64
 
+/* User stacks are kept shallower than kernel ones: they only serve the drill-downs, and it
+ * halves their memory. */
+struct user_stack {
+	u64 ip[KTOP_USER_STACK_DEPTH];
+};
+
+/* The loss reason for bpf_get_stackid's result: -EEXIST a collision (the bucket holds
+ * another stack), -ENOMEM a full map; -1 for none. Each program counts it with its own
+ * count_lost (bcc rewrites map calls only in a program's own file, so that one helper
+ * cannot live here): an index out of the `lost` array's range is counted nowhere. */
+static __always_inline int stack_loss(int stack_id, int collision, int full)
+{
+	return stack_id == -EEXIST ? collision : stack_id == -ENOMEM ? full : -1;
+}
+
 /* ---- cpu.bpf.c: perf_event sampling ------------------------------------------------- */
 
 /* One counter per (process, kernel stack, user stack). */

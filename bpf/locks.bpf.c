@@ -43,10 +43,6 @@ struct lock_stack {
 	u64 ip[LOCK_STACK_DEPTH];
 };
 
-struct user_stack {
-	u64 ip[KTOP_USER_STACK_DEPTH];
-};
-
 BPF_ARRAY(generation, u32, 1);
 /* Initial values of a new aggregate, written by user space: min_ns starts at U64_MAX. */
 BPF_ARRAY(wait_template, struct lock_stack_wait, 1);
@@ -88,10 +84,7 @@ static __always_inline s32 kernel_stack(void *ctx, u32 g)
 	 * lock function; the caller is further out), which hashes to another bucket. */
 	if (id == -EEXIST)
 		id = g ? stacks_1.get_stackid(ctx, 1) : stacks_0.get_stackid(ctx, 1);
-	if (id == -EEXIST)
-		count_lost(LOCK_LOST_KSTACK_COLLISION);
-	else if (id == -ENOMEM)
-		count_lost(LOCK_LOST_KSTACK_FULL);
+	count_lost(stack_loss(id, LOCK_LOST_KSTACK_COLLISION, LOCK_LOST_KSTACK_FULL));
 	return id;
 }
 
@@ -104,10 +97,7 @@ static __always_inline s32 user_stack(void *ctx, u32 g, u32 tgid)
 	if (id == -EEXIST)	/* as for kernel stacks: without the innermost frame */
 		id = g ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK | 1)
 		       : user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK | 1);
-	if (id == -EEXIST)
-		count_lost(LOCK_LOST_USTACK_COLLISION);
-	else if (id == -ENOMEM)
-		count_lost(LOCK_LOST_USTACK_FULL);
+	count_lost(stack_loss(id, LOCK_LOST_USTACK_COLLISION, LOCK_LOST_USTACK_FULL));
 	return id;
 }
 
@@ -140,64 +130,19 @@ static __always_inline void add_wait(struct lock_wait *w, u64 wait_ns)
 static __always_inline struct lock_stack_wait *
 stack_wait_entry(u32 g, struct lock_stack_key *key, struct lock_stack_wait *init)
 {
-	struct lock_stack_wait *w;
-
-	if (g) {
-		w = stack_waits_1.lookup(key);
-		if (!w) {
-			stack_waits_1.insert(key, init);	/* -EEXIST: another CPU was first */
-			w = stack_waits_1.lookup(key);
-		}
-	} else {
-		w = stack_waits_0.lookup(key);
-		if (!w) {
-			stack_waits_0.insert(key, init);
-			w = stack_waits_0.lookup(key);
-		}
-	}
-	return w;
+	return g ? stack_waits_1.lookup_or_try_init(key, init) : stack_waits_0.lookup_or_try_init(key, init);
 }
 
 static __always_inline struct lock_wait *
 lock_wait_entry(u32 g, struct lock_addr_key *key, struct lock_wait *init)
 {
-	struct lock_wait *w;
-
-	if (g) {
-		w = lock_waits_1.lookup(key);
-		if (!w) {
-			lock_waits_1.insert(key, init);
-			w = lock_waits_1.lookup(key);
-		}
-	} else {
-		w = lock_waits_0.lookup(key);
-		if (!w) {
-			lock_waits_0.insert(key, init);
-			w = lock_waits_0.lookup(key);
-		}
-	}
-	return w;
+	return g ? lock_waits_1.lookup_or_try_init(key, init) : lock_waits_0.lookup_or_try_init(key, init);
 }
 
 static __always_inline struct lock_wait *
 task_wait_entry(u32 g, struct lock_task_key *key, struct lock_wait *init)
 {
-	struct lock_wait *w;
-
-	if (g) {
-		w = task_waits_1.lookup(key);
-		if (!w) {
-			task_waits_1.insert(key, init);
-			w = task_waits_1.lookup(key);
-		}
-	} else {
-		w = task_waits_0.lookup(key);
-		if (!w) {
-			task_waits_0.insert(key, init);
-			w = task_waits_0.lookup(key);
-		}
-	}
-	return w;
+	return g ? task_waits_1.lookup_or_try_init(key, init) : task_waits_0.lookup_or_try_init(key, init);
 }
 
 static __always_inline void account(void *ctx, struct lock_start *begin, u64 wait_ns)
