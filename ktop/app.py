@@ -32,6 +32,9 @@ from ktop.widgets.table import KeyedTable
 from ktop.writer import SnapshotError, write_atomically
 
 PANE_ORDER = tuple(PANES)
+# The pane widgets, in screen order (their keys are 1, 2, 3...): a new pane is added here.
+PANE_WIDGETS = (FunctionsPane, LocksPane, BlockIoPane, ProcessesPane)
+assert tuple(pane.PANE for pane in PANE_WIDGETS) == PANE_ORDER, "model.PANES has the order"
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
@@ -58,10 +61,9 @@ class KtopApp(App[None]):
         Binding("question_mark,f1", "help", "Help"),
         Binding("tab", "focus_pane_step(1)", "Next pane", show=False, priority=True),
         Binding("shift+tab", "focus_pane_step(-1)", "Previous pane", show=False, priority=True),
-        Binding("1", "focus_pane('functions')", "Hot functions", show=False),
-        Binding("2", "focus_pane('locks')", "Lock contention", show=False),
-        Binding("3", "focus_pane('blockio')", "Block I/O", show=False),
-        Binding("4", "focus_pane('processes')", "Processes", show=False),
+        # 1, 2, 3...: the panes in screen order.
+        *(Binding(str(i), f"focus_pane('{pane.PANE}')", pane.TITLE.split(" ", 1)[1], show=False)
+          for i, pane in enumerate(PANE_WIDGETS, 1)),
         Binding("space", "pause", "Pause", priority=True),
         Binding("i", "toggle_idle", "Idle rows"),
         Binding("c", "toggle_cumulative", "Cumulative"),
@@ -101,10 +103,8 @@ class KtopApp(App[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         with Grid(id="panes"):
-            yield FunctionsPane()
-            yield LocksPane()
-            yield BlockIoPane()
-            yield ProcessesPane()
+            for pane in PANE_WIDGETS:
+                yield pane()
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
         yield Footer()
 
