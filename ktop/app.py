@@ -146,8 +146,9 @@ class KtopApp(App[None]):
         worker = get_current_worker()
         self.source.on_attached = self._on_source_attached
         try:
-            self.source.start(wait=False)
-            next_at = time.monotonic() + min(FIRST_REFRESH_S, self.interval_s)
+            self.source.start(wait=False)  # the CLI may have started it already
+            first = self.source.started_at + min(FIRST_REFRESH_S, self.interval_s)
+            next_at = max(time.monotonic(), first)
             while not worker.is_cancelled and not self._stop.is_set():
                 if self._wake.wait(max(0.0, next_at - time.monotonic())):
                     self._wake.clear()

@@ -47,6 +47,9 @@ class DataSource(Protocol):
     # Called (from any thread) when a pane's collector has attached: worth a refresh soon.
     on_attached: Callable[[], None] | None
 
+    # time.monotonic() when start() began (0 before): the first refresh measures from it.
+    started_at: float
+
     def start(self, wait: bool = True) -> None: ...
     def collect(self) -> Snapshot: ...
     def close(self) -> None: ...
@@ -141,6 +144,7 @@ class LiveSource:
         self._processes = ProcessCollector()
         self._self_cost = SelfCost()
         self._started = time.monotonic()
+        self.started_at = 0.0
         self._kallsyms: Kallsyms | None = None
         self._user_symbols = UserSymbolizer()
         # Shared with the loader thread, under _lock.
@@ -162,7 +166,13 @@ class LiveSource:
 
     def start(self, wait: bool = True) -> None:
         """Start the processes pane, then load the BPF panes in a background thread.
-        With wait, return once every BPF pane is attached or has said why it cannot be."""
+        With wait, return once every BPF pane is attached or has said why it cannot be.
+        Once started, starting again only waits (the CLI starts it before the app is up)."""
+        if self.started_at:
+            if wait:
+                self._loaded.wait()
+            return
+        self.started_at = time.monotonic()
         self._processes.start()
         self._self_cost.start()
         with self._lock:
@@ -322,6 +332,7 @@ class RecordedSource:
         self._next = 0
         self.cumulative = False
         self.on_attached = None
+        self.started_at = 0.0  # nothing to measure: the first refresh comes at once
 
     def start(self, wait: bool = True) -> None:
         pass

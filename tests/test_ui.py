@@ -28,6 +28,7 @@ class SwitchableSource:
     """Hands the app whatever snapshot the test sets, like a live source between frames."""
 
     live = True
+    started_at = 0.0  # as RecordedSource: the first frame at once
 
     def __init__(self, snapshot) -> None:
         self.current = snapshot
@@ -526,6 +527,7 @@ class LateSource:
     do under `--snapshot`, whose collect loop keeps running while run_test tears down)."""
 
     live = True
+    started_at = 0.0  # as RecordedSource: the first frame at once
 
     def __init__(self, snapshot) -> None:
         self.snapshot = snapshot
