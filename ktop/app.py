@@ -62,7 +62,7 @@ class KtopApp(App[None]):
         Binding("tab", "focus_pane_step(1)", "Next pane", show=False, priority=True),
         Binding("shift+tab", "focus_pane_step(-1)", "Previous pane", show=False, priority=True),
         # 1, 2, 3...: the panes in screen order.
-        *(Binding(str(i), f"focus_pane('{pane.PANE}')", pane.TITLE.split(" ", 1)[1], show=False)
+        *(Binding(str(i), f"focus_pane('{pane.PANE}')", pane.KEY_LABEL, show=False)
           for i, pane in enumerate(PANE_WIDGETS, 1)),
         Binding("space", "pause", "Pause", priority=True),
         Binding("i", "toggle_idle", "Idle rows"),

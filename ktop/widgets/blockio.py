@@ -15,6 +15,7 @@ from ktop.widgets.table import Cell, Column, num
 class BlockIoPane(Pane):
     PANE = PANE_BLOCKIO
     TITLE = "3 Block I/O"
+    KEY_LABEL = "Block I/O"  # in the help screen, beside its number key
     VIEWS = (
         View(
             "processes",

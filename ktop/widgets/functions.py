@@ -15,6 +15,7 @@ from ktop.widgets.table import Cell, Column, num
 class FunctionsPane(Pane):
     PANE = PANE_FUNCTIONS
     TITLE = "1 Hot kernel functions"
+    KEY_LABEL = "Hot functions"  # in the help screen, beside its number key
     VIEWS = (
         View(
             "functions",

@@ -44,6 +44,7 @@ class Display:
 class Pane(Vertical):
     PANE: ClassVar[str]
     TITLE: ClassVar[str]
+    KEY_LABEL: ClassVar[str]
     VIEWS: ClassVar[tuple[View, ...]]
 
     def __init__(self, **kwargs) -> None:

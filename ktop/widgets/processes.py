@@ -11,6 +11,7 @@ from ktop.widgets.table import Cell, Column, num
 class ProcessesPane(Pane):
     PANE = PANE_PROCESSES
     TITLE = "4 Processes"
+    KEY_LABEL = "Processes"  # in the help screen, beside its number key
     VIEWS = (
         View(
             "processes",

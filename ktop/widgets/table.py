@@ -62,6 +62,12 @@ class Column:
 Row = tuple[str, Sequence[Cell]]
 
 _PAD = 1  # blank cells each side of a column, as DataTable draws them
+
+
+def _drawn(row: Row) -> tuple:
+    """What a row looks like: a value that moved without changing the text (0.051% and
+    0.054% both read 0.05%) needs no repaint."""
+    return row[0], tuple((c.text, c.right, c.style) for c in row[1])
 _MIN_FLEX = 8
 
 
@@ -172,7 +178,7 @@ class KeyedTable(ScrollView, can_focus=True):
         # changed); row i is virtual line i + 1. A full repaint re-renders every line.
         top = self.scroll_offset.y
         for i in range(top, min(max(len(before), len(ordered)), top + self.size.height)):
-            if i >= len(before) or i >= len(ordered) or before[i] != ordered[i]:
+            if i >= len(before) or i >= len(ordered) or _drawn(before[i]) != _drawn(ordered[i]):
                 self.refresh_lines(i + 1)
         if len(before) != len(ordered):
             self._size_to_rows(self.size)
@@ -274,7 +280,7 @@ class KeyedTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         key, cells = self._rows[index]
         cursor = index == self.cursor_row
-        cache_key = (tuple(cells), width, cursor, cursor and self.has_focus)
+        cache_key = (_drawn((key, cells)), width, cursor, cursor and self.has_focus)
         cached = self._row_cache.get(key)
         if cached is None or cached[0] != cache_key:
             base = self.get_component_rich_style("keyed-table--cursor") if cursor else self.rich_style
