@@ -26,7 +26,7 @@ KEEP_TABLES = 64  # symbol tables of files kept before those no live process map
 # mapped: ktop's own start-up names LLVM and clang frames (6 MiB of names) once, then never.
 IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
-MAX_FRAMES_PER_PROCESS = 16384  # named addresses kept per process, for the same reason
+MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
