@@ -168,8 +168,11 @@ class KtopApp(App[None]):
         self.latest = message.snapshot
         if self.paused:
             return
+        first = self.snapshot is None
         self.snapshot = message.snapshot
         self.refresh_panes()
+        if first:  # drawn at the next frame: the compile can have the CPU now
+            self.call_after_refresh(self.source.hurry_loading)
 
     def refresh_panes(self) -> None:
         snapshot = self.snapshot

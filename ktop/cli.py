@@ -210,7 +210,7 @@ def run_interactive(args: argparse.Namespace) -> int:
     sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False)
     os.dup2(log.fileno(), 2)
     # Started now, its first processes sample and the BPF compile overlap Textual's start-up.
-    source.start(wait=False)
+    source.start(wait=False, patient=True)
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     source_note=note)
     try:

@@ -50,9 +50,11 @@ class DataSource(Protocol):
     # time.monotonic() when start() began (0 before): the first refresh measures from it.
     started_at: float
 
-    def start(self, wait: bool = True) -> None: ...
+    def start(self, wait: bool = True, patient: bool = False) -> None: ...
     def collect(self) -> Snapshot: ...
     def close(self) -> None: ...
+    # The first screen is up: loading may now take the CPU it was yielding to it.
+    def hurry_loading(self) -> None: ...
 
 
 class Collector(Protocol):
@@ -124,6 +126,10 @@ FOLD_EVERY = 10  # refreshes
 # (a cancelled compile returns at once; the process exiting would close it anyway).
 LOADER_JOIN_S = 2.0
 
+# The compiler's niceness while the first screen is drawn: a compile competing for the one
+# free CPU made the first screen 0.2 s later, and the compile itself no sooner.
+COMPILE_NICE = 10
+
 # In load order: the first is what a user looks at first.
 BPF_PANES = (
     PaneSpec(PANE_FUNCTIONS, _build_functions),
@@ -145,6 +151,7 @@ class LiveSource:
         self._self_cost = SelfCost()
         self._started = time.monotonic()
         self.started_at = 0.0
+        self._patient = False
         self._kallsyms: Kallsyms | None = None
         self._user_symbols = UserSymbolizer()
         # Shared with the loader thread, under _lock.
@@ -164,15 +171,18 @@ class LiveSource:
 
     # ---- start-up -------------------------------------------------------------------------
 
-    def start(self, wait: bool = True) -> None:
+    def start(self, wait: bool = True, patient: bool = False) -> None:
         """Start the processes pane, then load the BPF panes in a background thread.
         With wait, return once every BPF pane is attached or has said why it cannot be.
-        Once started, starting again only waits (the CLI starts it before the app is up)."""
+        Patient: the compiler runs niced until hurry_loading() (the CLI starts loading
+        before Textual, and the first screen must not wait for clang).
+        Once started, starting again only waits."""
         if self.started_at:
             if wait:
                 self._loaded.wait()
             return
         self.started_at = time.monotonic()
+        self._patient = patient
         self._processes.start()
         self._self_cost.start()
         with self._lock:
@@ -187,12 +197,17 @@ class LiveSource:
         if wait:
             self._loaded.wait()
 
+    def hurry_loading(self) -> None:
+        if self._patient:
+            self._patient = False
+            loader.hurry()
+
     def wait_loaded(self, timeout: float | None = None) -> bool:
         return self._loaded.wait(timeout)
 
     def _load_all(self) -> None:
         try:
-            with loader.shared_compiler():
+            with loader.shared_compiler(COMPILE_NICE if self._patient else 0):
                 for spec in self._specs:
                     if self._closed:
                         return
@@ -334,7 +349,10 @@ class RecordedSource:
         self.on_attached = None
         self.started_at = 0.0  # nothing to measure: the first refresh comes at once
 
-    def start(self, wait: bool = True) -> None:
+    def start(self, wait: bool = True, patient: bool = False) -> None:
+        pass
+
+    def hurry_loading(self) -> None:
         pass
 
     def collect(self) -> Snapshot:

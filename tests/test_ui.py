@@ -35,7 +35,10 @@ class SwitchableSource:
         self.cumulative = False
         self.frames = 0
 
-    def start(self, wait: bool = True) -> None:
+    def start(self, wait: bool = True, patient: bool = False) -> None:
+        pass
+
+    def hurry_loading(self) -> None:
         pass
 
     def collect(self):
@@ -535,7 +538,10 @@ class LateSource:
         self.app = None
         self.calls = 0
 
-    def start(self, wait: bool = True) -> None:
+    def start(self, wait: bool = True, patient: bool = False) -> None:
+        pass
+
+    def hurry_loading(self) -> None:
         pass
 
     def collect(self):

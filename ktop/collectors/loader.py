@@ -62,7 +62,7 @@ class Compiler:
     """One child process that compiles programs on request, one after the other (starting
     Python and loading bcc takes 0.17 s: paid once for all of ktop's programs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nice: int = 0) -> None:
         self._lock = threading.Lock()
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._errors = tempfile.TemporaryFile()
@@ -75,8 +75,20 @@ class Compiler:
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=self._errors, env=env,
             )
+        if nice:
+            self._set_nice(nice)
         with _registry_lock:
             _running.add(self)
+
+    def _set_nice(self, nice: int) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, self._child.pid, nice)
+        except OSError:  # gone, or no CAP_SYS_NICE to raise it again: it compiles anyway
+            pass
+
+    def hurry(self) -> None:
+        """Back to normal priority (it was started niced, behind the screen's first frame)."""
+        self._set_nice(0)
 
     def load(self, filename: str, source_dir: str, cflags: list[str],
              functions: dict[str, str], environment: dict[str, str]) -> LoadedProgram:
@@ -130,10 +142,10 @@ _shared: Compiler | None = None
 
 
 @contextlib.contextmanager
-def shared_compiler() -> Iterator[None]:
-    """Programs loaded inside the block share one compiler process."""
+def shared_compiler(nice: int = 0) -> Iterator[None]:
+    """Programs loaded inside the block share one compiler process (niced, if asked)."""
     global _shared
-    with Compiler() as compiler:
+    with Compiler(nice) as compiler:
         _shared = compiler
         try:
             yield
@@ -148,6 +160,13 @@ def load_in_child(filename: str, source_dir: str, cflags: list[str],
         return _shared.load(filename, source_dir, cflags, functions, environment)
     with Compiler() as compiler:
         return compiler.load(filename, source_dir, cflags, functions, environment)
+
+
+def hurry() -> None:
+    """Every compiler process back to normal priority."""
+    with _registry_lock:
+        for compiler in _running:
+            compiler.hurry()
 
 
 def cancel() -> None:
