@@ -158,7 +158,8 @@ def test_closing_while_a_pane_compiles_leaves_nothing_attached(gates):
     collector = FakeCollector(gates[PANE_FUNCTIONS])
     source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS})), [spec(PANE_FUNCTIONS, collector)])
     source.start(wait=False)
-    wait_until(lambda: PANE_FUNCTIONS in source.collect().loading)
+    # inside the compile (before it, "waiting for the panes before it")
+    wait_until(lambda: source.collect().loading.get(PANE_FUNCTIONS, "").startswith("compiling"))
     threading.Timer(0.2, gates[PANE_FUNCTIONS].set).start()  # the compile ends meanwhile
     source.close()  # quit while "compiling"
     assert collector.started  # it did attach,
