@@ -149,7 +149,6 @@ class LiveSource:
         self._specs = [spec for spec in specs if spec.name in options.panes]
         self._processes = ProcessCollector()
         self._self_cost = SelfCost()
-        self._started = time.monotonic()
         self.started_at = 0.0
         self._patient = False
         self._kallsyms: Kallsyms | None = None
@@ -292,7 +291,7 @@ class LiveSource:
             for _, (_, aggregator) in running:
                 aggregator.fold_exited(is_alive)
         cpu_profile = profiles.get(PANE_FUNCTIONS)
-        duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self._started
+        duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self.started_at
         if self._collects % TRIM_EVERY == 0:
             trim_heap()
         with self._lock:

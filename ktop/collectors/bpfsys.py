@@ -201,13 +201,13 @@ class BpfMap:
     def _decode(self, buffer: Any, offset: int) -> Any:
         """A value as bcc gives it: a number for a scalar, a ctypes structure otherwise, and
         for a per-CPU map a list of one such value per CPU."""
-        def one(at: int) -> Any:
-            value = self.Leaf.from_buffer_copy(buffer, at)
-            return value.value if self._scalar else value
-
         if self.cpus:
-            return [one(offset + i * self._slot) for i in range(self.cpus)]
-        return one(offset)
+            return [self._value_at(buffer, offset + i * self._slot) for i in range(self.cpus)]
+        return self._value_at(buffer, offset)
+
+    def _value_at(self, buffer: Any, offset: int) -> Any:
+        value = self.Leaf.from_buffer_copy(buffer, offset)
+        return value.value if self._scalar else value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         key = self._key(key)
