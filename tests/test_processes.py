@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import time
 
-from ktop.collectors.processes import ProcessCollector, _full_name, parse_stat, real_uid
+from ktop.collectors.processes import (
+    ProcessCollector,
+    _full_name,
+    parse_stat,
+    read_cmdline,
+    real_uid,
+)
 
 # A command name may hold spaces and parentheses: the last ") " ends it.
 STAT = (b"4242 (evil) (name) S 1 4242 4242 0 -1 4194560 100 0 0 0 "
@@ -34,6 +40,20 @@ def test_long_names_come_whole_from_the_command_line():
     assert _full_name("systemd-journal", "/lib/systemd/systemd-journald") == "systemd-journald"
     assert _full_name("systemd-journal", "") == "systemd-journal"
     assert _full_name("short", "/usr/bin/other") == "short"
+
+
+def test_command_lines_read_as_htop_shows_them(tmp_path):
+    def cmdline(data: bytes) -> str:
+        path = tmp_path / "cmdline"
+        path.write_bytes(data)
+        return read_cmdline(str(path))
+
+    assert cmdline(b"python3\0-m\0http.server\0") == "python3 -m http.server"
+    assert cmdline(b"postgres: writer ") == "postgres: writer"  # rewrote its arguments
+    assert cmdline(b"") == ""  # a kernel thread
+    assert cmdline(b"caf\xe9\0") == "caf\ufffd"  # not UTF-8: shown, not fatal
+    assert read_cmdline(str(tmp_path / "gone")) == ""  # exited before we looked
+    assert "pytest" in read_cmdline(f"/proc/{os.getpid()}/cmdline")  # this very test run
 
 
 def test_this_process_is_measured_while_it_burns_cpu():

@@ -1,8 +1,8 @@
 """Per-process CPU, as top and htop compute it: 100% is one CPU.
 
 Each refresh reads one file per process, /proc/PID/stat, which holds every number the pane
-shows (psutil would read three: stat, status and statm); psutil names the command line,
-once per process.
+shows (psutil would read three: stat, status and statm); /proc/PID/cmdline names it, once
+per process (as psutil reads it, without psutil's import on the way to the first screen).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import os
 import pwd
 import resource
 import time
-
-import psutil
 
 from ktop.model import ProcessRow
 
@@ -171,10 +169,7 @@ class ProcessCollector:
         """Read once per process: a command line rarely changes and costs a syscall."""
         key = (pid, start)
         if key not in self._cmdlines:
-            try:
-                self._cmdlines[key] = " ".join(psutil.Process(pid).cmdline())
-            except (psutil.Error, OSError):
-                self._cmdlines[key] = ""
+            self._cmdlines[key] = read_cmdline(f"{self._proc}/{pid}/cmdline")
         return self._cmdlines[key]
 
     def close(self) -> None:
@@ -183,6 +178,19 @@ class ProcessCollector:
         for fd in self._stat_fds.values():
             os.close(fd)
         self._stat_fds.clear()
+
+
+def read_cmdline(path: str) -> str:
+    """A command line as htop shows it: arguments NUL-separated, joined by spaces. A process
+    that rewrote its arguments ("postgres: writer") ends without a NUL. Kernel threads and
+    processes gone or hidden from us have none: ""."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return ""
+    data = data[:-1] if data.endswith(b"\0") else data.removesuffix(b" ")
+    return data.replace(b"\0", b" ").decode(errors="replace")
 
 
 def _soft_fd_limit() -> int:
