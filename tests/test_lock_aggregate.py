@@ -314,7 +314,7 @@ def test_each_task_keeps_the_stacks_it_waited_under(kallsyms):
         (101, "rm", "do_syscall_64", (names[0x401000],), 3, 3500),
         (102, "mv", "do_syscall_64", (names[0x401000],), 1, 500),
     ]
-    assert len(caller.task_stacks[0].frames) == 4 and len(caller.task_stacks[1].frames) == 3
+    assert len(caller.task_stacks[0].frames) == 5 and len(caller.task_stacks[1].frames) == 4
 
 
 def test_lock_view_names_global_locks_only(kallsyms):
