@@ -153,7 +153,7 @@ class _Tables:
         index = self._strings.get(text)
         if index is None:
             index = self._strings[text] = len(self._strings)
-            self.profile.string_table.append(text)
+            self.profile.string_table.append(_utf8(text))
         return index
 
     def mapping(self, path: str) -> int:
@@ -214,6 +214,16 @@ class _Tables:
                 sample.label.add(key=self.string(key), num=value)
             else:
                 sample.label.add(key=self.string(key), str=self.string(value))
+
+
+def _utf8(text: str) -> str:
+    """proto3 strings must be UTF-8: a name that cannot be (a lone surrogate from a raw
+    symbol table) keeps its code as an escape rather than failing the whole file."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
