@@ -387,3 +387,64 @@ def test_export_dispatches_every_data_format(snapshot):
     assert gzip.decompress(export("pprof", snapshot, options))
     assert export("prom", snapshot, options).startswith("# HELP ktop_up")
     assert '"format": 2' in export("json", snapshot, options)
+
+
+# ---- --snapshot FILE in each format, from a replayed recording ---------------------------
+
+RECORDED = os.path.join(os.path.dirname(__file__), "fixtures", "recorded.json")
+
+
+def ktop(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ktop", "--replay", RECORDED, *args],
+                          capture_output=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def test_snapshot_writes_each_format_by_its_suffix(tmp_path):
+    for name in ("top.folded", "top.pb.gz", "top.prom"):
+        result = ktop("--snapshot", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.decode() == f"ktop: wrote {tmp_path / name}\n"
+    assert sorted(os.listdir(tmp_path)) == ["top.folded", "top.pb.gz", "top.prom"]  # no temporaries
+    assert parse_folded((tmp_path / "top.folded").read_text())
+    profile, strings = decoded(tmp_path, (tmp_path / "top.pb.gz").read_bytes())
+    assert "chacha_permute" in strings
+    assert (tmp_path / "top.pb.gz").stat().st_mode & 0o777 == 0o644
+    assert "ktop_up" in families((tmp_path / "top.prom").read_text())
+
+
+def test_folded_to_standard_output_for_a_pipe(tmp_path):
+    result = ktop("--snapshot", "-", "--format", "folded", "--folded-of", "io", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == b""
+    (stack,) = parse_folded(result.stdout.decode())
+    assert stack[0] == r"\x1b[2J_evil" and stack[-1] == "blk_mq_submit_bio"
+    assert os.listdir(tmp_path) == []
+
+
+def test_format_overrides_the_suffix(tmp_path):
+    result = ktop("--snapshot", str(tmp_path / "profile.bin"), "--format", "pprof")
+    assert result.returncode == 0, result.stderr
+    assert decoded(tmp_path, (tmp_path / "profile.bin").read_bytes())[0].sample
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--snapshot", "x.svg", "--folded-of", "locks"], "--folded-of goes with folded"),
+        (["--snapshot", "x.json", "--top", "5"], "--top goes with --serve"),
+        (["--top", "0", "--serve", "9464"], "--top"),
+        (["--format", "folded"], "--format goes with --snapshot"),
+        (["--snapshot", "x.folded", "--folded-of", "disks"], "--folded-of"),
+    ],
+)
+def test_export_options_out_of_place_are_usage_errors(args, complaint, tmp_path):
+    result = ktop(*args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.decode().startswith("usage: ktop")
+    assert complaint in result.stderr.decode()
+    assert os.listdir(tmp_path) == []
+
+
+def test_standard_output_without_a_format_is_one_line(tmp_path):
+    result = ktop("--snapshot", "-", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == b""
+    assert result.stderr.decode() == (
+        "ktop: --snapshot - writes to standard output: say which format with --format\n")
