@@ -176,7 +176,7 @@ class _Tables:
             )
         return function_id
 
-    def location(self, frame: str, module: str, source: str = "") -> int:
+    def location(self, frame: str, module: str, source: str = "", name: str = "") -> int:
         """A location per frame as ktop names it ("symbol+0xoff" in its module): ktop keeps
         no addresses, and the offset tells call sites of one function apart."""
         filename, _, line_text = source.rpartition(":")
@@ -185,7 +185,7 @@ class _Tables:
         location_id = self._locations.get(key)
         if location_id is None:
             location_id = self._locations[key] = len(self._locations) + 1
-            function_id = self.function(function_name(frame), filename if line else "")
+            function_id = self.function(name or function_name(frame), filename if line else "")
             self.profile.location.add(
                 id=location_id, mapping_id=self.mapping(module or KERNEL_MAPPING),
                 line=[{"function_id": function_id, "line": line}],
@@ -202,7 +202,8 @@ class _Tables:
         ]
 
     def user_stack(self, frames: tuple[UserFrame, ...]) -> list[int]:
-        return [self.location(frame.symbol, frame.module) for frame in frames]
+        return [self.location(frame.symbol, frame.module, name=_user_function(frame))
+                for frame in frames]
 
     def sample(self, locations: list[int], values: dict[str, int], labels: dict[str, Any]) -> None:
         row = [0] * len(SAMPLE_TYPES)
@@ -214,6 +215,15 @@ class _Tables:
                 sample.label.add(key=self.string(key), num=value)
             else:
                 sample.label.add(key=self.string(key), str=self.string(value))
+
+
+def _user_function(frame: UserFrame) -> str:
+    """An unnamed user frame says in which file it is (as in the stacks view), or every
+    `[unknown]` of every library would be one function."""
+    if "+" in frame.symbol:
+        return function_name(frame.symbol)
+    module = frame.module if frame.module.startswith("[") else f"[{frame.module}]"
+    return f"{frame.symbol} {module}"
 
 
 def _utf8(text: str) -> str:
@@ -235,6 +245,7 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
     profile.time_nanos = int((snapshot.taken_at - snapshot.duration_s) * 1e9)
     profile.duration_nanos = int(snapshot.duration_s * 1e9)
     profile.default_sample_type = tables.string("cpu")
+    tables.mapping(KERNEL_MAPPING)  # the first mapping is what pprof names the profile by
     profile.comment.append(tables.string(
         f"ktop {snapshot.ktop_version} on {snapshot.hostname}, Linux {snapshot.kernel}"
     ))
