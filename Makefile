@@ -6,7 +6,7 @@ PY        := $(VENV)/bin/python
 # the venv is made from /usr/bin/python3 with --system-site-packages so it can import it.
 SYSPY     := /usr/bin/python3
 APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
-             tmux librsvg2-bin sudo gcc binutils e2fsprogs
+             tmux librsvg2-bin sudo gcc binutils e2fsprogs golang-go
 KTOP_LINK := /usr/local/bin/ktop
 
 .PHONY: all setup deps link run test lint bench screenshots clean

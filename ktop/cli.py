@@ -65,6 +65,30 @@ def _readable_file(text: str) -> str:
     return text
 
 
+def _serve_address(text: str) -> tuple[str, int]:
+    from ktop.exports.serve import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _series(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 1000 series, not {value}")
+    return value
+
+
+# --snapshot FILE's formats, as --format names them (ktop.writer maps suffixes to them).
+FORMAT_NAMES = ("svg", "txt", "json", "folded", "pprof", "prom")
+FOLDED_OF = ("cpu", "locks", "io", "io-latency")
+
+
 # PANE:WHAT for each pane, as --drill takes it: functions:SYMBOL, ..., processes:PID.
 _DRILL_FORMS = [f"{pane}:{field.upper()}" for pane, field in PANES.items()]
 
@@ -98,7 +122,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-p", "--pid", type=_pid, metavar="PID",
                         help="show only this process in every pane")
     parser.add_argument("--snapshot", metavar="FILE",
-                        help="run headless and write FILE (.svg, .txt or .json), then exit")
+                        help="run headless and write FILE, then exit: the screen (.svg, .txt), "
+                        "its data (.json), flame graph stacks (.folded), pprof (.pb.gz) or "
+                        "Prometheus text (.prom); - for standard output with --format")
+    parser.add_argument("--format", choices=FORMAT_NAMES,
+                        help="with --snapshot: the format, whatever FILE's suffix")
+    parser.add_argument("--folded-of", choices=FOLDED_OF, metavar="|".join(FOLDED_OF),
+                        help="with folded stacks: CPU samples (default), lock waits in us, "
+                        "I/O bytes, or I/O latency in us")
+    parser.add_argument("--serve", type=_serve_address, metavar="[ADDR:]PORT",
+                        help="run headless and serve Prometheus metrics at /metrics (PORT "
+                        "alone: 127.0.0.1 only; 0.0.0.0:PORT for every interface)")
+    parser.add_argument("--top", type=_series, metavar="N",
+                        help="with --serve or .prom: series for the top N functions, lock "
+                        "callers, disks and processes, the rest summed as other (default 20)")
     parser.add_argument("--duration", type=_positive_float, default=3.0, metavar="SECONDS",
                         help="how long --snapshot collects (default 3)")
     parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
@@ -114,8 +151,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "data (no root needed); with --snapshot, picture it")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
-    if args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50) or args.drill):
+    if args.serve is not None:
+        _check_serve(parser, args)
+    elif args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50) or args.drill):
         parser.error("--duration, --size and --drill go with --snapshot FILE")
+    if args.snapshot is None and args.format is not None:
+        parser.error("--format goes with --snapshot FILE")
+    _check_export_options(parser, args)
     if args.replay is not None:
         live_only = {"-F": args.frequency != 99, "-d": args.interval != 1.0, "-w": args.window != 5.0,
                      "--cumulative": args.cumulative, "--vmlinux": args.vmlinux is not None,
@@ -124,6 +166,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if given:
             parser.error(f"{', '.join(given)} shape live collection; --replay shows recorded data")
     return args
+
+
+def _check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    given = [name for name, used in {
+        "--snapshot": args.snapshot is not None, "--duration": args.duration != 3.0,
+        "--size": args.size != (160, 50), "--drill": args.drill is not None,
+        "--pid": args.pid is not None,
+    }.items() if used]
+    if given:
+        parser.error(f"{', '.join(given)} shape a snapshot or the screen; --serve serves metrics")
+
+
+def _snapshot_format(args: argparse.Namespace) -> str | None:
+    if args.snapshot is None:
+        return None
+    from ktop.writer import SnapshotError, snapshot_format
+
+    try:
+        return snapshot_format(args.snapshot, args.format)
+    except SnapshotError:
+        return None  # said once, with the fix, when the snapshot is run
+
+
+def _check_export_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    fmt = _snapshot_format(args)
+    if args.folded_of is not None and fmt != "folded":
+        parser.error("--folded-of goes with folded stacks: --snapshot FILE.folded")
+    if args.top is not None and args.serve is None and fmt != "prom":
+        parser.error("--top goes with --serve or --snapshot FILE.prom")
 
 
 def _options(args: argparse.Namespace) -> Options:
@@ -165,14 +236,26 @@ def _recording(args: argparse.Namespace):
     return read_recording(args.replay), f"replay of {printable(args.replay)}"
 
 
+def _export_options(args: argparse.Namespace):
+    from ktop.exports import ExportOptions
+
+    return ExportOptions(include_idle=args.idle, folded_of=args.folded_of or "cpu",
+                         top=args.top or 20)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
     from ktop.snapshot import run_snapshot
-    from ktop.writer import SnapshotError, check_writable, snapshot_format
+    from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
     try:
-        snapshot_format(args.snapshot)
-        check_writable(args.snapshot)
+        fmt = snapshot_format(args.snapshot, args.format)
+        if args.snapshot == STDOUT:
+            if fmt == "pprof" and sys.stdout.isatty():
+                raise SnapshotError("pprof is binary: redirect standard output to a file, "
+                                    "or name one: --snapshot FILE.pb.gz")
+        else:
+            check_writable(args.snapshot)
         recorded, note = _recording(args)
     except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
@@ -180,13 +263,51 @@ def run_snapshot(args: argparse.Namespace) -> int:
     try:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration, args.size, show_idle=args.idle,
-            recorded=recorded, pid=args.pid, drill=args.drill, source_note=note,
+            recorded=recorded, fmt=fmt, exports=_export_options(args), pid=args.pid,
+            drill=args.drill, source_note=note,
         )
     except SnapshotError as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return _fail("interrupted; nothing written", 130)
-    _say(f"wrote {written}")
+    except BrokenPipeError:  # `ktop --snapshot - ... | head`
+        return 0
+    if written != STDOUT:
+        _say(f"wrote {written}")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import threading
+
+    from ktop.engine import LiveSource, RecordedSource
+    from ktop.export import RecordingError
+    from ktop.exports.openmetrics import MetricsPage
+    from ktop.exports.serve import ServeError, bind, serve
+
+    try:
+        recorded, _note = _recording(args)
+        page = MetricsPage(top=args.top or 20, include_idle=args.idle)
+        host, port = args.serve
+        server = bind(host, port, page, _say)
+    except (RecordingError, ServeError) as e:
+        return _fail(str(e))
+    if recorded is not None:
+        source = RecordedSource([recorded])
+    else:
+        source = LiveSource(_options(args))
+        source.cumulative = True  # counters since start: Prometheus takes rates itself
+    stop = threading.Event()
+
+    def stop_serving(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, stop_serving)
+    signal.signal(signal.SIGINT, stop_serving)
+    bound_host, bound_port = server.server_address[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    _say(f"serving http://{shown}:{bound_port}/metrics (Ctrl-C stops)")
+    serve(server, source, args.interval, stop)
     return 0
 
 
@@ -238,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         _messages = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
     except (OSError, ValueError, AttributeError):  # no real stderr (tests capture it)
         _messages = sys.stderr
+    if args.serve is not None:
+        return run_serve(args)
     return run_snapshot(args) if args.snapshot else run_interactive(args)
 
 

@@ -139,6 +139,19 @@ class LockTask:
 
 
 @dataclass(frozen=True)
+class LockTaskStack:
+    """The waits of one task under one kernel stack and user stack: what ties a lock wait's
+    stack to who waited (the exports' flame graphs and labels need it; the pane does not)."""
+
+    pid: int
+    comm: str
+    frames: tuple[str, ...]  # kernel, innermost first
+    user_frames: tuple[UserFrame, ...]  # innermost first; () for kernel threads
+    contended: int
+    total_wait_ns: int
+
+
+@dataclass(frozen=True)
 class LockCaller:
     caller: str
     type: str
@@ -150,6 +163,7 @@ class LockCaller:
     hist_ns: tuple[Bucket, ...] = ()  # wait times
     tasks: tuple[LockTask, ...] = ()  # the tasks that waited here
     user_stacks: tuple[LockUserStack, ...] = ()
+    task_stacks: tuple[LockTaskStack, ...] = ()
 
     @property
     def avg_wait_ns(self) -> int:

@@ -1,24 +1,25 @@
 """`ktop --snapshot FILE`: run the collectors headless, then write the screen or its data.
 
-This drives the real app (`ktop.app`) on the collected snapshot; the app never imports this
-module. Files are written by `ktop.writer`.
+This drives the real app (`ktop.app`) on the collected snapshot for a picture (svg, txt);
+data formats come from `ktop.exports`. The app never imports this module. Files are written
+by `ktop.writer`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-import json
 import os
+import sys
 import time
 
 from rich.console import Console
 
 from ktop.app import KtopApp, build_app
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
-from ktop.export import to_json
+from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
-from ktop.writer import SnapshotError, check_writable, snapshot_format, write_atomically
+from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
@@ -57,7 +58,7 @@ async def render_screen(
                     "run without --drill to see what there is"
                 )
             await pilot.pause(0.3)
-        if fmt == ".svg":
+        if fmt.lstrip(".") == "svg":  # ".svg" as the suffix, "svg" as the format
             return app.export_screenshot(title="ktop")
         return screen_text(app)
 
@@ -91,17 +92,28 @@ def run_snapshot(
     size: tuple[int, int] = (160, 50),
     show_idle: bool = False,
     recorded: Snapshot | None = None,
+    fmt: str | None = None,
+    exports: ExportOptions | None = None,
     **app_args,
 ) -> str:
-    """Collect (or take the recorded snapshot), render, write. Returns the absolute path."""
-    fmt = snapshot_format(path)
-    check_writable(path)
+    """Collect (or take the recorded snapshot), render, write. `fmt` overrides the suffix;
+    the path "-" is standard output. Returns the absolute path (or "-")."""
+    fmt = snapshot_format(path, fmt)
+    if path != STDOUT:
+        check_writable(path)
     snapshot = recorded or collect(options, duration_s)
-    if fmt == ".json":
-        content = json.dumps(to_json(snapshot, include_idle=show_idle), indent=1) + "\n"
+    if fmt in DATA_FORMATS:
+        content = export(fmt, snapshot, exports or ExportOptions(include_idle=show_idle))
     else:
         content = asyncio.run(
             render_screen(RecordedSource([snapshot]), size, fmt, show_idle=show_idle, **app_args)
         )
+    if path == STDOUT:
+        if isinstance(content, bytes):
+            sys.stdout.buffer.write(content)
+        else:
+            sys.stdout.write(content)
+        sys.stdout.flush()
+        return STDOUT
     write_atomically(path, content)
     return os.path.abspath(path)

@@ -1,8 +1,10 @@
 """Writing ktop's files (`--snapshot FILE`, the `s` key) as root: atomically, and never
 through a symlink planted at the target or at the temporary name.
 
-The format follows the extension: .svg (Textual's screenshot), .txt (the same screen as
-plain text) or .json (the data behind it). Nothing here knows the app or the collectors.
+The format follows the extension (FORMATS), or --format names it: the screen as .svg
+(Textual's screenshot) or .txt (plain text), or its data as .json, .folded (flame graph
+stacks), .pb.gz (pprof) or .prom (Prometheus text). Nothing here knows the app or the
+collectors.
 """
 
 from __future__ import annotations
@@ -10,18 +12,37 @@ from __future__ import annotations
 import os
 import tempfile
 
-FORMATS = (".svg", ".txt", ".json")
+# File suffix -> format: the one place that maps them (snapshot.py writes by format).
+FORMATS = {
+    ".svg": "svg",
+    ".txt": "txt",
+    ".json": "json",
+    ".folded": "folded",
+    ".pb.gz": "pprof",
+    ".prom": "prom",
+}
+STDOUT = "-"  # --snapshot - writes to standard output (with --format)
 
 
 class SnapshotError(Exception):
     """One line naming the problem and the fix."""
 
 
-def snapshot_format(path: str) -> str:
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
-        raise SnapshotError(f"cannot tell the format of {path!r}: name it .svg, .txt or .json")
-    return ext
+def snapshot_format(path: str, name: str | None = None) -> str:
+    """The format `name` gives (--format), else the one the file's suffix says."""
+    if name is not None:
+        if name not in FORMATS.values():
+            raise SnapshotError(f"no format {name!r}: choose {', '.join(FORMATS.values())}")
+        return name
+    lower = path.lower()
+    for suffix, fmt in FORMATS.items():
+        if lower.endswith(suffix):
+            return fmt
+    if path == STDOUT:
+        raise SnapshotError("--snapshot - writes to standard output: say which format with --format")
+    raise SnapshotError(
+        f"cannot tell the format of {path!r}: name it {', '.join(FORMATS)} (or give --format)"
+    )
 
 
 def check_writable(path: str) -> None:
@@ -35,7 +56,7 @@ def check_writable(path: str) -> None:
         raise SnapshotError(f"cannot write {path}: directory {directory} is not writable")
 
 
-def write_atomically(path: str, content: str) -> None:
+def write_atomically(path: str, content: str | bytes) -> None:
     """Write to a new private file in the same directory, then rename over the target.
 
     mkstemp creates the temporary with O_CREAT | O_EXCL | O_NOFOLLOW (a name already taken,
@@ -50,7 +71,8 @@ def write_atomically(path: str, content: str) -> None:
     except OSError as e:
         raise SnapshotError(f"cannot write {path}: {e.strerror}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        binary = isinstance(content, bytes)
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())

@@ -33,7 +33,7 @@ from ktop.collectors.locks import (
     require_lock_tracepoints,
     thread_started_after,
 )
-from ktop.model import Bucket
+from ktop.model import Bucket, UserFrame
 from ktop.symbols import Kallsyms
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -291,6 +291,30 @@ def test_tasks_by_caller_and_in_the_task_view(kallsyms):
         (102, 2, 7500, 7000),
         (101, 3, 2510, 100),
     ]
+
+
+def test_each_task_keeps_the_stacks_it_waited_under(kallsyms):
+    """Which task waited under which stack, as the folded and pprof exports need it: two
+    tasks of one caller with different stacks stay apart, the same one merges over time."""
+    other_unlink = (RWSEM_SLOWPATH, DOWN_WRITE, DO_UNLINKAT, DO_SYSCALL)
+    names = {0x401000: UserFrame("unlink+0x9", "/usr/lib/libc.so.6")}
+    aggregator = LockAggregator(
+        kallsyms, resolve_user=lambda pid, addresses: tuple(names[a] for a in addresses)
+    )
+    aggregator.add(drain(0.0, 1.0, tasks=[
+        task_row(101, "rm", RWSEM_STACK, flags=LCB_F_WRITE, contended=2, total=2500),
+        task_row(102, "mv", other_unlink, flags=LCB_F_WRITE, contended=1, total=500),
+    ], stacks=[stack_row(RWSEM_STACK, flags=LCB_F_WRITE), stack_row(other_unlink, flags=LCB_F_WRITE)]))
+    aggregator.add(drain(1.0, 2.0, tasks=[
+        task_row(101, "rm", RWSEM_STACK, flags=LCB_F_WRITE, contended=1, total=1000)],
+        stacks=[stack_row(RWSEM_STACK, flags=LCB_F_WRITE)]))
+    (caller,) = aggregator.profile(cumulative=True).callers
+    assert [(t.pid, t.comm, t.frames[-1].split("+")[0], t.user_frames, t.contended, t.total_wait_ns)
+            for t in caller.task_stacks] == [
+        (101, "rm", "do_syscall_64", (names[0x401000],), 3, 3500),
+        (102, "mv", "do_syscall_64", (names[0x401000],), 1, 500),
+    ]
+    assert len(caller.task_stacks[0].frames) == 5 and len(caller.task_stacks[1].frames) == 4
 
 
 def test_lock_view_names_global_locks_only(kallsyms):

@@ -16,12 +16,14 @@ from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
 from ktop.model import (
+    EXITED_PID,
     Bucket,
     LockAddress,
     LockCaller,
     LockProfile,
     LockStack,
     LockTask,
+    LockTaskStack,
     LockUserStack,
     UserFrame,
 )
@@ -172,6 +174,13 @@ class _Waits:
         self.add(other.contended, other.total_ns, other.max_ns, other.min_ns)
 
 
+TaskStackKey = tuple[int, str, tuple[str, ...], tuple[UserFrame, ...]]
+
+
+def _forget_task_stack_addresses(key: TaskStackKey) -> TaskStackKey:
+    return (*key[:3], forget_addresses(key[3]))
+
+
 @dataclass
 class _CallerWaits:
     waits: _Waits = field(default_factory=_Waits)
@@ -179,6 +188,8 @@ class _CallerWaits:
     stacks: dict[tuple[str, ...], _Waits] = field(default_factory=dict)
     tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
     user_stacks: dict[tuple[UserFrame, ...], _Waits] = field(default_factory=dict)
+    # (tid, comm, kernel frames, user frames): the stacks each task waited under
+    task_stacks: dict[TaskStackKey, _Waits] = field(default_factory=dict)
 
     def merge(self, other: _CallerWaits) -> None:
         self.waits.merge(other.waits)
@@ -186,6 +197,7 @@ class _CallerWaits:
         _merge_into(self.stacks, other.stacks)
         _merge_into(self.tasks, other.tasks)
         _merge_into(self.user_stacks, other.user_stacks)
+        _merge_into(self.task_stacks, other.task_stacks)
 
 
 @dataclass
@@ -236,13 +248,19 @@ class LockAggregator:
         """Totals since start: one entry per command for tasks that have exited."""
         total = self._window.total
         callers = total.callers.values()
-        if crowded(total.tasks):  # every caller's tasks are among these
+        if crowded(total.tasks, *(c.task_stacks for c in callers)):
             for tasks in [total.tasks, *(c.tasks for c in callers)]:
                 fold_exited(tasks, is_alive, lambda task: task[0],
                             lambda task, tid: (tid, task[1]), _merged)
+            for caller in callers:
+                fold_exited(caller.task_stacks, is_alive, lambda key: key[0],
+                            lambda key, tid: (tid, *key[1:]), _merged)
         for caller in callers:  # user stacks carry no pid to test
             if crowded(caller.user_stacks):
                 rekey(caller.user_stacks, forget_addresses, _merged)
+            if crowded(caller.task_stacks):
+                rekey(caller.task_stacks, _forget_task_stack_addresses, _merged,
+                      only=lambda key: key[0] == EXITED_PID)
 
     def _fold(self, drain: LockDrain) -> _Contention:
         contention = _Contention()
@@ -257,16 +275,18 @@ class LockAggregator:
                 row.contended, row.total_ns, row.max_ns, row.min_ns
             )
         for row in drain.tasks:
-            _, caller = self._stack(row.kernel, row.kernel_error)
+            frames, caller = self._stack(row.kernel, row.kernel_error)
             task = (row.tid, row.comm)
             stats = (row.contended, row.total_ns, row.max_ns, row.min_ns)
             contention.tasks.setdefault(task, _Waits()).add(*stats)
             waits = contention.callers.get((caller, lock_type_name(row.flags)))
             if waits is not None:  # None only if the per-stack map was full
                 waits.tasks.setdefault(task, _Waits()).add(*stats)
+                user: tuple[UserFrame, ...] = ()
                 if row.user and self._resolve_user is not None:
                     user = tuple(self._resolve_user(row.tgid, row.user))
                     waits.user_stacks.setdefault(user, _Waits()).add(*stats)
+                waits.task_stacks.setdefault((*task, frames, user), _Waits()).add(*stats)
         for row in drain.locks:
             key = (row.address, lock_type_name(row.flags))
             contention.locks.setdefault(key, _Waits()).add(
@@ -308,6 +328,13 @@ class LockAggregator:
                 user_stacks=tuple(
                     LockUserStack(frames, s.contended, s.total_ns)
                     for frames, s in sorted(w.user_stacks.items(), key=lambda kv: -kv[1].total_ns)
+                ),
+                task_stacks=tuple(
+                    LockTaskStack(tid, comm, frames, user, s.contended, s.total_ns)
+                    for (tid, comm, frames, user), s in sorted(
+                        # user frames do not order: ties keep their order of arrival
+                        w.task_stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:3])
+                    )
                 ),
             )
             for (caller, lock_type), w in sorted(

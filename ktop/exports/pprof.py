@@ -1,0 +1,309 @@
+"""pprof: one gzip-compressed profile.proto for `go tool pprof`, Pyroscope and Parca.
+
+Every sample carries the same value types, so the hot functions, lock stacks and I/O stacks
+share one location and function table and any reader can switch between them
+(`go tool pprof -sample_index=lock_wait`):
+
+  samples/count, cpu/nanoseconds            a CPU stack's samples, and as CPU time (1/Hz each)
+  contentions/count, lock_wait/nanoseconds  a lock stack's waits, by the task that waited
+  io_requests/count, io/bytes,              an I/O submission stack's requests; bytes and
+  io_latency/nanoseconds                    latency shared among a process's stacks by requests
+
+Labels: pid and comm on every sample that has them, lock_type and lock_caller on lock
+stacks, disk and op (read/write) on I/O stacks.
+
+The message classes come from a descriptor built here from SCHEMA (the fields of
+profile.proto beside this file), not from a module protoc generated: generated modules are
+tied to the protobuf runtime that made them (newer ones refuse older runtimes, older ones
+are refused by newer), whereas a descriptor built at run time works with every protobuf
+from 4.21 on. A test compiles profile.proto with protoc and checks SCHEMA against it.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from ktop.exports.folded import io_stack_shares
+from ktop.model import Snapshot, UserFrame
+from ktop.stacktree import function_name
+
+PACKAGE = "perftools.profiles"
+
+# message -> (field, number, type, repeated); types as in descriptor.proto, messages by name.
+SCHEMA: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
+    "Profile": (
+        ("sample_type", 1, "ValueType", True), ("sample", 2, "Sample", True),
+        ("mapping", 3, "Mapping", True), ("location", 4, "Location", True),
+        ("function", 5, "Function", True), ("string_table", 6, "string", True),
+        ("drop_frames", 7, "int64", False), ("keep_frames", 8, "int64", False),
+        ("time_nanos", 9, "int64", False), ("duration_nanos", 10, "int64", False),
+        ("period_type", 11, "ValueType", False), ("period", 12, "int64", False),
+        ("comment", 13, "int64", True), ("default_sample_type", 14, "int64", False),
+    ),
+    "ValueType": (("type", 1, "int64", False), ("unit", 2, "int64", False)),
+    "Sample": (
+        ("location_id", 1, "uint64", True), ("value", 2, "int64", True),
+        ("label", 3, "Label", True),
+    ),
+    "Label": (
+        ("key", 1, "int64", False), ("str", 2, "int64", False), ("num", 3, "int64", False),
+        ("num_unit", 4, "int64", False),
+    ),
+    "Mapping": (
+        ("id", 1, "uint64", False), ("memory_start", 2, "uint64", False),
+        ("memory_limit", 3, "uint64", False), ("file_offset", 4, "uint64", False),
+        ("filename", 5, "int64", False), ("build_id", 6, "int64", False),
+        ("has_functions", 7, "bool", False), ("has_filenames", 8, "bool", False),
+        ("has_line_numbers", 9, "bool", False), ("has_inline_frames", 10, "bool", False),
+    ),
+    "Location": (
+        ("id", 1, "uint64", False), ("mapping_id", 2, "uint64", False),
+        ("address", 3, "uint64", False), ("line", 4, "Line", True),
+        ("is_folded", 5, "bool", False),
+    ),
+    "Line": (("function_id", 1, "uint64", False), ("line", 2, "int64", False)),
+    "Function": (
+        ("id", 1, "uint64", False), ("name", 2, "int64", False),
+        ("system_name", 3, "int64", False), ("filename", 4, "int64", False),
+        ("start_line", 5, "int64", False),
+    ),
+}
+
+_SCALARS = {
+    "int64": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+    "uint64": descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+    "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+    "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+}
+
+
+def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    """profile.proto as a descriptor, built from SCHEMA."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="ktop/exports/profile.proto", package=PACKAGE, syntax="proto3"
+    )
+    for message, fields in SCHEMA.items():
+        described = proto.message_type.add(name=message)
+        for name, number, kind, repeated in fields:
+            field = described.field.add(
+                name=name, number=number, json_name=_json_name(name),
+                label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED if repeated
+                else descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+            )
+            if kind in _SCALARS:
+                field.type = _SCALARS[kind]
+            else:
+                field.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+                field.type_name = f".{PACKAGE}.{kind}"
+    return proto
+
+
+def _json_name(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+@functools.cache
+def profile_class() -> type:
+    """The Profile message class, in a pool of its own (no clash with another copy of
+    profile.proto a program may have loaded)."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_descriptor())
+    descriptor = pool.FindMessageTypeByName(f"{PACKAGE}.Profile")
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is None:  # protobuf before 4.22
+        return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    return get_class(descriptor)
+
+
+# (type, unit) of each value, in the order every sample carries them.
+SAMPLE_TYPES = (
+    ("samples", "count"),
+    ("cpu", "nanoseconds"),
+    ("contentions", "count"),
+    ("lock_wait", "nanoseconds"),
+    ("io_requests", "count"),
+    ("io", "bytes"),
+    ("io_latency", "nanoseconds"),
+)
+_VALUE = {kind: i for i, (kind, _unit) in enumerate(SAMPLE_TYPES)}
+KERNEL_MAPPING = "[kernel.kallsyms]"
+TRUNCATED_FUNCTION = "[truncated: deeper than the collected depth]"
+
+
+@dataclass
+class _Tables:
+    """The profile's shared tables: each string, function, location and mapping once."""
+
+    profile: Any
+
+    def __post_init__(self) -> None:
+        self._strings: dict[str, int] = {}
+        self._functions: dict[tuple[str, str], int] = {}
+        self._locations: dict[tuple[str, str, int], int] = {}
+        self._mappings: dict[str, int] = {}
+        self.string("")
+
+    def string(self, text: str) -> int:
+        index = self._strings.get(text)
+        if index is None:
+            index = self._strings[text] = len(self._strings)
+            self.profile.string_table.append(_utf8(text))
+        return index
+
+    def mapping(self, path: str) -> int:
+        mapping_id = self._mappings.get(path)
+        if mapping_id is None:
+            mapping_id = self._mappings[path] = len(self._mappings) + 1
+            self.profile.mapping.add(
+                id=mapping_id, filename=self.string(path), has_functions=True,
+            )
+        return mapping_id
+
+    def function(self, name: str, filename: str) -> int:
+        key = (name, filename)
+        function_id = self._functions.get(key)
+        if function_id is None:
+            function_id = self._functions[key] = len(self._functions) + 1
+            self.profile.function.add(
+                id=function_id, name=self.string(name), system_name=self.string(name),
+                filename=self.string(filename),
+            )
+        return function_id
+
+    def location(self, frame: str, module: str, source: str = "", name: str = "") -> int:
+        """A location per frame as ktop names it ("symbol+0xoff" in its module): ktop keeps
+        no addresses, and the offset tells call sites of one function apart."""
+        filename, _, line_text = source.rpartition(":")
+        line = int(line_text) if line_text.isdigit() else 0
+        key = (frame, module, line)
+        location_id = self._locations.get(key)
+        if location_id is None:
+            location_id = self._locations[key] = len(self._locations) + 1
+            function_id = self.function(name or function_name(frame), filename if line else "")
+            self.profile.location.add(
+                id=location_id, mapping_id=self.mapping(module or KERNEL_MAPPING),
+                line=[{"function_id": function_id, "line": line}],
+            )
+        return location_id
+
+    def kernel_stack(
+        self, frames: tuple[str, ...], modules: tuple[str, ...] = (), sources: tuple[str, ...] = ()
+    ) -> list[int]:
+        return [
+            self.location(frame, modules[i] if i < len(modules) else KERNEL_MAPPING,
+                          sources[i] if i < len(sources) else "")
+            for i, frame in enumerate(frames)
+        ]
+
+    def user_stack(self, frames: tuple[UserFrame, ...]) -> list[int]:
+        return [self.location(frame.symbol, frame.module, name=_user_function(frame))
+                for frame in frames]
+
+    def sample(self, locations: list[int], values: dict[str, int], labels: dict[str, Any]) -> None:
+        row = [0] * len(SAMPLE_TYPES)
+        for kind, value in values.items():
+            row[_VALUE[kind]] = value
+        sample = self.profile.sample.add(location_id=locations, value=row)
+        for key, value in labels.items():
+            if isinstance(value, int):
+                sample.label.add(key=self.string(key), num=value)
+            else:
+                sample.label.add(key=self.string(key), str=self.string(value))
+
+
+def _user_function(frame: UserFrame) -> str:
+    """An unnamed user frame says in which file it is (as in the stacks view), or every
+    `[unknown]` of every library would be one function."""
+    if "+" in frame.symbol:
+        return function_name(frame.symbol)
+    module = frame.module if frame.module.startswith("[") else f"[{frame.module}]"
+    return f"{frame.symbol} {module}"
+
+
+def _utf8(text: str) -> str:
+    """proto3 strings must be UTF-8: a name that cannot be (a lone surrogate from a raw
+    symbol table) keeps its code as an escape rather than failing the whole file."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
+    """The snapshot as a Profile message (not yet serialized)."""
+    profile = profile_class()()
+    tables = _Tables(profile)
+    for kind, unit in SAMPLE_TYPES:
+        profile.sample_type.add(type=tables.string(kind), unit=tables.string(unit))
+    profile.time_nanos = int((snapshot.taken_at - snapshot.duration_s) * 1e9)
+    profile.duration_nanos = int(snapshot.duration_s * 1e9)
+    profile.default_sample_type = tables.string("cpu")
+    tables.mapping(KERNEL_MAPPING)  # the first mapping is what pprof names the profile by
+    profile.comment.append(tables.string(
+        f"ktop {snapshot.ktop_version} on {snapshot.hostname}, Linux {snapshot.kernel}"
+    ))
+    cpu = snapshot.cpu
+    if cpu is not None:
+        period_ns = round(1e9 / cpu.sample_hz) if cpu.sample_hz else 0
+        profile.period_type.type = tables.string("cpu")
+        profile.period_type.unit = tables.string("nanoseconds")
+        profile.period = period_ns
+        for stack in cpu.stacks:
+            if (stack.idle and not include_idle) or not (stack.frames or stack.user_frames):
+                continue
+            locations = tables.kernel_stack(stack.frames, stack.modules, stack.sources)
+            if stack.truncated:
+                locations.append(tables.location(TRUNCATED_FUNCTION, KERNEL_MAPPING))
+            locations += tables.user_stack(stack.user_frames)
+            tables.sample(locations, {"samples": stack.samples, "cpu": stack.samples * period_ns},
+                          {"pid": stack.pid, "comm": stack.comm})
+    if snapshot.locks is not None:
+        _add_locks(tables, snapshot)
+    if snapshot.blockio is not None:
+        _add_io(tables, snapshot)
+        profile.comment.append(tables.string(
+            "io bytes and io_latency are a process's, shared among its stacks by requests"
+        ))
+    return profile
+
+
+def _add_locks(tables: _Tables, snapshot: Snapshot) -> None:
+    for caller in snapshot.locks.callers:
+        where = {"lock_type": caller.type, "lock_caller": caller.caller}
+        if caller.task_stacks:
+            for stack in caller.task_stacks:
+                locations = tables.kernel_stack(stack.frames) + tables.user_stack(stack.user_frames)
+                tables.sample(locations,
+                              {"contentions": stack.contended, "lock_wait": stack.total_wait_ns},
+                              {"pid": stack.pid, "comm": stack.comm, **where})
+        else:  # a file from before ktop kept each task's stacks: no pid to say
+            for stack in caller.stacks:
+                tables.sample(tables.kernel_stack(stack.frames),
+                              {"contentions": stack.contended, "lock_wait": stack.total_wait_ns},
+                              where)
+
+
+def _add_io(tables: _Tables, snapshot: Snapshot) -> None:
+    for process in snapshot.blockio.processes:
+        latency_ns = round(process.avg_lat_ms * 1e6 * process.requests)
+        shares = zip(process.stacks, io_stack_shares(process, process.bytes),
+                     io_stack_shares(process, latency_ns))
+        labels = {"pid": process.pid, "comm": process.comm, "disk": process.disk,
+                  "op": "read" if process.rw == "R" else "write"}
+        for stack, bytes_share, latency_share in shares:
+            tables.sample(tables.kernel_stack(stack.frames),
+                          {"io_requests": stack.requests, "io": bytes_share,
+                           "io_latency": latency_share}, labels)
+
+
+def to_pprof(snapshot: Snapshot, include_idle: bool = False) -> bytes:
+    """The gzip-compressed profile, as pprof files are stored (mtime 0: the same data gives
+    the same bytes)."""
+    return gzip.compress(build_profile(snapshot, include_idle).SerializeToString(), mtime=0)

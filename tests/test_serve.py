@@ -1,0 +1,335 @@
+"""`ktop --serve`: /metrics over 127.0.0.1 read by prometheus_client's parser, and its faults.
+
+No root: the CLI serves a replayed recording, the server is also driven in-process from a
+fake source. Every connection goes to 127.0.0.1, and every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from conftest import FIXTURES
+from prometheus_client.parser import text_string_to_metric_families
+
+from ktop.exports.openmetrics import MetricsPage
+from ktop.exports.serve import MAX_CLIENTS, ServeError, bind, parse_address, serve
+from ktop.model import PANE_BLOCKIO, PANE_LOCKS, HotFunction
+
+LOCALHOST = "127.0.0.1"
+RECORDED = str(FIXTURES / "recorded.json")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOCALHOST, 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int, path: str = "/metrics", accept: str = "") -> tuple[int, str]:
+    connection = http.client.HTTPConnection(LOCALHOST, port, timeout=10)
+    try:
+        connection.request("GET", path, headers={"Accept": accept} if accept else {})
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def families(text: str) -> dict:
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def value(parsed: dict, name: str, **labels) -> float:
+    (sample,) = [s for s in parsed[name].samples
+                 if all(s.labels.get(k) == v for k, v in labels.items())]
+    return sample.value
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise LookupError("VmRSS")
+
+
+# ---- the command line ------------------------------------------------------------------
+
+
+@pytest.fixture
+def served():
+    """`ktop --replay recorded.json --serve 127.0.0.1:PORT`, and its port; stopped after."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ktop", "--replay", RECORDED, "--serve", f"{LOCALHOST}:{port}",
+         "--top", "5"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection((LOCALHOST, port), timeout=1).close()
+            break
+        except OSError:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "ktop --serve never listened"
+            time.sleep(0.05)
+    try:
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def test_metrics_scraped_over_localhost_parse_with_the_real_client(served):
+    process, port = served
+    status, text = scrape(port)
+    assert status == 200
+    parsed = families(text)
+    assert value(parsed, "ktop_up") == 1.0
+    assert value(parsed, "ktop_function_samples", function="chacha_permute") == 225
+    assert len(parsed["ktop_function_samples"].samples) == 6  # --top 5, and other
+    assert value(parsed, "ktop_disk_io_bytes", disk="vda", op="read") == 622_592
+    status, text = scrape(port, accept="application/openmetrics-text; version=1.0.0")
+    assert status == 200 and text.endswith("# EOF\n")
+    assert scrape(port, "/nothing")[0] == 404
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=10)
+    assert process.returncode == 0 and out == ""
+    assert err.strip() == f"ktop: serving http://{LOCALHOST}:{port}/metrics (Ctrl-C stops)"
+
+
+def test_100_scrapes_a_second_cost_no_memory_and_stay_fast(served):
+    """A bounded loop of 500 scrapes at 100/s, on 127.0.0.1 only."""
+    process, port = served
+    latencies = []
+    for _ in range(100):  # warm up: threads, buffers, the rendered page
+        scrape(port)
+    before = rss_kib(process.pid)
+    start = time.monotonic()
+    for i in range(500):
+        began = time.monotonic()
+        status, _text = scrape(port)
+        assert status == 200
+        latencies.append(time.monotonic() - began)
+        time.sleep(max(0.0, start + (i + 1) / 100 - time.monotonic()))
+    grown = rss_kib(process.pid) - before
+    median, worst = statistics.median(latencies), max(latencies)
+    print(f"500 scrapes: median {median * 1000:.2f} ms, max {worst * 1000:.1f} ms, "
+          f"RSS {before} KiB -> +{grown} KiB")
+    assert grown < 2048, f"RSS grew {grown} KiB over 500 scrapes"
+    assert median < 0.05 and worst < 1.0
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(tmp_path):
+    with socket.socket() as taken:
+        taken.bind((LOCALHOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "ktop", "--replay", RECORDED, "--serve", f"{LOCALHOST}:{port}"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 1
+    assert result.stderr == (f"ktop: cannot serve on {LOCALHOST}:{port}: Address already in use: "
+                             "another program listens there; choose another port\n")
+
+
+@pytest.mark.parametrize(
+    ("address", "complaint"),
+    [
+        ("0", "port from 1 to 65535"),
+        ("127.0.0.1:65536", "port from 1 to 65535"),
+        ("localhost:http", "port from 1 to 65535"),
+        ("::1:9464", "[::1]:9464"),
+        ("127.0.0.1:", "port from 1 to 65535"),
+    ],
+)
+def test_a_malformed_address_is_a_usage_error(address, complaint):
+    result = subprocess.run([sys.executable, "-m", "ktop", "--serve", address],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("usage: ktop")
+    assert complaint in result.stderr.splitlines()[-1]
+
+
+def test_an_address_not_of_this_machine_is_one_line_and_exit_1():
+    # Link-local without a scope: no interface takes it, and binding sends nothing.
+    port = free_port()
+    result = subprocess.run(
+        [sys.executable, "-m", "ktop", "--replay", RECORDED, "--serve", f"[fe80::1]:{port}"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ktop: cannot serve on [fe80::1]:{port}: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_options_of_the_screen_and_snapshots():
+    result = subprocess.run(
+        [sys.executable, "-m", "ktop", "--serve", "9464", "--pid", "1", "--snapshot", "x.svg"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2 and "--snapshot, --pid" in result.stderr
+
+
+def test_address_forms():
+    assert parse_address("9464") == (LOCALHOST, 9464)  # only this machine unless told
+    assert parse_address(":9464") == ("0.0.0.0", 9464)
+    assert parse_address("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_address("[::1]:9464") == ("::1", 9464)
+
+
+# ---- the server in-process --------------------------------------------------------------
+
+
+class StartingSource:
+    """Replays the recording, saying the BPF panes still load until told otherwise."""
+
+    live = True
+    cumulative = True
+    on_attached = None
+    started_at = 0.0
+
+    def __init__(self, snapshot) -> None:
+        self.snapshot = snapshot
+        self.loading = {PANE_LOCKS: "compiling its BPF program... 1s",
+                        PANE_BLOCKIO: "waiting for the panes before it"}
+        self.collects = 0
+        self.closed = False
+
+    def start(self, wait: bool = True, patient: bool = False) -> None:
+        pass
+
+    def collect(self):
+        self.collects += 1
+        unavailable = {k: v for k, v in self.snapshot.unavailable.items() if k not in self.loading}
+        return replace(self.snapshot, loading=dict(self.loading), unavailable=unavailable,
+                       locks=None if self.loading else self.snapshot.locks,
+                       blockio=None if self.loading else self.snapshot.blockio)
+
+    def hurry_loading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def in_process(recorded_snapshot, capfd):
+    """serve() on 127.0.0.1 in a thread, as `ktop --serve` runs it; (source, port, page)."""
+    messages: list[str] = []
+    page = MetricsPage(top=1000)
+    server = bind(LOCALHOST, 0, page, messages.append)
+    # Small send buffers (accepted sockets inherit them): a big page is written in pieces,
+    # so a client that leaves is met mid-response, not after the kernel took it all.
+    server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    source = StartingSource(recorded_snapshot)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(server, source, 0.05, stop))
+    thread.start()
+    try:
+        yield source, server.server_address[1], page
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive() and source.closed
+    assert messages == []  # nothing the server had to say about any client
+    assert capfd.readouterr().err == ""  # and no traceback from any thread
+
+
+def wait_for(check, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_a_scrape_during_start_up_answers_what_is_ready_and_ktop_up_0(in_process):
+    source, port, _page = in_process
+    wait_for(lambda: source.collects > 0)
+    parsed = families(scrape(port)[1])
+    assert value(parsed, "ktop_up") == 0.0
+    assert value(parsed, "ktop_pane_up", pane="functions") == 1.0
+    assert value(parsed, "ktop_pane_up", pane="locks") == 0.0
+    assert value(parsed, "ktop_function_samples", function="chacha_permute") == 225
+    assert "ktop_lock_wait_seconds" not in parsed  # not ready: not made up
+    source.loading = {}
+    wait_for(lambda: value(families(scrape(port)[1]), "ktop_up") == 1.0)
+    parsed = families(scrape(port)[1])
+    assert value(parsed, "ktop_pane_up", pane="locks") == 1.0
+    assert value(parsed, "ktop_lock_contentions", lock_type="mutex", caller="pipe_read+0x4d") == 812
+
+
+def test_before_the_first_snapshot_there_is_ktop_up_0_alone():
+    page = MetricsPage()
+    parsed = families(page.body().decode())
+    assert list(parsed) == ["ktop_up"] and value(parsed, "ktop_up") == 0.0
+
+
+def big_snapshot(snapshot):
+    """A page far larger than the socket buffers: 1,000 series of long names."""
+    functions = tuple(HotFunction(f"function_{i}_" + "x" * 300, "[kernel.kallsyms]", 3000 - i, 0.1)
+                      for i in range(3000))
+    return replace(snapshot, cpu=replace(snapshot.cpu, functions=functions))
+
+
+def test_clients_leaving_mid_response_cost_nothing(in_process):
+    source, port, page = in_process
+    source.loading = {}
+    source.snapshot = big_snapshot(source.snapshot)
+    wait_for(lambda: len(page.body()) > 300_000)
+    assert len(page.body()) > 30 * 8192
+    baseline = threading.active_count()
+    for _ in range(20):
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((LOCALHOST, port))
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert client.recv(100).startswith(b"HTTP/1.1 200")
+        # Reset, not a polite close: the server is still writing the body.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+    status, text = scrape(port)
+    assert status == 200 and len(text) > 300_000
+    wait_for(lambda: threading.active_count() <= baseline)
+
+
+def test_connections_beyond_the_limit_get_503_and_the_rest_go_on(in_process):
+    _source, port, _page = in_process
+    idle = [socket.create_connection((LOCALHOST, port)) for _ in range(MAX_CLIENTS)]
+    try:
+        time.sleep(0.3)  # each has its serving thread now
+        assert scrape(port)[0] == 503
+    finally:
+        for connection in idle:
+            connection.close()
+    wait_for(lambda: scrape(port)[0] == 200)
+
+
+def test_binding_a_used_port_raises_one_line():
+    with socket.socket() as taken:
+        taken.bind((LOCALHOST, 0))
+        taken.listen()
+        with pytest.raises(ServeError, match="in use"):
+            bind(LOCALHOST, taken.getsockname()[1], MetricsPage(), print)
+
+
+def test_the_page_is_rendered_once_per_refresh(recorded_snapshot):
+    page = MetricsPage()
+    page.update(recorded_snapshot)
+    first = page.body()
+    assert page.body() is first  # the same bytes: a scrape costs no rendering
+    page.update(recorded_snapshot)
+    assert page.body() is not first
