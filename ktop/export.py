@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
 from ktop.model import (
     BlockProfile,
     Bucket,
+    BuiltOnRead,
     CpuProfile,
     CpuTimes,
     DiskStats,
@@ -54,7 +55,7 @@ def encode(value: Any) -> Any:
             for f in dataclasses.fields(value)
         }
         return list(fields.values()) if type(value) in AS_LIST else fields
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, BuiltOnRead)):
         return [encode(item) for item in value]
     if isinstance(value, Mapping):
         return {key: encode(item) for key, item in value.items()}
@@ -73,7 +74,7 @@ def decode(hint: Any, data: Any) -> Any:
     if origin is UnionType:  # only ever "X | None"
         (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
         return None if data is None else decode(inner, data)
-    if origin is tuple:
+    if origin is tuple or origin is Sequence:
         return tuple(decode(get_args(hint)[0], item) for item in _expect(data, list, "a list"))
     if origin is Mapping:
         key, item = get_args(hint)

@@ -6,8 +6,12 @@ imports bcc or Textual, so the UI can be driven from recorded data without root.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 # Pane names, used as keys of Snapshot.unavailable and in --drill.
 PANE_FUNCTIONS = "functions"
@@ -21,6 +25,50 @@ PANES = {PANE_FUNCTIONS: "symbol", PANE_LOCKS: "caller", PANE_BLOCKIO: "pid", PA
 # The pid of rows that fold together processes (or threads) that have exited, one row per
 # command, in the totals kept since start: pids churn, and the totals must stay bounded.
 EXITED_PID = -1
+
+
+class BuiltOnRead(Sequence[T], Generic[T]):
+    """A tuple made the first time it is read, by whichever thread reads it. A live CPU
+    profile holds thousands of stacks at high sampling rates, and only a drill-down, a filter
+    or an export reads them: built every refresh, they were a third of the aggregation.
+    `make` must only use data nothing changes any more."""
+
+    __slots__ = ("_items", "_lock", "_make")
+
+    def __init__(self, make: Callable[[], tuple[T, ...]]) -> None:
+        self._make: Callable[[], tuple[T, ...]] | None = make
+        self._items: tuple[T, ...] | None = None
+        self._lock = threading.Lock()
+
+    def _built(self) -> tuple[T, ...]:
+        if self._items is None:
+            with self._lock:
+                if self._make is not None:
+                    self._items, self._make = self._make(), None
+        assert self._items is not None
+        return self._items
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._built()[index]
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._built())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return self._built() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as unhashable as the stacks it may hold
+
+    def __repr__(self) -> str:
+        return repr(self._built())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return tuple, (self._built(),)
 
 
 @dataclass(frozen=True)
@@ -90,7 +138,7 @@ class CpuProfile:
     user_samples: int
     lost: Mapping[str, int]
     functions: tuple[HotFunction, ...]  # every function, idle ones flagged; sorted by samples
-    stacks: tuple[StackSample, ...]
+    stacks: Sequence[StackSample]  # most samples first; live profiles build it when read
     times: CpuTimes = field(default_factory=CpuTimes)
     line_info: str = ""  # where kernel file:line comes from, or why there is none
 

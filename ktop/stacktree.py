@@ -121,6 +121,13 @@ def hot_functions(stacks: Iterable[StackSample], expected_samples: float) -> tup
         totals[key] = totals.get(key, 0) + stack.samples
         if stack.idle:
             idle.add(key)
+    return ranked_functions(totals, idle, expected_samples)
+
+
+def ranked_functions(
+    totals: dict[tuple[str, str], int], idle: set[tuple[str, str]], expected_samples: float
+) -> tuple[HotFunction, ...]:
+    """HotFunctions from samples by (function, module), most first."""
     return tuple(
         HotFunction(
             symbol=symbol,

@@ -198,3 +198,43 @@ def test_no_samples_gives_an_empty_profile_not_a_division_error(kallsyms):
     agg.add(drain(0.0, 0.0))
     profile = agg.profile()
     assert profile.functions == () and profile.total_samples == 0
+
+
+def test_stacks_named_alike_are_one_stack_and_the_functions_agree_with_them(kallsyms, stacks):
+    """Two user stacks whose addresses differ but name the same frames (a binary without
+    symbols: every frame [unknown]) are one stack in the profile, their samples added; the
+    hot functions counted from the stack numbers equal those folded from the stacks."""
+    from ktop.model import UserFrame
+    from ktop.stacktree import hot_functions
+
+    unknown = (UserFrame("[unknown]", "/usr/bin/python3.11"),)
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5, resolve_user=lambda pid, addrs: unknown)
+    agg.add(drain(100.0, 1.0,
+                  StackCount(7, "python3", 30, stacks["copy"], (0x5000,), False),
+                  StackCount(7, "python3", 12, stacks["copy"], (0x6000,), False),
+                  count(4242, "dd", 50, stacks["urandom"])))
+    profile = agg.profile()
+    python = [s for s in profile.stacks if s.pid == 7]
+    assert [(s.samples, s.user_frames) for s in python] == [(42, unknown)]
+    assert [s.samples for s in profile.stacks] == [50, 42]  # most samples first
+    assert profile.functions == hot_functions(profile.stacks, HZ * 1.0 * CPUS)
+
+
+def test_the_stacks_of_a_profile_are_read_as_a_tuple_and_saved_as_one(kallsyms, stacks):
+    """Built when first read: equal to a tuple of them, and pickled and written to JSON as
+    one, so a snapshot saved from a live profile reads back the same."""
+    import pickle
+
+    from ktop.export import encode
+
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5)
+    agg.add(drain(100.0, 1.0, count(4242, "dd", 50, stacks["urandom"]),
+                  count(4242, "dd", 5, stacks["copy"])))
+    profile = agg.profile()
+    built = tuple(profile.stacks)
+    assert profile.stacks == built and len(profile.stacks) == 2 and profile.stacks[1] == built[1]
+    assert pickle.loads(pickle.dumps(profile.stacks)) == built
+    assert encode(profile)["stacks"] == encode(built)
+    unread = agg.profile()
+    agg.add(drain(101.0, 1.0, count(4242, "dd", 99, stacks["copy"])))  # the next interval
+    assert tuple(unread.stacks) == built  # read later, it holds what it was made from

@@ -5,14 +5,15 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.window import Window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
-from ktop.model import CpuProfile, StackSample, UserFrame
-from ktop.stacktree import hot_functions
+from ktop.model import BuiltOnRead, CpuProfile, StackSample, UserFrame
+from ktop.stacktree import function_name, ranked_functions
 from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
@@ -21,44 +22,50 @@ UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
 LineLookup = Callable[[int], "str | None"]
 
 
-KEYS_KEPT = 10  # intervals a stack stays named after it was last seen
+NAMES_KEPT = 65536  # kernel addresses named (at 4000 Hz interrupts land on new ones)
+USER_STACKS_KEPT = 4096  # user stacks named, with their process
 
 
-@dataclass(frozen=True)
-class _StackKey:
+class _StackKey(NamedTuple):
+    """What a stack number stands for. Kernel frames stay addresses until the stacks are
+    read (kallsyms does not change); user frames are named at once, while the process lives.
+    (A named tuple: at 4000 Hz some 800 new stacks an interval, made in C.)"""
+
     pid: int
     comm: str
-    frames: tuple[str, ...]
-    modules: tuple[str, ...]
-    sources: tuple[str, ...]
+    kernel: tuple[int, ...]  # innermost first
     user_frames: tuple[UserFrame, ...]
-    truncated: bool
-    idle: bool
     user_mode: bool
+    idle: bool
+    function: tuple[str, str] | None  # (function, module) of the innermost kernel frame
+    sources: tuple[str, ...]  # file:line per kernel frame, with a debug vmlinux
 
 
 class _StackIds:
-    """Each distinct stack key numbered once. The window counts samples by number: its
-    counters hash small ints, in C, where hashing nine tuples in Python on every update
-    (some 12,000 an interval at 4000 Hz) was a fifth of the aggregation."""
+    """Each distinct stack numbered once, by its raw addresses: the window counts samples by
+    number (its counters hash small ints, in C), and a stack seen again finds its number in
+    one lookup. Stacks whose addresses differ but whose names agree are merged when read."""
 
     def __init__(self) -> None:
-        self._ids: dict[_StackKey, int] = {}
+        self.numbers: dict[tuple, int] = {}  # identity -> number
         self.keys: dict[int, _StackKey] = {}
+        self._identities: dict[int, tuple] = {}
         self._next = 0
 
-    def number(self, key: _StackKey) -> int:
-        found = self._ids.get(key)
-        if found is None:
-            found = self._ids[key] = self._next
-            self.keys[found] = key
-            self._next += 1
-        return found
+    def add(self, identity: tuple, key: _StackKey) -> int:
+        number = self.numbers[identity] = self._next
+        self.keys[number], self._identities[number] = key, identity
+        self._next += 1
+        return number
+
+    def number(self, identity: tuple, key: _StackKey) -> int:
+        found = self.numbers.get(identity)
+        return self.add(identity, key) if found is None else found
 
     def keep_only(self, used: set[int]) -> None:
         """Forget the numbers no counter holds any more (folded, or out of the window)."""
         for gone in [n for n in self.keys if n not in used]:
-            del self._ids[self.keys.pop(gone)]
+            del self.keys[gone], self.numbers[self._identities.pop(gone)]
 
 
 @dataclass
@@ -99,16 +106,22 @@ class CpuAggregator:
         self.line_info = line_info
         self._window = Window(window_s, _Samples, _Samples.merge, _Samples.subtract)
         self._ids = _StackIds()
-        # Stacks named lately, by raw addresses -> (number, the interval that last saw it).
-        self._keys: dict[tuple, tuple[int, int]] = {}
         self._intervals = 0
-        self._made_window: dict[int, StackSample] = {}
-        self._made_cumulative: dict[int, StackSample] = {}
+        # Kernel address -> (symbol+0xoff, module): one lookup a frame when naming a stack.
+        self._names: dict[int, tuple[str, str]] = {}
+        self._user_stacks: dict[tuple, tuple[UserFrame, ...]] = {}  # (pid, comm, addresses)
         self._lost: dict[str, int] = {}
 
     def _frame(self, address: int) -> tuple[str, str]:
-        resolved = self._kallsyms.lookup(address)  # memoized there
-        return (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
+        named = self._names.get(address)
+        if named is None:
+            if len(self._names) >= NAMES_KEPT:
+                self._names.clear()
+            resolved = self._kallsyms.lookup(address)  # memoized there too
+            named = self._names[address] = (
+                (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
+            )
+        return named
 
     def _source(self, address: int, innermost: bool) -> str:
         """file:line of a frame; a return address points after the call, so step back one.
@@ -120,37 +133,46 @@ class CpuAggregator:
     def add(self, drain: CpuDrain) -> None:
         stacks: Counter = Counter()
         self._intervals += 1
-        keys = self._keys
+        ids = self._ids
+        number_of = ids.numbers.get
         for row in drain.counts:
-            # Most stacks come back within seconds: name each once while it does.
             raw = (row.pid, row.comm, row.kernel, row.user, row.user_mode)
-            known = keys.get(raw)
-            number = known[0] if known else self._ids.number(self._stack_key(row))
-            keys[raw] = (number, self._intervals)
+            number = number_of(raw)
+            if number is None:
+                number = ids.add(raw, self._stack_key(row))
             stacks[number] += row.samples
-        if self._intervals % KEYS_KEPT == 0:
-            oldest = self._intervals - KEYS_KEPT
-            self._keys = {raw: kept for raw, kept in keys.items() if kept[1] > oldest}
         self._window.add(drain.start, drain.end, _Samples(stacks, drain.ticks))
         self._lost = dict(drain.lost)
 
     def _stack_key(self, row) -> _StackKey:
-        frames = [self._frame(a) for a in row.kernel]
+        kernel = row.kernel
         user_frames: tuple[UserFrame, ...] = ()
         if row.user and self._resolve_user and row.pid:
-            user_frames = tuple(self._resolve_user(row.pid, row.user))
+            # One user stack under hundreds of kernel stacks (a syscall interrupted at every
+            # instruction): named once.
+            seen = (row.pid, row.comm, row.user)
+            user_frames = self._user_stacks.get(seen)
+            if user_frames is None:
+                if len(self._user_stacks) >= USER_STACKS_KEPT:
+                    self._user_stacks.clear()
+                user_frames = tuple(self._resolve_user(row.pid, row.user))
+                self._user_stacks[seen] = user_frames
+        function = None
+        if kernel:
+            text, module = self._frame(kernel[0])
+            function = (function_name(text), module)
         return _StackKey(
             pid=row.pid,
             comm=row.comm,
-            frames=tuple(f[0] for f in frames),
-            modules=tuple(f[1] for f in frames),
-            sources=tuple(self._source(a, i == 0) for i, a in enumerate(row.kernel))
+            kernel=kernel,
+            user_frames=user_frames,
+            user_mode=row.user_mode,
+            idle=row.pid == 0 and bool(kernel) and self._idle.is_idle(kernel[0]),
+            function=function,
+            # The line table reads the debug ELF: only ever from this thread.
+            sources=tuple(self._source(a, i == 0) for i, a in enumerate(kernel))
             if self._source_line
             else (),
-            user_frames=user_frames,
-            truncated=len(row.kernel) >= MAX_STACK_DEPTH,
-            idle=row.pid == 0 and bool(row.kernel) and self._idle.is_idle(row.kernel[0]),
-            user_mode=row.user_mode,
         )
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
@@ -158,71 +180,76 @@ class CpuAggregator:
         stacks = self._window.total.stacks
         if crowded(stacks):
             keys = self._ids.keys
-            fold_exited(stacks, is_alive, lambda n: keys[n].pid,
-                        lambda n, pid: self._ids.number(_exited(keys[n], pid)), operator.add)
-            self._ids.keep_only(set(stacks) | set(self._window.recent().stacks)
-                                | {number for number, _ in self._keys.values()})
+
+            def exited(number: int, pid: int) -> int:
+                key = keys[number]
+                user_frames = forget_addresses(key.user_frames)
+                identity = (pid, key.comm, key.kernel, user_frames, key.user_mode)
+                return self._ids.number(identity, key._replace(pid=pid, user_frames=user_frames))
+
+            fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
+            self._ids.keep_only(set(stacks) | set(self._window.recent().stacks))
 
     def profile(self, cumulative: bool = False) -> CpuProfile:
         samples, window_s = self._window.counts(cumulative)
-        made = self._made_cumulative if cumulative else self._made_window
-        profile = build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
-                                samples.ticks, cumulative, made, self._ids.keys)
-        for key in [k for k in made if k not in samples.stacks]:  # gone from the window
-            del made[key]
-        return replace(profile, line_info=self.line_info)
+        return build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
+                             samples.ticks, cumulative, self._ids.keys, self._frame,
+                             self.line_info)
 
 
-def _sample(made: dict, number: int, key: _StackKey, samples: int) -> StackSample:
-    sample = made.get(number)
-    if sample is None or sample.samples != samples:
-        sample = made[number] = StackSample(
-            pid=key.pid,
-            comm=key.comm,
-            samples=samples,
-            frames=key.frames,
-            modules=key.modules,
-            sources=key.sources,
-            user_frames=key.user_frames,
-            truncated=key.truncated,
-            idle=key.idle,
-        )
-    return sample
-
-
-def _exited(key: _StackKey, pid: int) -> _StackKey:
-    return replace(key, pid=pid, user_frames=forget_addresses(key.user_frames))
+def _stack_samples(
+    counted: list[tuple[_StackKey, int]], name: Callable[[int], tuple[str, str]]
+) -> tuple[StackSample, ...]:
+    """The stacks with kernel or user frames, named, those named alike merged, most samples
+    first."""
+    merged: dict[tuple, int] = {}
+    for key, samples in counted:
+        named = [name(a) for a in key.kernel]
+        if not named and not key.user_frames:
+            continue
+        identity = (key.pid, key.comm, tuple(n[0] for n in named), tuple(n[1] for n in named),
+                    key.user_frames, len(key.kernel) >= MAX_STACK_DEPTH, key.idle, key.sources)
+        merged[identity] = merged.get(identity, 0) + samples
+    return tuple(
+        StackSample(pid=pid, comm=comm, samples=samples, frames=frames, modules=modules,
+                    sources=sources, user_frames=user_frames, truncated=truncated, idle=idle)
+        for (pid, comm, frames, modules, user_frames, truncated, idle, sources), samples
+        in sorted(merged.items(), key=lambda kv: -kv[1])
+    )
 
 
 def build_profile(
-    stacks: Counter,
+    stacks: dict[int, int],
     window_s: float,
     hz: int,
     cpus: int,
     lost: dict[str, int],
     ticks: CpuTicks,
     cumulative: bool,
-    made: dict[int, StackSample],
     keys: dict[int, _StackKey],
+    name: Callable[[int], tuple[str, str]],
+    line_info: str = "",
 ) -> CpuProfile:
-    """stacks: samples by stack number; keys: the key of each number. made: the
-    StackSamples of the previous build, reused where the count is the same (most stacks in
-    a window keep theirs from one refresh to the next)."""
-    key_of = keys.__getitem__
-    total = sum(stacks.values())
+    """stacks: samples by stack number; keys: the key of each number; name: a kernel
+    address's (symbol+0xoff, module). The hot functions are counted now; the StackSamples
+    are built when first read, from the keys and counts taken here."""
     idle = user = 0
+    totals: dict[tuple[str, str], int] = {}
+    idle_functions: set[tuple[str, str]] = set()
+    counted: list[tuple[_StackKey, int]] = []
     for number, n in stacks.items():
-        key = key_of(number)
+        key = keys[number]
+        counted.append((key, n))
         if key.user_mode:
             user += n
         elif key.idle:
             idle += n
-    stack_rows = tuple(
-        _sample(made, number, key, samples)
-        for number, samples in sorted(stacks.items(), key=lambda kv: -kv[1])
-        if (key := key_of(number)).frames or key.user_frames
-    )
-    functions = hot_functions(stack_rows, hz * window_s * cpus)
+        function = key.function
+        if function is not None:
+            totals[function] = totals.get(function, 0) + n
+            if key.idle:
+                idle_functions.add(function)
+    total = sum(stacks.values())
     return CpuProfile(
         sample_hz=hz,
         cpus=cpus,
@@ -233,7 +260,8 @@ def build_profile(
         kernel_samples=total - idle - user,
         user_samples=user,
         lost=dict(lost),
-        functions=functions,
-        stacks=stack_rows,
+        functions=ranked_functions(totals, idle_functions, hz * window_s * cpus),
+        stacks=BuiltOnRead(lambda: _stack_samples(counted, name)),
         times=ticks.shares(),
+        line_info=line_info,
     )
