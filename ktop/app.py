@@ -21,7 +21,10 @@ from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
+from ktop.recorder import SessionRecorder
+from ktop.recording import RecordingError
 from ktop.screens.help import HelpScreen, bindings_help
+from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
 from ktop.widgets.header import HeaderBar
@@ -29,6 +32,7 @@ from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
+from ktop.widgets.timeline import TimelineBar
 from ktop.writer import SnapshotError, write_atomically
 
 PANE_ORDER = tuple(PANES)
@@ -49,6 +53,14 @@ class SnapshotReady(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReady)
+
+
+class RecordingStopped(Message):
+    """Posted by the collecting thread when the recording could not be written (disk full)."""
+
+    def __init__(self, recorder: SessionRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
 
 
 class KtopApp(App[None]):
@@ -73,6 +85,16 @@ class KtopApp(App[None]):
         Binding("slash", "filter", "Filter"),
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
+        Binding("R", "record", "Record"),
+        # A replayed recording's timeline (check_action: only there, and only on the panes).
+        Binding("left", "timeline_step(-1)", "one interval back", show=False, priority=True),
+        Binding("right", "timeline_step(1)", "one interval on", show=False, priority=True),
+        Binding("left_square_bracket", "timeline_seconds(-60)", "a minute back", show=False),
+        Binding("right_square_bracket", "timeline_seconds(60)", "a minute on", show=False),
+        Binding("home", "timeline_edge(0)", "the first record", show=False, priority=True),
+        Binding("end", "timeline_edge(1)", "the last record", show=False, priority=True),
+        Binding("g", "timeline_prompt('time')", "Go to"),
+        Binding("w", "timeline_prompt('window')", "Window"),
     ]
 
     def __init__(
@@ -97,19 +119,32 @@ class KtopApp(App[None]):
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
         self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
+        self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
+        # A replayed recording (ktop.replay.ReplaySource) moves through time; nothing else does.
+        self.timeline = source if hasattr(source, "go_to_time") else None
+        self._prompt_for = ""
 
     # ---- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
+        if self.timeline is not None:
+            yield TimelineBar(self.timeline.view(), id="timeline")
         with Grid(id="panes"):
             for pane in PANE_WIDGETS:
                 yield pane()
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
+        if self.timeline is not None:
+            yield Input(id="timeline-prompt")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
+        if self.timeline is not None:
+            self.query_one("#timeline-prompt", Input).display = False
+            if self.timeline.recording.dropped:
+                self.notify(f"the recording's end was cut off: {self.timeline.recording.dropped}",
+                            severity="warning", timeout=10)
         self.header_bar().show(None)
         self.pane(PANE_FUNCTIONS).table.focus()
         # kill, a closed terminal or kill -INT: leave like `q` does, terminal restored.
@@ -155,6 +190,11 @@ class KtopApp(App[None]):
                     next_at = min(next_at, time.monotonic() + FIRST_DATA_S)
                     continue
                 snapshot = self.source.collect()
+                recorder = self.recorder
+                if recorder is not None and not recorder.append(
+                    self.source.interval_snapshot(snapshot)
+                ) and recorder.error:
+                    self.post_message(RecordingStopped(recorder))
                 # While panes load, their messages count the seconds: refresh more often.
                 next_at += min(LOADING_REFRESH_S, self.interval_s) if snapshot.loading else self.interval_s
                 self.post_message(SnapshotReady(snapshot))
@@ -183,7 +223,9 @@ class KtopApp(App[None]):
             header = self.header_bar()
         except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
             return
-        header.show(snapshot, self.paused, self.note)
+        header.show(snapshot, self.paused, self.note, self._recording_badge())
+        if self.timeline is not None:
+            self.main_screen.query_one(TimelineBar).show(self.timeline.view())
         if snapshot is None:
             return
         with self.batch_update():
@@ -219,7 +261,7 @@ class KtopApp(App[None]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.header_bar().show(self.snapshot, self.paused, self.note)
+        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
 
     def action_toggle_idle(self) -> None:
         if self.screen is not self.main_screen:
@@ -271,6 +313,8 @@ class KtopApp(App[None]):
             event.input.display = False
             self._filter_target.table.focus()
             self.refresh_panes()
+        elif event.input.id == "timeline-prompt":
+            self._timeline_answer(event.input)
 
     def on_key(self, event) -> None:
         if self.screen is not self.screen_stack[0]:
@@ -285,6 +329,13 @@ class KtopApp(App[None]):
                 self._set_zoom(None)
                 event.stop()
             return
+        if event.key == "escape" and self.timeline is not None:
+            prompt = self.query_one("#timeline-prompt", Input)
+            if prompt.has_focus:
+                prompt.display = False
+                self.focused_pane().table.focus()
+                event.stop()
+                return
         if event.key == "escape" and box.has_focus:
             box.value = ""
             box.display = False
@@ -329,6 +380,99 @@ class KtopApp(App[None]):
             ("mouse", "click a row to select it, click it again to drill down"),
         ]
         self.push_screen(HelpScreen("ktop", keys))
+
+    # ---- recording (live) and replaying a recording ---------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action.startswith("timeline_"):
+            # Only on the panes of a replay: elsewhere the keys go to the focused widget.
+            return (self.timeline is not None and self.screen is self.main_screen
+                    and not isinstance(self.focused, Input))
+        if action == "record":
+            return self.source.live
+        return True
+
+    def _recording_badge(self) -> str:
+        recorder = self.recorder
+        if recorder is None:
+            return ""
+        return f"● REC {printable(os.path.basename(recorder.path))} {recorder.describe()}"
+
+    def action_record(self) -> None:
+        """Start or stop recording the live session, one record per interval, to a new file
+        beside where `s` saves (replay it with `ktop --replay FILE`)."""
+        recorder = self.recorder
+        if recorder is not None:
+            self.recorder = None
+            recorder.stop()
+            self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
+                        f"({recorder.describe()})", timeout=8)
+        else:
+            path = os.path.join(self.save_dir, time.strftime("ktop-%Y%m%d-%H%M%S.krec"))
+            try:
+                self.recorder = SessionRecorder(path)
+            except RecordingError as e:
+                self.notify(str(e), severity="error", timeout=8)
+                return
+            self.notify(f"recording to {printable(os.path.abspath(path))} (R stops)", timeout=8)
+        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+
+    def on_recording_stopped(self, message: RecordingStopped) -> None:
+        if self.recorder is message.recorder:
+            self.recorder = None
+        self.notify(message.recorder.error, severity="error", timeout=15)
+        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+
+    def action_timeline_step(self, records: int) -> None:
+        self.timeline.step(records)
+        self._timeline_moved()
+
+    def action_timeline_seconds(self, seconds: float) -> None:
+        self.timeline.step_seconds(seconds)
+        self._timeline_moved()
+
+    def action_timeline_edge(self, last: int) -> None:
+        self.timeline.go_to(len(self.timeline.records) - 1 if last else 0)
+        self._timeline_moved()
+
+    def action_timeline_prompt(self, what: str) -> None:
+        prompt = self.query_one("#timeline-prompt", Input)
+        self._prompt_for = what
+        prompt.placeholder = (
+            "go to a time: HH:MM:SS or YYYY-MM-DD HH:MM:SS (Enter goes, Esc cancels)"
+            if what == "time" else
+            "window: a number of records, or a span like 30s, 5m, 1h (Enter sets, Esc cancels)"
+        )
+        prompt.value = ""
+        prompt.display = True
+        prompt.focus()
+
+    def _timeline_answer(self, prompt: Input) -> None:
+        from ktop.replay import parse_window
+
+        prompt.display = False
+        self.focused_pane().table.focus()
+        text = prompt.value.strip()
+        if not text:
+            return
+        try:
+            if self._prompt_for == "time":
+                self.timeline.go_to_time(text)
+            else:
+                self.timeline.set_window(parse_window(text, self.timeline.interval_s))
+        except ValueError as e:
+            self.notify(printable(str(e)), severity="warning", timeout=8)
+            return
+        self._timeline_moved()
+
+    def _timeline_moved(self) -> None:
+        self.main_screen.query_one(TimelineBar).show(self.timeline.view())
+        self._show_timeline_position()
+
+    @work(thread=True, exclusive=True, group="timeline")
+    def _show_timeline_position(self) -> None:
+        """Merging a long window of records takes a moment: off the UI thread."""
+        self.post_message(SnapshotReady(self.timeline.collect()))
 
     def action_save(self) -> None:
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")

@@ -163,7 +163,14 @@ class CpuAggregator:
             self._ids.keep_only(set(stacks) | set(self._window.recent().stacks)
                                 | {number for number, _ in self._keys.values()})
 
-    def profile(self, cumulative: bool = False) -> CpuProfile:
+    def profile(self, cumulative: bool = False, latest: bool = False) -> CpuProfile:
+        """The window's profile, or the totals since start, or (latest) the newest interval's
+        alone, as a recording keeps it."""
+        if latest:
+            samples, window_s = self._window.latest()
+            return replace(build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
+                                         samples.ticks, False, {}, self._ids.keys),
+                           line_info=self.line_info)
         samples, window_s = self._window.counts(cumulative)
         made = self._made_cumulative if cumulative else self._made_window
         profile = build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
