@@ -68,21 +68,27 @@ def timeline_text(view: TimelineView, width: int) -> Text:
                 style="bold")
     text.append(f"  record {view.position + 1}/{len(records)}")
     span = current.taken_at - (first.taken_at - first.duration_s)
+    # In the order they matter: what does not fit the width is left out.
     parts = [
-        f"  {_clock(current.taken_at - start)} of {_clock(records[-1].taken_at - start)}",
-        f"  window {view.window} record{'s' if view.window > 1 else ''} ({format_span(span)})",
-        f"  {view.note}" if view.note else "",
-        f"   {KEYS_HINT}",
+        (f"  window {view.window} record{'s' if view.window > 1 else ''} ({format_span(span)})",
+         "bold"),
+        (f"  {view.note}" if view.note else "", "yellow"),
+        (f"  {_clock(current.taken_at - start)} of {_clock(records[-1].taken_at - start)}", ""),
+        (f"   {KEYS_HINT}", "dim"),
     ]
-    for part in parts:
+    for part, style in parts:
         if part and text.cell_len + len(part) <= width:
-            text.append(part, style="yellow" if part.strip() == view.note else "")
+            text.append(part, style=style)
     text.append("\n")
 
+    narrow = width < 120
     series = (
-        ("kernel", [r.kernel_percent for r in records], lambda top: f"{top:.0f}%"),
-        ("lock wait", [_lock_rate(r) for r in records], lambda top: f"{top:.3g}ms/s"),
-        ("I/O lat", [r.io_latency_ms for r in records], lambda top: f"{top:.3g}ms"),
+        ("kern" if narrow else "kernel CPU", [r.kernel_percent for r in records],
+         lambda top: f"{top:.0f}%"),
+        ("lock" if narrow else "lock wait", [_lock_rate(r) for r in records],
+         lambda top: f"{top:.3g}ms/s"),
+        ("I/O" if narrow else "I/O latency", [r.io_latency_ms for r in records],
+         lambda top: f"{top:.3g}ms"),
     )
     # Labels and scales first; the sparklines share what is left.
     fixed = sum(len(label) + 2 + len(scale(max([v for v in values if not math.isnan(v)],
