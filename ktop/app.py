@@ -87,14 +87,14 @@ class KtopApp(App[None]):
         Binding("s", "save", "Save SVG"),
         Binding("R", "record", "Record"),
         # A replayed recording's timeline (check_action: only there, and only on the panes).
-        Binding("left", "timeline_step(-1)", "one interval back", show=False, priority=True),
-        Binding("right", "timeline_step(1)", "one interval on", show=False, priority=True),
-        Binding("left_square_bracket", "timeline_seconds(-60)", "a minute back", show=False),
-        Binding("right_square_bracket", "timeline_seconds(60)", "a minute on", show=False),
-        Binding("home", "timeline_edge(0)", "the first record", show=False, priority=True),
-        Binding("end", "timeline_edge(1)", "the last record", show=False, priority=True),
-        Binding("g", "timeline_prompt('time')", "Go to"),
-        Binding("w", "timeline_prompt('window')", "Window"),
+        Binding("left", "timeline_step(-1)", "replay: one interval back", show=False, priority=True),
+        Binding("right", "timeline_step(1)", "replay: one interval on", show=False, priority=True),
+        Binding("left_square_bracket", "timeline_seconds(-60)", "replay: a minute back", show=False),
+        Binding("right_square_bracket", "timeline_seconds(60)", "replay: a minute on", show=False),
+        Binding("home", "timeline_edge(0)", "replay: the first record", show=False, priority=True),
+        Binding("end", "timeline_edge(1)", "replay: the last record", show=False, priority=True),
+        Binding("g", "timeline_prompt('time')", "Go to time"),
+        Binding("w", "timeline_prompt('window')", "Window length"),
     ]
 
     def __init__(
@@ -271,6 +271,9 @@ class KtopApp(App[None]):
         self.refresh_panes()
 
     def action_toggle_cumulative(self) -> None:
+        if self.timeline is not None:
+            self.notify("a recording: w sets the window over its records", severity="warning")
+            return
         if not self.source.live:
             self.notify("recorded data: its window was fixed when it was saved", severity="warning")
             return
@@ -373,8 +376,9 @@ class KtopApp(App[None]):
         return target is not None
 
     def action_help(self) -> None:
-        keys = bindings_help(list(self.BINDINGS)) + [
-            ("Up Down PgUp PgDn Home End", "move in the focused table"),
+        keys = bindings_help([b for b in self.BINDINGS if self._applies(b.action)]) + [
+            ("Up Down PgUp PgDn" + ("" if self.timeline else " Home End"),
+             "move in the focused table"),
             ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),
             ("Esc Backspace", "show all processes again / leave the zoom"),
             ("mouse", "click a row to select it, click it again to drill down"),
@@ -383,14 +387,18 @@ class KtopApp(App[None]):
 
     # ---- recording (live) and replaying a recording ---------------------------------------
 
+    def _applies(self, action: str) -> bool:
+        """Timeline keys move a replayed recording; R records live data."""
+        if action.startswith("timeline_"):
+            return self.timeline is not None
+        return self.source.live if action == "record" else True
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action.startswith("timeline_"):
-            # Only on the panes of a replay: elsewhere the keys go to the focused widget.
-            return (self.timeline is not None and self.screen is self.main_screen
+            # Only on the panes: on a drill-down or in a typed line the keys are theirs.
+            return (self._applies(action) and self.screen is self.main_screen
                     and not isinstance(self.focused, Input))
-        if action == "record":
-            return self.source.live
-        return True
+        return self._applies(action)
 
     def _recording_badge(self) -> str:
         recorder = self.recorder
