@@ -1,0 +1,109 @@
+"""`ktop --record` on the real kernel (root): a dd workload recorded, then found in the
+replay at the time it ran; and a disk that fills up under the recorder."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from conftest import root_only
+from test_recording_cli import ktop
+
+from ktop.recording import Recording
+
+pytestmark = [pytest.mark.live, root_only]
+
+SCRATCH_PARENT = "/var/tmp"  # on a real disk here (ext4 on vda), unlike /tmp
+BLOCK = 64 * 1024
+
+
+def records_so_far(path: str) -> int:
+    try:
+        return len(Recording(path))
+    except Exception:  # not even one whole record yet
+        return 0
+
+
+def test_dd_is_found_in_the_replay_at_the_time_it_ran(tmp_path):
+    """Record ~12 s; 4 s in, dd writes with O_DIRECT for about 3 s. The records holding
+    dd's writes are those whose intervals overlap its run, they add up to what dd wrote,
+    and the replay pictured at that moment shows dd in the Block I/O pane."""
+    path = str(tmp_path / "dd.krec")
+    recorder = subprocess.Popen([sys.executable, "-m", "ktop", "--record", path, "-d", "1",
+                                 "--duration", "12"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while records_so_far(path) < 2:
+            assert time.monotonic() < deadline and recorder.poll() is None, recorder.stderr.read()
+            time.sleep(0.2)
+        with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-record-") as scratch:
+            began = time.time()
+            dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={scratch}/out", f"bs={BLOCK}",
+                                   "count=100000", "oflag=direct"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(3)
+            dd.terminate()
+            dd_stderr = dd.communicate(timeout=10)[1]
+            ended = time.time()
+            written = os.path.getsize(f"{scratch}/out")
+        _, stderr = recorder.communicate(timeout=60)
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+    assert recorder.returncode == 0, stderr
+    assert written >= 10 * BLOCK, dd_stderr
+
+    recording = Recording(path)
+    assert recording.dropped == ""
+    with_dd = []
+    for index, info in enumerate(recording.records):
+        snapshot = recording.snapshot(index)
+        dd_writes = [p for p in snapshot.blockio.processes if p.pid == dd.pid and p.rw == "W"]
+        if dd_writes:
+            with_dd.append((info, sum(p.bytes for p in dd_writes)))
+            assert all(p.comm == "dd" for p in dd_writes)
+    assert len(with_dd) >= 2
+    for info, _ in with_dd:  # at the right time: each interval overlaps dd's run
+        assert info.taken_at - info.duration_s <= ended + 0.05 and info.taken_at >= began - 0.05
+    # Each record counts its own interval: together, what dd wrote, no more, no less.
+    assert sum(n for _, n in with_dd) == written
+    busiest = max(with_dd, key=lambda pair: pair[1])[0]
+    assert busiest.io_latency_ms > 0
+
+    at = time.strftime("%H:%M:%S", time.localtime(busiest.taken_at - busiest.duration_s / 2))
+    out = tmp_path / "at.txt"
+    result = ktop("--replay", path, "--snapshot", str(out), "--at", at, "-w", "1")
+    assert result.returncode == 0, result.stderr
+    screen = out.read_text()
+    block_io = [line for line in screen.splitlines() if f" {dd.pid} " in line and " dd " in line]
+    assert block_io, screen  # dd's row, in the pane of that moment
+
+    rows = list(csv.DictReader(io.StringIO(ktop("--replay", path, "--dump", "csv").stdout)))
+    assert len(rows) == len(recording)
+    assert sum(1 for row in rows if row["top_io_comm"] == "dd") >= len(with_dd) - 1
+
+
+def test_a_full_disk_stops_ktop_record_with_one_line(tmp_path):
+    """A 64 KiB tmpfs fills after a few records: one line, exit 1, the file whole."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+                   check=True)
+    try:
+        result = ktop("--record", str(mount / "r.krec"), "-d", "0.2", "--duration", "60")
+        assert result.returncode == 1, result.stderr
+        full = [line for line in result.stderr.splitlines() if "No space left" in line]
+        assert len(full) == 1 and "keeps its" in full[0], result.stderr
+        assert "Traceback" not in result.stderr
+        recording = Recording(str(mount / "r.krec"))
+        assert len(recording) >= 1 and recording.dropped == ""
+        assert recording.snapshot(len(recording) - 1).processes
+        recording.close()
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
