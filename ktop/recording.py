@@ -97,22 +97,41 @@ class RecordInfo:
 # ---- a snapshot as a record's payload -----------------------------------------------------
 
 
+_NO_DEFAULT = object()
+# Per model class: its fields and their defaults, looked up once (dataclasses.fields() on
+# each of the thousands of values in a record was most of the cost of writing it).
+_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = tuple(
+            (f.name, f.default if f.default is not dataclasses.MISSING
+             else f.default_factory() if f.default_factory is not dataclasses.MISSING
+             else _NO_DEFAULT)
+            for f in dataclasses.fields(cls)
+        )
+    return plan
+
+
 def _plain(value: Any) -> Any:
     """A model value as JSON data, floats unrounded, fields at their default left out."""
-    if dataclasses.is_dataclass(value):
-        if type(value) is Bucket:  # as everywhere: [low, high, count]
-            return [value.low, value.high, value.count]
-        data = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.default is not dataclasses.MISSING and item == f.default:
-                continue
-            if f.default_factory is not dataclasses.MISSING and item == f.default_factory():
-                continue
-            data[f.name] = _plain(item)
-        return data
-    if isinstance(value, tuple | list):
+    cls = type(value)
+    if cls is tuple or cls is list:
         return [_plain(item) for item in value]
+    if cls is str or cls is int or cls is float or cls is bool or value is None:
+        return value
+    if cls is Bucket:  # as everywhere: [low, high, count]
+        return [value.low, value.high, value.count]
+    if dataclasses.is_dataclass(value):
+        data = {}
+        for name, default in _plan(cls):
+            item = getattr(value, name)
+            if item is default or (default is not _NO_DEFAULT and item == default):
+                continue
+            data[name] = _plain(item)
+        return data
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
     return value

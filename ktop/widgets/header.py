@@ -33,10 +33,10 @@ def header_text(
         return Text("ktop  starting collectors...", style="bold")
     text = Text()
     text.append("ktop ", style="bold")
+    text.append(f"{snapshot.ktop_version}  ")
     if badge:
         text.append(f" {badge} ", style="bold reverse red")
         text.append("  ")
-    text.append(f"{snapshot.ktop_version}  ")
     text.append(printable(snapshot.hostname), style="bold cyan")
     text.append(f"  {snapshot.kernel}  ")
     cpu = snapshot.cpu

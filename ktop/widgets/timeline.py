@@ -68,10 +68,10 @@ def timeline_text(view: TimelineView, width: int) -> Text:
                 style="bold")
     text.append(f"  record {view.position + 1}/{len(records)}")
     span = current.taken_at - (first.taken_at - first.duration_s)
+    shown = view.position - view.first + 1  # fewer than asked at the recording's start
     # In the order they matter: what does not fit the width is left out.
     parts = [
-        (f"  window {view.window} record{'s' if view.window > 1 else ''} ({format_span(span)})",
-         "bold"),
+        (f"  window {shown} record{'s' if shown > 1 else ''} ({format_span(span)})", "bold"),
         (f"  {view.note}" if view.note else "", "yellow"),
         (f"  {_clock(current.taken_at - start)} of {_clock(records[-1].taken_at - start)}", ""),
         (f"   {KEYS_HINT}", "dim"),
