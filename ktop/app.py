@@ -144,7 +144,7 @@ class KtopApp(App[None]):
             self.query_one("#timeline-prompt", Input).display = False
             if self.timeline.recording.dropped:
                 self.notify(f"the recording's end was cut off: {self.timeline.recording.dropped}",
-                            severity="warning", timeout=10)
+                            severity="warning", timeout=10, markup=False)
         self.header_bar().show(None)
         self.pane(PANE_FUNCTIONS).table.focus()
         # kill, a closed terminal or kill -INT: leave like `q` does, terminal restored.
@@ -414,21 +414,22 @@ class KtopApp(App[None]):
             self.recorder = None
             recorder.stop()
             self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
-                        f"({recorder.describe()})", timeout=8)
+                        f"({recorder.describe()})", timeout=8, markup=False)
         else:
             path = os.path.join(self.save_dir, time.strftime("ktop-%Y%m%d-%H%M%S.krec"))
             try:
                 self.recorder = SessionRecorder(path)
             except RecordingError as e:
-                self.notify(str(e), severity="error", timeout=8)
+                self.notify(str(e), severity="error", markup=False, timeout=8)
                 return
-            self.notify(f"recording to {printable(os.path.abspath(path))} (R stops)", timeout=8)
+            self.notify(f"recording to {printable(os.path.abspath(path))} (R stops)", timeout=8,
+                        markup=False)
         self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
 
     def on_recording_stopped(self, message: RecordingStopped) -> None:
         if self.recorder is message.recorder:
             self.recorder = None
-        self.notify(message.recorder.error, severity="error", timeout=15)
+        self.notify(message.recorder.error, severity="error", markup=False, timeout=15)
         self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
 
     def action_timeline_step(self, records: int) -> None:
@@ -469,7 +470,7 @@ class KtopApp(App[None]):
             else:
                 self.timeline.set_window(parse_window(text, self.timeline.interval_s))
         except ValueError as e:
-            self.notify(printable(str(e)), severity="warning", timeout=8)
+            self.notify(printable(str(e)), severity="warning", timeout=8, markup=False)
             return
         self._timeline_moved()
 

@@ -75,6 +75,9 @@ def test_g_goes_to_a_time_and_the_panes_show_that_moment(replay):
         await settle(pilot)
         seen["after"] = replay.position
         seen["notes"] = [str(n.message) for n in app._notifications]
+        await pilot.press("g", *"[red]x[/]", "enter")  # typed text is shown, never markup
+        await pilot.pause(0.1)
+        seen["toast"] = [(n.message, n.markup) for n in app._notifications][-1]
 
     run_app(build_app(replay, interval_s=INTERVAL), scenario)
     assert seen["position"] == SPIKE
@@ -82,6 +85,7 @@ def test_g_goes_to_a_time_and_the_panes_show_that_moment(replay):
     assert SPIKE_FUNCTION in seen["functions"]
     assert seen["after"] == SPIKE
     assert any("13:00:00 is not in the recording" in note for note in seen["notes"])
+    assert seen["toast"] == ("expected HH:MM:SS (or YYYY-MM-DD HH:MM:SS), not '[red]x[/]'", False)
 
 
 def test_the_window_sums_the_records_as_live_would(replay):
