@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -48,11 +49,11 @@ import struct
 import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import UnionType
+from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.export import decode
 from ktop.model import Bucket, Snapshot
 from ktop.stacktree import hot_functions
 from ktop.text import printable
@@ -68,7 +69,7 @@ FRAME_SIZE = _FRAME.size  # 44
 MAX_PAYLOAD = 256 << 20
 MAX_JSON = 1 << 30
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
-CACHED_SNAPSHOTS = 64
+CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
 
 
 class RecordingError(Exception):
@@ -76,7 +77,7 @@ class RecordingError(Exception):
     the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RecordInfo:
     """What a record's frame says, without decompressing it: enough for the timeline."""
 
@@ -145,6 +146,80 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _checked(kind: type, name: str) -> Callable[[Any], Any]:
+    def check(data: Any) -> Any:
+        if type(data) is not kind:  # exact: JSON's true is no int here
+            raise TypeError(f"found {data!r:.40} where {name} belongs")
+        return data
+    return check
+
+
+def _float(data: Any) -> float:
+    if type(data) is float or type(data) is int:
+        return float(data)
+    raise TypeError(f"found {data!r:.40} where a number belongs")
+
+
+def _list(data: Any) -> list:
+    if type(data) is not list:
+        raise TypeError(f"found {data!r:.40} where a list belongs")
+    return data
+
+
+def _object(data: Any) -> dict:
+    if type(data) is not dict:
+        raise TypeError(f"found {data!r:.40} where an object belongs")
+    return data
+
+
+@functools.cache
+def _decoder(hint: Any) -> Callable[[Any], Any]:
+    """A function from JSON data to the model type `hint`, made once per type: what
+    export.decode does for one file, at the speed a replay of thousands of records needs
+    (11 ms a busy record through export.decode, 2.5 through these)."""
+    origin = get_origin(hint)
+    if origin is UnionType:  # only ever "X | None"
+        (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
+        decode_inner = _decoder(inner)
+        return lambda data: None if data is None else decode_inner(data)
+    if origin is tuple:
+        item = _decoder(get_args(hint)[0])
+        return lambda data: tuple(map(item, _list(data)))
+    if origin is Mapping:
+        key, value = map(_decoder, get_args(hint))
+        return lambda data: {key(k): value(v) for k, v in _object(data).items()}
+    if dataclasses.is_dataclass(hint):
+        return _record_decoder(hint)
+    if hint is float:
+        return _float
+    return _checked(hint, hint.__name__)
+
+
+def _record_decoder(cls: type) -> Callable[[Any], Any]:
+    hints = get_type_hints(cls)
+    fields = [(f.name, _decoder(hints[f.name]),
+               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+              for f in dataclasses.fields(cls)]
+    if cls is Bucket:  # [low, high, count]
+        int_ = _checked(int, "int")
+
+        def bucket(data: Any) -> Bucket:
+            low, high, count = _list(data)
+            return Bucket(int_(low), int_(high), int_(count))
+        return bucket
+
+    def record(data: Any) -> Any:
+        data = _object(data)
+        values = {}
+        for name, convert, required in fields:
+            if name in data:
+                values[name] = convert(data[name])
+            elif required:
+                raise KeyError(name)
+        return cls(**values)
+    return record
+
+
 def decode_snapshot(payload: bytes) -> Snapshot:
     """A record's payload back to the Snapshot it was made from. Raises ValueError, KeyError
     or TypeError for data that is not one."""
@@ -154,7 +229,7 @@ def decode_snapshot(payload: bytes) -> Snapshot:
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
         cpu["functions"] = []
-    snapshot = decode(Snapshot, data)
+    snapshot = _decoder(Snapshot)(data)
     cpu = snapshot.cpu
     if cpu is not None:  # as the live aggregator derives them, from the same stacks
         functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
