@@ -71,10 +71,12 @@ def record(
     max_bytes: int | None = None,
     say: Callable[[str], None] = print,
     stop: threading.Event | None = None,
+    source: LiveSource | None = None,
 ) -> int:
     """`ktop --record FILE`: collect headless and append one record per interval until the
     duration is over or `stop` is set (SIGINT/SIGTERM). Returns the exit code: 0, or 1 once
-    the file cannot be written (a full disk): the one line says so."""
+    the file cannot be written (a full disk): the one line says so. (`source`: tests hand
+    one with fake collectors.)"""
     stop = stop or threading.Event()
     try:
         writer = RecordWriter(path, max_bytes)  # before loading anything: fail at once
@@ -84,7 +86,7 @@ def record(
     if writer.continued:
         note = f" (its torn end dropped: {writer.dropped})" if writer.dropped else ""
         say(f"continuing {writer.name} after its {writer.continued} records{note}")
-    source = LiveSource(options)
+    source = source or LiveSource(options)
     appended = 0
     try:
         source.start(wait=False)
