@@ -107,3 +107,49 @@ def test_a_full_disk_stops_ktop_record_with_one_line(tmp_path):
         recording.close()
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_r_records_the_live_screen_and_the_replay_steps_through_it(tmp_path):
+    """In a real terminal: R starts recording (the header says so), R stops; each record
+    holds one interval (not the screen's 5 s window); the replay's keys move through it."""
+    from test_live_tmux import Tmux
+
+    tmux = Tmux()
+    try:
+        os.chmod(tmp_path, 0o700)
+        tmux.run(f"cd {tmp_path} && {sys.executable} -m ktop; printf 'KTOP_%s=%s\\n' EXIT $?")
+        tmux.wait_for("samples ")
+        deadline = time.monotonic() + 60  # every pane attached: refreshes 1 s apart from here
+        while any(loading in tmux.screen() for loading in ("compiling", "waiting for the panes")):
+            assert time.monotonic() < deadline, tmux.screen()
+            time.sleep(0.2)
+        tmux.send("R")
+        tmux.wait_for("● REC ktop-")
+        time.sleep(4.5)
+        tmux.send("R")
+        tmux.wait_for("recording stopped")
+        assert "● REC" not in tmux.screen().splitlines()[0]
+        tmux.send("q")
+        assert tmux.wait_for_line("KTOP_EXIT=", timeout=30) == "0"
+        (name,) = [n for n in os.listdir(tmp_path) if n.endswith(".krec")]
+        path = str(tmp_path / name)
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        recording = Recording(path)
+        assert 3 <= len(recording) <= 7
+        for index, info in enumerate(recording.records):
+            snapshot = recording.snapshot(index)
+            assert snapshot.cpu.window_s == pytest.approx(1.0, abs=0.3)  # one interval each
+            assert snapshot.locks is not None and snapshot.blockio is not None
+            assert info.kernel_percent == pytest.approx(snapshot.cpu.times.kernel, abs=1e-3)
+        recording.close()
+
+        tmux.run(f"{sys.executable} -m ktop --replay {name}; printf 'KTOP_%s=%s\\n' EXIT $?")
+        tmux.wait_for(f"record {len(recording)}/{len(recording)}")
+        tmux.send("Home")
+        tmux.wait_for(f"record 1/{len(recording)}")
+        tmux.send("Right")
+        tmux.wait_for(f"record 2/{len(recording)}")
+        tmux.send("q")
+        assert tmux.wait_for_line("KTOP_EXIT=", timeout=30) == "0"
+    finally:
+        tmux.close()
