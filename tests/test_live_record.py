@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.live, root_only]
 
 SCRATCH_PARENT = "/var/tmp"  # on a real disk here (ext4 on vda), unlike /tmp
 BLOCK = 64 * 1024
+LAG = 0.5  # s: a record's time may trail its drain by the time it takes to read /proc
 
 
 def records_so_far(path: str) -> int:
@@ -69,10 +70,15 @@ def test_dd_is_found_in_the_replay_at_the_time_it_ran(tmp_path):
             with_dd.append((info, sum(p.bytes for p in dd_writes)))
             assert all(p.comm == "dd" for p in dd_writes)
     assert len(with_dd) >= 2
-    for info, _ in with_dd:  # at the right time: each interval overlaps dd's run
-        assert info.taken_at - info.duration_s <= ended + 0.05 and info.taken_at >= began - 0.05
-    # Each record counts its own interval: together, what dd wrote, no more, no less.
-    assert sum(n for _, n in with_dd) == written
+    # At the right time: each interval overlaps dd's run. A record is stamped once the
+    # processes are read too, a moment after the drain (more on a loaded machine, niced).
+    for info, _ in with_dd:
+        assert info.taken_at - info.duration_s <= ended + LAG and info.taken_at >= began
+    # Each record counts its own interval: together, what dd wrote, no more, and less only
+    # by what ktop says it lost (counted since start: the last record has them all).
+    lost = sum(recording.snapshot(len(recording) - 1).blockio.lost.values())
+    recorded = sum(n for _, n in with_dd)
+    assert written - lost * BLOCK <= recorded <= written
     busiest = max(with_dd, key=lambda pair: pair[1])[0]
     assert busiest.io_latency_ms > 0
 
