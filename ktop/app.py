@@ -322,6 +322,11 @@ class KtopApp(App[None]):
     def on_key(self, event) -> None:
         if self.screen is not self.screen_stack[0]:
             return
+        if self.timeline is not None and self.query_one("#timeline-prompt", Input).has_focus:
+            if event.key == "escape":  # the typed time or window is dropped
+                self._close_prompt()
+                event.stop()
+            return  # Backspace and the rest are the prompt's
         box = self.query_one("#filter", Input)
         if event.key in ("escape", "backspace") and not box.has_focus:
             if self.display_settings.pid is not None:
@@ -332,13 +337,6 @@ class KtopApp(App[None]):
                 self._set_zoom(None)
                 event.stop()
             return
-        if event.key == "escape" and self.timeline is not None:
-            prompt = self.query_one("#timeline-prompt", Input)
-            if prompt.has_focus:
-                prompt.display = False
-                self.focused_pane().table.focus()
-                event.stop()
-                return
         if event.key == "escape" and box.has_focus:
             box.value = ""
             box.display = False
@@ -453,14 +451,18 @@ class KtopApp(App[None]):
             "window: a number of records, or a span like 30s, 5m, 1h (Enter sets, Esc cancels)"
         )
         prompt.value = ""
+        self._prompt_return = self.focused_pane()
         prompt.display = True
         prompt.focus()
+
+    def _close_prompt(self) -> None:
+        self.query_one("#timeline-prompt", Input).display = False
+        self._prompt_return.table.focus()
 
     def _timeline_answer(self, prompt: Input) -> None:
         from ktop.replay import parse_window
 
-        prompt.display = False
-        self.focused_pane().table.focus()
+        self._close_prompt()
         text = prompt.value.strip()
         if not text:
             return

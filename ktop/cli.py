@@ -321,7 +321,8 @@ def run_dump(args: argparse.Namespace) -> int:
     except (RecordingError, SnapshotFileError) as e:
         return _fail(str(e))
     except BrokenPipeError:  # | head: the reader has what it wanted
-        sys.stdout = None
+        # Python flushes stdout again on exit: point it at /dev/null, as its docs advise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 

@@ -28,10 +28,6 @@ class SessionRecorder:
         self.error = ""
         self._lock = threading.Lock()
 
-    @property
-    def active(self) -> bool:
-        return not self.error and self.writer is not None
-
     def append(self, snapshot: Snapshot) -> bool:
         """False once stopped (by stop() or by a write error, then in `error`)."""
         with self._lock:

@@ -276,7 +276,8 @@ def is_recording(path: str) -> bool:
             start = f.read(len(MAGIC))
     except OSError:
         return False
-    return len(start) > 0 and MAGIC.startswith(start[: len(MAGIC)]) and start[:4] == MAGIC[:4]
+    # Four bytes at least: a recording cut off in its header is still one (and says so).
+    return len(start) >= 4 and MAGIC.startswith(start)
 
 
 @dataclass
@@ -462,6 +463,7 @@ class RecordWriter:
         self.level = level
         self.records = 0  # appended by this writer
         self.continued = 0  # whole records the file already held
+        self.dropped = ""  # what was cut off its end, when continued
         self._offsets = array.array("Q")  # of the records in the file, kept for the ring
         self._fd = self._open()
 

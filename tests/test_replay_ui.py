@@ -253,3 +253,21 @@ def test_r_is_not_offered_on_a_replay(replay):
     run_app(build_app(replay, interval_s=INTERVAL), scenario)
     assert "REC" not in seen["header"]
 
+
+
+def test_esc_and_backspace_in_the_time_prompt_belong_to_it(replay):
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("4", "enter")  # a process drilled into: every pane shows it alone
+        await pilot.pause(0.1)
+        seen["pid"] = app.display_settings.pid
+        await pilot.press("g", "1", "1", "backspace", "escape")
+        await pilot.pause(0.1)
+        seen["after"] = (app.display_settings.pid, app.focused_pane().PANE, replay.position,
+                         app.query_one("#timeline-prompt").display)
+
+    run_app(build_app(replay, interval_s=INTERVAL), scenario)
+    assert seen["pid"] is not None
+    assert seen["after"] == (seen["pid"], "processes", 179, False)
