@@ -126,7 +126,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-d", "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
                         help="refresh interval (default 1)")
     parser.add_argument("-w", "--window", type=_positive_float, default=5.0, metavar="SECONDS",
-                        help="span of the live window (default 5)")
+                        help="span of the live window (default 5), or of the window over a "
+                        "recording's records with --replay")
     parser.add_argument("--cumulative", action="store_true",
                         help="count since start instead of the recent window (key c)")
     parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
