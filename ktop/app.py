@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -21,8 +22,6 @@ from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
-from ktop.recorder import SessionRecorder
-from ktop.recording import RecordingError
 from ktop.screens.help import HelpScreen, bindings_help
 from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
@@ -32,8 +31,10 @@ from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
-from ktop.widgets.timeline import TimelineBar
 from ktop.writer import SnapshotError, write_atomically
+
+if TYPE_CHECKING:
+    from ktop.recorder import SessionRecorder
 
 PANE_ORDER = tuple(PANES)
 # The pane widgets, in screen order (their keys are 1, 2, 3...): a new pane is added here.
@@ -129,6 +130,9 @@ class KtopApp(App[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         if self.timeline is not None:
+            # Imported for a replay only: the live screen's start-up does not wait for it.
+            from ktop.widgets.timeline import TimelineBar  # noqa: PLC0415
+
             yield TimelineBar(self.timeline.view(), id="timeline")
         with Grid(id="panes"):
             for pane in PANE_WIDGETS:
@@ -225,7 +229,7 @@ class KtopApp(App[None]):
             return
         header.show(snapshot, self.paused, self.note, self._recording_badge())
         if self.timeline is not None:
-            self.main_screen.query_one(TimelineBar).show(self.timeline.view())
+            self.main_screen.query_one("#timeline").show(self.timeline.view())
         if snapshot is None:
             return
         with self.batch_update():
@@ -414,6 +418,9 @@ class KtopApp(App[None]):
             self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
                         f"({recorder.describe()})", timeout=8, markup=False)
         else:
+            from ktop.recorder import SessionRecorder  # noqa: PLC0415 - on the first R only
+            from ktop.recording import RecordingError  # noqa: PLC0415
+
             path = os.path.join(self.save_dir, time.strftime("ktop-%Y%m%d-%H%M%S.krec"))
             try:
                 self.recorder = SessionRecorder(path)
@@ -477,7 +484,7 @@ class KtopApp(App[None]):
         self._timeline_moved()
 
     def _timeline_moved(self) -> None:
-        self.main_screen.query_one(TimelineBar).show(self.timeline.view())
+        self.main_screen.query_one("#timeline").show(self.timeline.view())
         self._show_timeline_position()
 
     @work(thread=True, exclusive=True, group="timeline")

@@ -34,6 +34,7 @@ from ktop.model import (
     LockProfile,
     LockStack,
     LockTask,
+    LockTaskStack,
     LockUserStack,
     Snapshot,
     StackSample,
@@ -139,6 +140,7 @@ def merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
     stacks: dict[tuple[str, str], dict[tuple[str, ...], _Waits]] = {}
     tasks: dict[tuple[str, str], dict[tuple[int, str], _Waits]] = {}
     user_stacks: dict[tuple[str, str], dict[tuple, _Waits]] = {}
+    task_stacks: dict[tuple[str, str], dict[tuple, _Waits]] = {}
     locks: dict[tuple[int, str], _Waits] = {}
     lock_symbols: dict[tuple[int, str], str] = {}
     all_tasks: dict[tuple[int, str], _Waits] = {}
@@ -159,6 +161,10 @@ def merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
             for u in c.user_stacks:
                 user_stacks.setdefault(key, {}).setdefault(u.frames, _Waits()).add(
                     u.contended, u.total_wait_ns, 0)
+            for t in c.task_stacks:
+                task_stacks.setdefault(key, {}).setdefault(
+                    (t.pid, t.comm, t.frames, t.user_frames), _Waits()).add(
+                    t.contended, t.total_wait_ns, 0)
         for lock in profile.locks:
             key = (int(lock.address, 16), lock.type)
             locks.setdefault(key, _Waits()).add(lock.contended, lock.total_wait_ns, lock.max_wait_ns)
@@ -182,6 +188,13 @@ def merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
                 LockUserStack(frames, s.contended, s.total_ns)
                 for frames, s in sorted(user_stacks.get((caller, lock_type), {}).items(),
                                         key=lambda kv: -kv[1].total_ns)
+            ),
+            task_stacks=tuple(
+                LockTaskStack(pid, comm, frames, user, s.contended, s.total_ns)
+                for (pid, comm, frames, user), s in sorted(
+                    # as live: user frames do not order, ties keep their order of arrival
+                    task_stacks.get((caller, lock_type), {}).items(),
+                    key=lambda kv: (-kv[1].total_ns, kv[0][:3]))
             ),
         )
         for (caller, lock_type), w in _by_total_wait(callers)
