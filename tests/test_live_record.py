@@ -149,13 +149,13 @@ def test_r_records_the_live_screen_and_the_replay_steps_through_it(tmp_path):
             assert info.kernel_percent == pytest.approx(snapshot.cpu.times.kernel, abs=1e-3)
         recording.close()
 
-        tmux.run(f"{sys.executable} -m ktop --replay {name}; printf 'KTOP_%s=%s\\n' EXIT $?")
+        tmux.run(f"{sys.executable} -m ktop --replay {name}; printf 'REPLAY_%s=%s\\n' EXIT $?")
         tmux.wait_for(f"record {len(recording)}/{len(recording)}")
         tmux.send("Home")
         tmux.wait_for(f"record 1/{len(recording)}")
         tmux.send("Right")
         tmux.wait_for(f"record 2/{len(recording)}")
         tmux.send("q")
-        assert tmux.wait_for_line("KTOP_EXIT=", timeout=30) == "0"
+        assert tmux.wait_for_line("REPLAY_EXIT=", timeout=30) == "0"
     finally:
         tmux.close()
