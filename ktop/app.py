@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -22,6 +23,7 @@ from textual.worker import get_current_worker
 from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
 from ktop.screens.help import HelpScreen, bindings_help
+from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
 from ktop.widgets.header import HeaderBar
@@ -30,6 +32,9 @@ from ktop.widgets.pane import Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
 from ktop.writer import SnapshotError, write_atomically
+
+if TYPE_CHECKING:
+    from ktop.recorder import SessionRecorder
 
 PANE_ORDER = tuple(PANES)
 # The pane widgets, in screen order (their keys are 1, 2, 3...): a new pane is added here.
@@ -49,6 +54,14 @@ class SnapshotReady(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReady)
+
+
+class RecordingStopped(Message):
+    """Posted by the collecting thread when the recording could not be written (disk full)."""
+
+    def __init__(self, recorder: SessionRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
 
 
 class KtopApp(App[None]):
@@ -73,6 +86,16 @@ class KtopApp(App[None]):
         Binding("slash", "filter", "Filter"),
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
+        Binding("R", "record", "Record"),
+        # A replayed recording's timeline (check_action: only there, and only on the panes).
+        Binding("left", "timeline_step(-1)", "replay: one interval back", show=False, priority=True),
+        Binding("right", "timeline_step(1)", "replay: one interval on", show=False, priority=True),
+        Binding("left_square_bracket", "timeline_seconds(-60)", "replay: a minute back", show=False),
+        Binding("right_square_bracket", "timeline_seconds(60)", "replay: a minute on", show=False),
+        Binding("home", "timeline_edge(0)", "replay: the first record", show=False, priority=True),
+        Binding("end", "timeline_edge(1)", "replay: the last record", show=False, priority=True),
+        Binding("g", "timeline_prompt('time')", "Go to time"),
+        Binding("w", "timeline_prompt('window')", "Window length"),
     ]
 
     def __init__(
@@ -97,19 +120,35 @@ class KtopApp(App[None]):
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
         self._stop = threading.Event()
         self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
+        self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
+        # A replayed recording (ktop.replay.ReplaySource) moves through time; nothing else does.
+        self.timeline = source if hasattr(source, "go_to_time") else None
+        self._prompt_for = ""
 
     # ---- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
+        if self.timeline is not None:
+            # Imported for a replay only: the live screen's start-up does not wait for it.
+            from ktop.widgets.timeline import TimelineBar  # noqa: PLC0415
+
+            yield TimelineBar(self.timeline.view(), id="timeline")
         with Grid(id="panes"):
             for pane in PANE_WIDGETS:
                 yield pane()
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
+        if self.timeline is not None:
+            yield Input(id="timeline-prompt")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
+        if self.timeline is not None:
+            self.query_one("#timeline-prompt", Input).display = False
+            if self.timeline.recording.dropped:
+                self.notify(f"the recording's end was cut off: {self.timeline.recording.dropped}",
+                            severity="warning", timeout=10, markup=False)
         self.header_bar().show(None)
         self.pane(PANE_FUNCTIONS).table.focus()
         # kill, a closed terminal or kill -INT: leave like `q` does, terminal restored.
@@ -155,6 +194,11 @@ class KtopApp(App[None]):
                     next_at = min(next_at, time.monotonic() + FIRST_DATA_S)
                     continue
                 snapshot = self.source.collect()
+                recorder = self.recorder
+                if recorder is not None and not recorder.append(
+                    self.source.interval_snapshot(snapshot)
+                ) and recorder.error:
+                    self.post_message(RecordingStopped(recorder))
                 # While panes load, their messages count the seconds: refresh more often.
                 next_at += min(LOADING_REFRESH_S, self.interval_s) if snapshot.loading else self.interval_s
                 self.post_message(SnapshotReady(snapshot))
@@ -183,7 +227,9 @@ class KtopApp(App[None]):
             header = self.header_bar()
         except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
             return
-        header.show(snapshot, self.paused, self.note)
+        header.show(snapshot, self.paused, self.note, self._recording_badge())
+        if self.timeline is not None:
+            self.main_screen.query_one("#timeline").show(self.timeline.view())
         if snapshot is None:
             return
         with self.batch_update():
@@ -219,7 +265,7 @@ class KtopApp(App[None]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.header_bar().show(self.snapshot, self.paused, self.note)
+        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
 
     def action_toggle_idle(self) -> None:
         if self.screen is not self.main_screen:
@@ -229,6 +275,9 @@ class KtopApp(App[None]):
         self.refresh_panes()
 
     def action_toggle_cumulative(self) -> None:
+        if self.timeline is not None:
+            self.notify("a recording: w sets the window over its records", severity="warning")
+            return
         if not self.source.live:
             self.notify("recorded data: its window was fixed when it was saved", severity="warning")
             return
@@ -271,10 +320,17 @@ class KtopApp(App[None]):
             event.input.display = False
             self._filter_target.table.focus()
             self.refresh_panes()
+        elif event.input.id == "timeline-prompt":
+            self._timeline_answer(event.input)
 
     def on_key(self, event) -> None:
         if self.screen is not self.screen_stack[0]:
             return
+        if self.timeline is not None and self.query_one("#timeline-prompt", Input).has_focus:
+            if event.key == "escape":  # the typed time or window is dropped
+                self._close_prompt()
+                event.stop()
+            return  # Backspace and the rest are the prompt's
         box = self.query_one("#filter", Input)
         if event.key in ("escape", "backspace") and not box.has_focus:
             if self.display_settings.pid is not None:
@@ -322,13 +378,119 @@ class KtopApp(App[None]):
         return target is not None
 
     def action_help(self) -> None:
-        keys = bindings_help(list(self.BINDINGS)) + [
-            ("Up Down PgUp PgDn Home End", "move in the focused table"),
+        keys = bindings_help([b for b in self.BINDINGS if self._applies(b.action)]) + [
+            ("Up Down PgUp PgDn" + ("" if self.timeline else " Home End"),
+             "move in the focused table"),
             ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),
             ("Esc Backspace", "show all processes again / leave the zoom"),
             ("mouse", "click a row to select it, click it again to drill down"),
         ]
         self.push_screen(HelpScreen("ktop", keys))
+
+    # ---- recording (live) and replaying a recording ---------------------------------------
+
+    def _applies(self, action: str) -> bool:
+        """Timeline keys move a replayed recording; R records live data."""
+        if action.startswith("timeline_"):
+            return self.timeline is not None
+        return self.source.live if action == "record" else True
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action.startswith("timeline_"):
+            # Only on the panes: on a drill-down or in a typed line the keys are theirs.
+            return (self._applies(action) and self.screen is self.main_screen
+                    and not isinstance(self.focused, Input))
+        return self._applies(action)
+
+    def _recording_badge(self) -> str:
+        recorder = self.recorder
+        if recorder is None:
+            return ""
+        return f"● REC {printable(os.path.basename(recorder.path))} {recorder.describe()}"
+
+    def action_record(self) -> None:
+        """Start or stop recording the live session, one record per interval, to a new file
+        beside where `s` saves (replay it with `ktop --replay FILE`)."""
+        recorder = self.recorder
+        if recorder is not None:
+            self.recorder = None
+            recorder.stop()
+            self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
+                        f"({recorder.describe()})", timeout=8, markup=False)
+        else:
+            from ktop.recorder import SessionRecorder  # noqa: PLC0415 - on the first R only
+            from ktop.recording import RecordingError  # noqa: PLC0415
+
+            path = os.path.join(self.save_dir, time.strftime("ktop-%Y%m%d-%H%M%S.krec"))
+            try:
+                self.recorder = SessionRecorder(path)
+            except RecordingError as e:
+                self.notify(str(e), severity="error", markup=False, timeout=8)
+                return
+            self.notify(f"recording to {printable(os.path.abspath(path))} (R stops)", timeout=8,
+                        markup=False)
+        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+
+    def on_recording_stopped(self, message: RecordingStopped) -> None:
+        if self.recorder is message.recorder:
+            self.recorder = None
+        self.notify(message.recorder.error, severity="error", markup=False, timeout=15)
+        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+
+    def action_timeline_step(self, records: int) -> None:
+        self.timeline.step(records)
+        self._timeline_moved()
+
+    def action_timeline_seconds(self, seconds: float) -> None:
+        self.timeline.step_seconds(seconds)
+        self._timeline_moved()
+
+    def action_timeline_edge(self, last: int) -> None:
+        self.timeline.go_to(len(self.timeline.records) - 1 if last else 0)
+        self._timeline_moved()
+
+    def action_timeline_prompt(self, what: str) -> None:
+        prompt = self.query_one("#timeline-prompt", Input)
+        self._prompt_for = what
+        prompt.placeholder = (
+            "go to a time: HH:MM:SS or YYYY-MM-DD HH:MM:SS (Enter goes, Esc cancels)"
+            if what == "time" else
+            "window: a number of records, or a span like 30s, 5m, 1h (Enter sets, Esc cancels)"
+        )
+        prompt.value = ""
+        self._prompt_return = self.focused_pane()
+        prompt.display = True
+        prompt.focus()
+
+    def _close_prompt(self) -> None:
+        self.query_one("#timeline-prompt", Input).display = False
+        self._prompt_return.table.focus()
+
+    def _timeline_answer(self, prompt: Input) -> None:
+        from ktop.replay import parse_window
+
+        self._close_prompt()
+        text = prompt.value.strip()
+        if not text:
+            return
+        try:
+            if self._prompt_for == "time":
+                self.timeline.go_to_time(text)
+            else:
+                self.timeline.set_window(parse_window(text, self.timeline.interval_s))
+        except ValueError as e:
+            self.notify(printable(str(e)), severity="warning", timeout=8, markup=False)
+            return
+        self._timeline_moved()
+
+    def _timeline_moved(self) -> None:
+        self.main_screen.query_one("#timeline").show(self.timeline.view())
+        self._show_timeline_position()
+
+    @work(thread=True, exclusive=True, group="timeline")
+    def _show_timeline_position(self) -> None:
+        """Merging a long window of records takes a moment: off the UI thread."""
+        self.post_message(SnapshotReady(self.timeline.collect()))
 
     def action_save(self) -> None:
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")

@@ -1,4 +1,5 @@
-"""`ktop`: the live TUI, or `ktop --snapshot FILE` headless."""
+"""`ktop`: the live TUI, `ktop --snapshot FILE` or `ktop --record FILE` headless, or
+`ktop --replay FILE` of what was saved."""
 
 from __future__ import annotations
 
@@ -89,6 +90,16 @@ FORMAT_NAMES = ("svg", "txt", "json", "folded", "pprof", "prom")
 FOLDED_OF = ("cpu", "locks", "io", "io-latency")
 
 
+def _megabytes(text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of megabytes: {text!r}") from None
+    if not 1 <= value <= 1 << 30:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (MB), not {text}")
+    return int(value * 1_000_000)
+
+
 # PANE:WHAT for each pane, as --drill takes it: functions:SYMBOL, ..., processes:PID.
 _DRILL_FORMS = [f"{pane}:{field.upper()}" for pane, field in PANES.items()]
 
@@ -115,7 +126,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-d", "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
                         help="refresh interval (default 1)")
     parser.add_argument("-w", "--window", type=_positive_float, default=5.0, metavar="SECONDS",
-                        help="span of the live window (default 5)")
+                        help="span of the live window (default 5), or of the window over a "
+                        "recording's records with --replay")
     parser.add_argument("--cumulative", action="store_true",
                         help="count since start instead of the recent window (key c)")
     parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
@@ -136,8 +148,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top", type=_series, metavar="N",
                         help="with --serve or .prom: series for the top N functions, lock "
                         "callers, disks and processes, the rest summed as other (default 20)")
-    parser.add_argument("--duration", type=_positive_float, default=3.0, metavar="SECONDS",
-                        help="how long --snapshot collects (default 3)")
+    parser.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+                        help="how long --snapshot collects (default 3), or --record records "
+                        "(default: until SIGINT or SIGTERM)")
     parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
                         help="screen size for --snapshot .svg/.txt (default 160x50)")
     parser.add_argument("--drill", type=_drill, metavar="PANE:WHAT",
@@ -146,31 +159,61 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vmlinux", type=_readable_file, metavar="PATH",
                         help="debug ELF of the running kernel, for file:line in stacks "
                         "(default /usr/lib/debug/boot/vmlinux-$(uname -r) when present)")
-    parser.add_argument("--replay", metavar="FILE.json",
-                        help="show a snapshot saved with --snapshot FILE.json instead of live "
-                        "data (no root needed); with --snapshot, picture it")
+    parser.add_argument("--replay", metavar="FILE",
+                        help="show a recording (--record FILE) or a snapshot (--snapshot "
+                        "FILE.json) instead of live data, no root needed; with --snapshot, "
+                        "picture it")
+    parser.add_argument("--record", metavar="FILE",
+                        help="run headless and append one record per interval (-d) to FILE, "
+                        "for --replay FILE later")
+    parser.add_argument("--max-size", type=_megabytes, metavar="MB",
+                        help="with --record: keep FILE under MB megabytes, dropping the oldest "
+                        "records (a ring)")
+    parser.add_argument("--at", metavar="HH:MM:SS",
+                        help="with --replay of a recording: the moment to show (the window "
+                        "ending there), e.g. with --snapshot out.svg")
+    parser.add_argument("--dump", choices=("jsonl", "csv"),
+                        help="with --replay of a recording: write every record to stdout, one "
+                        "line per interval")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
     if args.serve is not None:
         _check_serve(parser, args)
-    elif args.snapshot is None and (args.duration != 3.0 or args.size != (160, 50) or args.drill):
-        parser.error("--duration, --size and --drill go with --snapshot FILE")
+    elif args.snapshot is None and (args.size != (160, 50) or args.drill):
+        parser.error("--size and --drill go with --snapshot FILE")
+    if args.duration is not None and args.snapshot is None and args.record is None:
+        parser.error("--duration goes with --snapshot FILE or --record FILE")
     if args.snapshot is None and args.format is not None:
         parser.error("--format goes with --snapshot FILE")
     _check_export_options(parser, args)
+    if args.record is not None and (args.snapshot or args.replay or args.serve):
+        parser.error("--record runs on its own: not with --snapshot, --replay or --serve")
+    if args.max_size is not None and args.record is None:
+        parser.error("--max-size goes with --record FILE")
+    if (args.at or args.dump) and args.replay is None:
+        parser.error("--at and --dump go with --replay FILE")
+    if args.dump and args.snapshot:
+        parser.error("--dump writes to stdout: not with --snapshot")
     if args.replay is not None:
-        live_only = {"-F": args.frequency != 99, "-d": args.interval != 1.0, "-w": args.window != 5.0,
+        from ktop.recording import is_recording
+
+        # A recording's window is chosen on replay (-w); a single snapshot's was fixed.
+        recording = is_recording(args.replay)
+        live_only = {"-F": args.frequency != 99, "-d": args.interval != 1.0,
+                     "-w": args.window != 5.0 and not recording,
                      "--cumulative": args.cumulative, "--vmlinux": args.vmlinux is not None,
-                     "--duration": args.duration != 3.0}
+                     "--duration": args.duration is not None}
         given = [name for name, changed in live_only.items() if changed]
         if given:
             parser.error(f"{', '.join(given)} shape live collection; --replay shows recorded data")
+        if (args.at or args.dump) and not recording:
+            parser.error("--at and --dump need a recording (--record FILE), not a snapshot")
     return args
 
 
 def _check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     given = [name for name, used in {
-        "--snapshot": args.snapshot is not None, "--duration": args.duration != 3.0,
+        "--snapshot": args.snapshot is not None, "--duration": args.duration is not None,
         "--size": args.size != (160, 50), "--drill": args.drill is not None,
         "--pid": args.pid is not None,
     }.items() if used]
@@ -227,13 +270,61 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 
 def _recording(args: argparse.Namespace):
-    """(the snapshot to replay, the header's note), or (None, "") for live data.
-    Raises RecordingError."""
+    """(what to replay: a ReplaySource for a recording, a Snapshot for a JSON file, the
+    header's note), or (None, "") for live data. Raises export's or recording's
+    RecordingError, one line each."""
     if args.replay is None:
         return None, ""
-    from ktop.export import read_recording
+    from ktop.recording import Recording, is_recording
 
-    return read_recording(args.replay), f"replay of {printable(args.replay)}"
+    note = f"replay of {printable(args.replay)}"
+    if not is_recording(args.replay):
+        from ktop.export import read_recording
+
+        return read_recording(args.replay), note
+    from ktop.recording import RecordingError
+    from ktop.replay import ReplaySource, find_time
+
+    recording = Recording(args.replay)
+    if recording.dropped:  # cut off by kill -9 or a full disk: say so, replay the rest
+        _say(f"{printable(args.replay)}: {recording.dropped}; replaying the "
+             f"{len(recording)} whole records before it")
+    source = ReplaySource(recording, window_s=args.window)
+    if args.at:
+        try:
+            source.go_to(find_time(recording.records, args.at))
+        except ValueError as e:
+            raise RecordingError(f"--at {printable(args.at)}: {e}") from None
+    return source, note
+
+
+def run_record(args: argparse.Namespace) -> int:
+    import threading
+
+    from ktop.recorder import record
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    options = Options(hz=args.frequency, interval_s=args.interval, window_s=args.interval,
+                      vmlinux=args.vmlinux)
+    return record(args.record, options, args.duration, args.max_size, say=_say, stop=stop)
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    from ktop.dump import dump
+    from ktop.export import RecordingError as SnapshotFileError
+    from ktop.recording import RecordingError
+
+    try:
+        source, _ = _recording(args)
+        return dump(source.recording, args.dump, sys.stdout, show_idle=args.idle)
+    except (RecordingError, SnapshotFileError) as e:
+        return _fail(str(e))
+    except BrokenPipeError:  # | head: the reader has what it wanted
+        # Python flushes stdout again on exit: point it at /dev/null, as its docs advise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _export_options(args: argparse.Namespace):
@@ -245,6 +336,7 @@ def _export_options(args: argparse.Namespace):
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
+    from ktop.recording import RecordingError as RecordFileError
     from ktop.snapshot import run_snapshot
     from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
@@ -257,16 +349,16 @@ def run_snapshot(args: argparse.Namespace) -> int:
         else:
             check_writable(args.snapshot)
         recorded, note = _recording(args)
-    except (SnapshotError, RecordingError) as e:
+    except (SnapshotError, RecordingError, RecordFileError) as e:
         return _fail(str(e))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         written = run_snapshot(
-            args.snapshot, _options(args), args.duration, args.size, show_idle=args.idle,
+            args.snapshot, _options(args), args.duration or 3.0, args.size, show_idle=args.idle,
             recorded=recorded, fmt=fmt, exports=_export_options(args), pid=args.pid,
             drill=args.drill, source_note=note,
         )
-    except SnapshotError as e:
+    except (SnapshotError, RecordFileError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return _fail("interrupted; nothing written", 130)
@@ -313,16 +405,23 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_interactive(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
+    from ktop.recording import RecordingError as RecordFileError
 
     try:
         recorded, note = _recording(args)
-    except RecordingError as e:
+    except (RecordingError, RecordFileError) as e:
         return _fail(str(e))
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
     from ktop.engine import LiveSource, RecordedSource
+    from ktop.model import Snapshot
 
-    source = RecordedSource([recorded]) if recorded is not None else LiveSource(_options(args))
+    if recorded is None:
+        source = LiveSource(_options(args))
+    elif isinstance(recorded, Snapshot):
+        source = RecordedSource([recorded])
+    else:
+        source = recorded
 
     # Textual draws on sys.__stderr__. Give it its own descriptor for the terminal and point
     # fd 2 at a private file, so nothing bcc, clang or libbpf prints lands on the screen.
@@ -361,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
         _messages = sys.stderr
     if args.serve is not None:
         return run_serve(args)
+    if args.record:
+        return run_record(args)
+    if args.dump:
+        return run_dump(args)
     return run_snapshot(args) if args.snapshot else run_interactive(args)
 
 

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ktop import __version__
@@ -166,6 +166,8 @@ class LiveSource:
         self._loaded = threading.Event()
         self._loader: threading.Thread | None = None
         self._collects = 0
+        self._last_collect = 0.0
+        self._last_span = 0.0
 
     @property
     def unavailable(self) -> dict[str, str]:
@@ -281,14 +283,17 @@ class LiveSource:
 
     # ---- each interval --------------------------------------------------------------------
 
-    def collect(self) -> Snapshot:
+    def collect(self, latest: bool = False) -> Snapshot:
+        """The window (or totals since start) after draining every collector; with latest,
+        the newest interval alone, as `ktop --record` keeps each one."""
         with self._lock:
             running = list(self._running.items())
         profiles: dict[str, Any] = {}
         for name, (collector, aggregator) in running:
             try:
                 aggregator.add(collector.drain())
-                profiles[name] = aggregator.profile(self.cumulative)
+                profiles[name] = (aggregator.profile(latest=True) if latest
+                                  else aggregator.profile(self.cumulative))
             except Exception as e:
                 with self._lock:
                     self._unavailable[name] = f"stopped: {e}"
@@ -304,7 +309,14 @@ class LiveSource:
             for _, (_, aggregator) in running:
                 aggregator.fold_exited(is_alive)
         cpu_profile = profiles.get(PANE_FUNCTIONS)
-        duration = cpu_profile.window_s if cpu_profile else time.monotonic() - self.started_at
+        now = time.monotonic()
+        # Without CPU samples, a record's span is the time since the last collect.
+        self._last_span = now - (self._last_collect or self.started_at)
+        self._last_collect = now
+        if cpu_profile:
+            duration = cpu_profile.window_s
+        else:
+            duration = self._last_span if latest else now - self.started_at
         if self._collects % TRIM_EVERY == 0:
             trim_heap()
         with self._lock:
@@ -325,6 +337,19 @@ class LiveSource:
             loading=loading,
             cost=self._self_cost.measure(),
         )
+
+    def interval_snapshot(self, shown: Snapshot) -> Snapshot:
+        """The newest interval alone, for recording the live session (`R`): called right after
+        collect() returned `shown`, from the same thread, before the next drain."""
+        with self._lock:
+            running = dict(self._running)
+        profiles: dict[str, Any] = {}
+        for name, field in ((PANE_FUNCTIONS, "cpu"), (PANE_LOCKS, "locks"), (PANE_BLOCKIO, "blockio")):
+            if getattr(shown, field) is not None and name in running:
+                profiles[field] = running[name][1].profile(latest=True)
+        cpu = profiles.get("cpu")
+        return replace(shown, **{"cpu": None, "locks": None, "blockio": None, **profiles},
+                       duration_s=cpu.window_s if cpu else self._last_span)
 
     def _loading_text(self) -> dict[str, str]:
         now = time.monotonic()

@@ -124,6 +124,7 @@ class CpuTimes:
     kernel: float = 0.0  # system + irq + softirq
     idle: float = 0.0  # idle + iowait
     steal: float = 0.0
+    ticks: int = 0  # the /proc/stat ticks these are shares of: what weighs them in a sum
 
 
 @dataclass(frozen=True)

@@ -91,23 +91,26 @@ def run_snapshot(
     duration_s: float = 3.0,
     size: tuple[int, int] = (160, 50),
     show_idle: bool = False,
-    recorded: Snapshot | None = None,
+    recorded: Snapshot | DataSource | None = None,
     fmt: str | None = None,
     exports: ExportOptions | None = None,
     **app_args,
 ) -> str:
-    """Collect (or take the recorded snapshot), render, write. `fmt` overrides the suffix;
-    the path "-" is standard output. Returns the absolute path (or "-")."""
+    """Collect (or take the recorded snapshot, or a replayed recording's window), render,
+    write. `fmt` overrides the suffix; the path "-" is standard output. Returns the absolute
+    path (or "-")."""
     fmt = snapshot_format(path, fmt)
     if path != STDOUT:
         check_writable(path)
-    snapshot = recorded or collect(options, duration_s)
+    if recorded is None or isinstance(recorded, Snapshot):
+        snapshot = recorded or collect(options, duration_s)
+        source: DataSource = RecordedSource([snapshot])
+    else:
+        source, snapshot = recorded, recorded.collect()
     if fmt in DATA_FORMATS:
         content = export(fmt, snapshot, exports or ExportOptions(include_idle=show_idle))
     else:
-        content = asyncio.run(
-            render_screen(RecordedSource([snapshot]), size, fmt, show_idle=show_idle, **app_args)
-        )
+        content = asyncio.run(render_screen(source, size, fmt, show_idle=show_idle, **app_args))
     if path == STDOUT:
         if isinstance(content, bytes):
             sys.stdout.buffer.write(content)

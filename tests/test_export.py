@@ -135,7 +135,8 @@ def full_snapshot() -> Snapshot:
             modules=("[kernel.kallsyms]", "[ext4]"), user_frames=(frame,), truncated=True,
             idle=True, sources=("fs/read_write.c:482", "fs/read_write.c:600"),
         ),),
-        times=CpuTimes(user=20 + THIRD, kernel=70 + THIRD, idle=8 + THIRD, steal=1 + THIRD),
+        times=CpuTimes(user=20 + THIRD, kernel=70 + THIRD, idle=8 + THIRD, steal=1 + THIRD,
+                       ticks=600),
         line_info="file:line from /usr/lib/debug/boot/vmlinux",
     )
     locks = LockProfile(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ktop.aggregate.exited import crowded, fold_exited
@@ -101,6 +101,7 @@ class BlockAggregator:
             symbols = symbols.format
         self._format_address: AddressFormatter = symbols or (lambda address: f"{address:#x}")
         self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
+        self._newest: list[tuple[float, CompletedRequest]] = []  # the last drain's
         self._lost: dict[str, int] = {}
 
     def disk_name(self, dev: int) -> str:
@@ -119,8 +120,8 @@ class BlockAggregator:
 
     def add(self, drain: BlockDrain) -> None:
         self._window.add(drain.start, drain.end, self._fold(drain))
-        for request in drain.requests:
-            self._requests.append((request.time - drain.origin, request))
+        self._newest = [(request.time - drain.origin, request) for request in drain.requests]
+        self._requests.extend(self._newest)
         self._lost = dict(drain.lost)
 
     def _fold(self, drain: BlockDrain) -> _IoCounts:
@@ -156,14 +157,22 @@ class BlockAggregator:
             fold_exited(counter, is_alive, lambda key: key[0][0],
                         lambda key, pid: (with_pid(key[0], pid), key[1]), operator.add)
 
-    def profile(self, cumulative: bool = False, max_requests: int = 200) -> BlockProfile:
-        merged, window_s = self._window.counts(cumulative)
-        oldest = float("-inf") if cumulative else self._window.recent_start
+    def profile(
+        self, cumulative: bool = False, max_requests: int = 200, latest: bool = False
+    ) -> BlockProfile:
+        """The window's profile, the totals since start, or the newest interval's alone."""
+        if latest:  # every request the newest drain brought, late ones too: none falls between
+            merged, window_s = self._window.latest()
+            requests, oldest = self._newest, float("-inf")
+        else:
+            merged, window_s = self._window.counts(cumulative)
+            requests = self._requests
+            oldest = float("-inf") if cumulative else self._window.recent_start
         return BlockProfile(
             lost=dict(self._lost),
             disks=self._disks(merged),
             processes=self._processes(merged),
-            requests=self._request_rows(oldest, max_requests),
+            requests=self._request_rows(requests, oldest, max_requests),
             window_s=window_s,
         )
 
@@ -228,9 +237,11 @@ class BlockAggregator:
         rows.sort(key=lambda p: (-p.bytes, -p.requests, p.pid, p.disk, p.rw))
         return tuple(rows)
 
-    def _request_rows(self, oldest: float, max_requests: int) -> tuple[IoRequest, ...]:
+    def _request_rows(
+        self, requests: Sequence[tuple[float, CompletedRequest]], oldest: float, max_requests: int
+    ) -> tuple[IoRequest, ...]:
         rows: list[IoRequest] = []
-        for time_s, request in reversed(self._requests):
+        for time_s, request in reversed(requests):
             if len(rows) >= max_requests or request.time <= oldest:
                 break
             rows.append(

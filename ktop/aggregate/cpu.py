@@ -190,7 +190,14 @@ class CpuAggregator:
             fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
             self._ids.keep_only(set(stacks) | set(self._window.recent().stacks))
 
-    def profile(self, cumulative: bool = False) -> CpuProfile:
+    def profile(self, cumulative: bool = False, latest: bool = False) -> CpuProfile:
+        """The window's profile, or the totals since start, or (latest) the newest interval's
+        alone, as a recording keeps it."""
+        if latest:
+            samples, window_s = self._window.latest()
+            return replace(build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
+                                         samples.ticks, False, {}, self._ids.keys),
+                           line_info=self.line_info)
         samples, window_s = self._window.counts(cumulative)
         return build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
                              samples.ticks, cumulative, self._ids.keys, self._frame,

@@ -307,8 +307,9 @@ class LockAggregator:
             name = self._lock_names[address] = self.symbolizer.lock_symbol(address)
         return name
 
-    def profile(self, cumulative: bool = False) -> LockProfile:
-        return self._build(*self._window.counts(cumulative))
+    def profile(self, cumulative: bool = False, latest: bool = False) -> LockProfile:
+        """The window's profile, the totals since start, or the newest interval's alone."""
+        return self._build(*(self._window.latest() if latest else self._window.counts(cumulative)))
 
     def _build(self, contention: _Contention, window_s: float) -> LockProfile:
         callers = tuple(

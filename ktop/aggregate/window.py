@@ -103,6 +103,19 @@ class Window(Generic[T]):
         """When the oldest recent interval began (0 before the first)."""
         return self._recent[0].start if self._recent else 0.0
 
+    @property
+    def latest_start(self) -> float:
+        """When the newest interval began (0 before the first)."""
+        return self._recent[-1].start if self._recent else 0.0
+
+    def latest(self) -> tuple[T, float]:
+        """The newest interval's counts alone and its span: what a recording keeps of each
+        interval, so a replay can sum any run of them as this window does."""
+        if not self._recent:
+            return self._empty(), 0.0
+        newest = self._recent[-1]
+        return newest.counts, newest.duration_s
+
     def counts(self, cumulative: bool) -> tuple[T, float]:
         """The counts since the first interval or of the recent ones, and the seconds they
         cover: the sum of the intervals' own spans, the same way for every pane."""

@@ -41,6 +41,7 @@ class CpuTicks:
             kernel=100.0 * self.kernel / total,
             idle=100.0 * self.idle / total,
             steal=100.0 * self.steal / total,
+            ticks=total,
         )
 
 

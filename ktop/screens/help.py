@@ -61,6 +61,12 @@ _KEY_NAMES = {
     "minus": "-",
     "pageup": "PgUp",
     "pagedown": "PgDn",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "left": "Left",
+    "right": "Right",
+    "home": "Home",
+    "end": "End",
 }
 
 

@@ -25,12 +25,18 @@ def _losses(snapshot: Snapshot) -> dict[str, int]:
     return lost
 
 
-def header_text(snapshot: Snapshot | None, paused: bool = False, note: str = "") -> Text:
+def header_text(
+    snapshot: Snapshot | None, paused: bool = False, note: str = "", badge: str = ""
+) -> Text:
+    """badge: what must not be missed, first on the top line (a recording under way)."""
     if snapshot is None:
         return Text("ktop  starting collectors...", style="bold")
     text = Text()
     text.append("ktop ", style="bold")
     text.append(f"{snapshot.ktop_version}  ")
+    if badge:
+        text.append(f" {badge} ", style="bold reverse red")
+        text.append("  ")
     text.append(printable(snapshot.hostname), style="bold cyan")
     text.append(f"  {snapshot.kernel}  ")
     cpu = snapshot.cpu
@@ -96,8 +102,10 @@ class HeaderBar(Widget):
             cached = self._strips[y] = (key, strip.adjust_cell_length(width, fill))
         return cached[1]
 
-    def show(self, snapshot: Snapshot | None, paused: bool = False, note: str = "") -> None:
-        lines = list(header_text(snapshot, paused, note).split("\n"))
+    def show(
+        self, snapshot: Snapshot | None, paused: bool = False, note: str = "", badge: str = ""
+    ) -> None:
+        lines = list(header_text(snapshot, paused, note, badge).split("\n"))
         for y in range(max(len(lines), len(self._lines))):
             old = self._lines[y] if y < len(self._lines) else None
             new = lines[y] if y < len(lines) else None

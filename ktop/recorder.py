@@ -1,0 +1,115 @@
+"""Recording live data: `ktop --record FILE` headless, and the `R` key of the live screen.
+
+Both append the newest interval alone (LiveSource.collect(latest=True), or
+interval_snapshot() beside the window the screen shows) through ktop.recording's writer.
+Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from ktop.engine import LiveSource, Options
+from ktop.model import Snapshot
+from ktop.recording import RecordingError, RecordWriter
+from ktop.text import human_bytes
+
+
+class SessionRecorder:
+    """A recording that the collecting thread appends to and the UI thread starts, stops
+    and describes. After a write error it is stopped, and `error` says why in one line."""
+
+    def __init__(self, path: str, max_bytes: int | None = None) -> None:
+        self.writer = RecordWriter(path, max_bytes)  # raises RecordingError: nothing started
+        self.path = path
+        self.error = ""
+        self._lock = threading.Lock()
+
+    def append(self, snapshot: Snapshot) -> bool:
+        """False once stopped (by stop() or by a write error, then in `error`)."""
+        with self._lock:
+            if self.writer is None or self.error:
+                return False
+            try:
+                self.writer.append(snapshot)
+            except RecordingError as e:
+                self.error = str(e)
+                self._close()
+                return False
+            return True
+
+    def stop(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self.writer is not None:
+            self.records, self.size = self.writer.continued + self.writer.records, self.writer.size
+            self.writer.close()
+            self.writer = None
+
+    def describe(self) -> str:
+        """For the header: how much is recorded so far."""
+        with self._lock:
+            writer = self.writer
+            if writer is None:
+                return f"{self.records} records, {human_bytes(self.size)}"
+            return f"{writer.continued + writer.records} records, {human_bytes(writer.size)}"
+
+
+def record(
+    path: str,
+    options: Options,
+    duration_s: float | None = None,
+    max_bytes: int | None = None,
+    say: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+    source: LiveSource | None = None,
+) -> int:
+    """`ktop --record FILE`: collect headless and append one record per interval until the
+    duration is over or `stop` is set (SIGINT/SIGTERM). Returns the exit code: 0, or 1 once
+    the file cannot be written (a full disk): the one line says so. (`source`: tests hand
+    one with fake collectors.)"""
+    stop = stop or threading.Event()
+    try:
+        writer = RecordWriter(path, max_bytes)  # before loading anything: fail at once
+    except RecordingError as e:
+        say(str(e))
+        return 1
+    if writer.continued:
+        note = f" (its torn end dropped: {writer.dropped})" if writer.dropped else ""
+        say(f"continuing {writer.name} after its {writer.continued} records{note}")
+    source = source or LiveSource(options)
+    appended = 0
+    try:
+        source.start(wait=False)
+        while not source.wait_loaded(0.1):
+            if stop.is_set():
+                return 0
+        for pane, reason in sorted(source.unavailable.items()):
+            say(f"{pane}: {reason} (recorded without it)")
+        source.collect()  # every pane's first interval starts here, together
+        started = next_at = time.monotonic()
+        end = started + duration_s if duration_s else math.inf
+        while not stop.is_set():
+            next_at = min(next_at + options.interval_s, end)
+            if stop.wait(max(0.0, next_at - time.monotonic())):
+                break
+            try:
+                writer.append(source.collect(latest=True))
+            except RecordingError as e:
+                say(str(e))
+                return 1
+            appended += 1
+            if next_at >= end:
+                break
+    finally:
+        source.close()
+        size = writer.size
+        writer.close()
+    per = f", {human_bytes(size / (writer.continued + appended) if appended else 0)}B per interval"
+    say(f"recorded {appended} intervals to {writer.name} ({human_bytes(size)}B{per if appended else ''})")
+    return 0

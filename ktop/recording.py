@@ -1,0 +1,611 @@
+"""The recording format of `ktop --record FILE`: one record per interval, appended.
+
+Why a file of framed records and not SQLite: every state the file can be in on disk is a
+valid recording. A record is appended with one write and never changed afterwards; a crash
+(kill -9, a power cut, a full disk) can only leave the last record short or zero-filled,
+which a reader recognizes and drops, saying so. The file can be copied at any moment, needs
+no side files (SQLite's -wal and -shm would have to travel with it, and a reader without
+write access to the directory could not open it), is created and written without following
+a symlink (SQLite opens by name, more than once), and is read without any library.
+
+Layout (little-endian):
+
+    file    = header record*
+    header  = "KTOPREC\\0"  u16 format  u16 flags (0)  u32 crc32 of the 12 bytes before
+    record  = frame payload
+    frame   = "KREC"  u32 payload length  u32 seq  u32 crc32 of the payload
+              f64 taken_at (unix time)  f32 duration_s  f32 kernel CPU %  f32 lock wait ms
+              f32 I/O latency ms  u32 crc32 of the 40 bytes before
+    payload = zlib (deflate) of the interval's Snapshot as JSON, UTF-8
+
+`seq` counts records from the first the recording ever had: a ring that dropped its oldest
+starts at a later one, and a gap anywhere else means a damaged file. The frame's figures
+(NaN when a pane was unavailable) draw the replay's timeline without inflating every
+record. The JSON is the snapshot of that one interval alone (the fields of ktop.model, as
+`--snapshot FILE.json` writes them, floats unrounded, fields at their default left out,
+hot functions left out: they are derived from the stacks and computed again on reading).
+A replay sums any run of records as the live window sums intervals (ktop.replay).
+
+A reader stops at the first record that is not whole. If that record runs to the end of
+the file (cut off, or zero-filled by a crash) the records before it are the recording and
+the reader says what was dropped; anything else after a damaged record means the file was
+corrupted in the middle, and nothing is shown.
+
+With a size limit the oldest records are dropped as a ring: when the next record would
+pass the limit, the newest records filling three quarters of it are copied to a new file
+that replaces the old one by rename (atomic: a reader or a crash sees one or the other).
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import functools
+import json
+import math
+import os
+import stat
+import struct
+import tempfile
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import UnionType
+from typing import Any, get_args, get_origin, get_type_hints
+
+from ktop.model import Bucket, Snapshot
+from ktop.stacktree import hot_functions
+from ktop.text import printable
+
+MAGIC = b"KTOPREC\x00"
+FORMAT = 1
+_HEADER = struct.Struct("<8sHHI")
+_FRAME = struct.Struct("<4sIIIdffffI")
+SYNC = b"KREC"
+HEADER_SIZE = _HEADER.size  # 16
+FRAME_SIZE = _FRAME.size  # 44
+# A record bigger than this is no record ktop wrote: refuse it before allocating for it.
+MAX_PAYLOAD = 256 << 20
+MAX_JSON = 1 << 30
+RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
+CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
+
+
+class RecordingError(Exception):
+    """A recording that cannot be read or written; str() is one line naming the problem and
+    the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordInfo:
+    """What a record's frame says, without decompressing it: enough for the timeline."""
+
+    seq: int
+    offset: int  # of the frame in the file
+    length: int  # payload bytes
+    taken_at: float  # unix time at the end of the interval
+    duration_s: float
+    kernel_percent: float  # NaN: no CPU data in that interval
+    lock_wait_ms: float  # NaN: no lock data
+    io_latency_ms: float  # average completion latency; NaN: no block I/O data
+
+    @property
+    def size(self) -> int:
+        return FRAME_SIZE + self.length
+
+
+# ---- a snapshot as a record's payload -----------------------------------------------------
+
+
+_NO_DEFAULT = object()
+# Per model class: its fields and their defaults, looked up once (dataclasses.fields() on
+# each of the thousands of values in a record was most of the cost of writing it).
+_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = tuple(
+            (f.name, f.default if f.default is not dataclasses.MISSING
+             else f.default_factory() if f.default_factory is not dataclasses.MISSING
+             else _NO_DEFAULT)
+            for f in dataclasses.fields(cls)
+        )
+    return plan
+
+
+def _plain(value: Any) -> Any:
+    """A model value as JSON data, floats unrounded, fields at their default left out."""
+    cls = type(value)
+    if cls is tuple or cls is list:
+        return [_plain(item) for item in value]
+    if cls is str or cls is int or cls is float or cls is bool or value is None:
+        return value
+    if cls is Bucket:  # as everywhere: [low, high, count]
+        return [value.low, value.high, value.count]
+    if dataclasses.is_dataclass(value):
+        data = {}
+        for name, default in _plan(cls):
+            item = getattr(value, name)
+            if item is default or (default is not _NO_DEFAULT and item == default):
+                continue
+            data[name] = _plain(item)
+        return data
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    """One interval's snapshot as a record's (uncompressed) payload."""
+    data = _plain(dataclasses.replace(snapshot, paused=False))
+    if data.get("cpu"):
+        del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _checked(kind: type, name: str) -> Callable[[Any], Any]:
+    def check(data: Any) -> Any:
+        if type(data) is not kind:  # exact: JSON's true is no int here
+            raise TypeError(f"found {data!r:.40} where {name} belongs")
+        return data
+    return check
+
+
+def _float(data: Any) -> float:
+    if type(data) is float or type(data) is int:
+        return float(data)
+    raise TypeError(f"found {data!r:.40} where a number belongs")
+
+
+def _list(data: Any) -> list:
+    if type(data) is not list:
+        raise TypeError(f"found {data!r:.40} where a list belongs")
+    return data
+
+
+def _object(data: Any) -> dict:
+    if type(data) is not dict:
+        raise TypeError(f"found {data!r:.40} where an object belongs")
+    return data
+
+
+@functools.cache
+def _decoder(hint: Any) -> Callable[[Any], Any]:
+    """A function from JSON data to the model type `hint`, made once per type: what
+    export.decode does for one file, at the speed a replay of thousands of records needs
+    (11 ms a busy record through export.decode, 2.5 through these)."""
+    origin = get_origin(hint)
+    if origin is UnionType:  # only ever "X | None"
+        (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
+        decode_inner = _decoder(inner)
+        return lambda data: None if data is None else decode_inner(data)
+    if origin is tuple:
+        item = _decoder(get_args(hint)[0])
+        return lambda data: tuple(map(item, _list(data)))
+    if origin is Mapping:
+        key, value = map(_decoder, get_args(hint))
+        return lambda data: {key(k): value(v) for k, v in _object(data).items()}
+    if dataclasses.is_dataclass(hint):
+        return _record_decoder(hint)
+    if hint is float:
+        return _float
+    return _checked(hint, hint.__name__)
+
+
+def _record_decoder(cls: type) -> Callable[[Any], Any]:
+    hints = get_type_hints(cls)
+    fields = [(f.name, _decoder(hints[f.name]),
+               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+              for f in dataclasses.fields(cls)]
+    if cls is Bucket:  # [low, high, count]
+        int_ = _checked(int, "int")
+
+        def bucket(data: Any) -> Bucket:
+            low, high, count = _list(data)
+            return Bucket(int_(low), int_(high), int_(count))
+        return bucket
+
+    def record(data: Any) -> Any:
+        data = _object(data)
+        values = {}
+        for name, convert, required in fields:
+            if name in data:
+                values[name] = convert(data[name])
+            elif required:
+                raise KeyError(name)
+        return cls(**values)
+    return record
+
+
+def decode_snapshot(payload: bytes) -> Snapshot:
+    """A record's payload back to the Snapshot it was made from. Raises ValueError, KeyError
+    or TypeError for data that is not one."""
+    data = json.loads(payload)
+    if not isinstance(data, dict):
+        raise TypeError("a record holds no object")
+    cpu = data.get("cpu")
+    if isinstance(cpu, dict):
+        cpu["functions"] = []
+    snapshot = _decoder(Snapshot)(data)
+    cpu = snapshot.cpu
+    if cpu is not None:  # as the live aggregator derives them, from the same stacks
+        functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
+        snapshot = dataclasses.replace(snapshot, cpu=dataclasses.replace(cpu, functions=functions))
+    return snapshot
+
+
+def _figures(snapshot: Snapshot) -> tuple[float, float, float]:
+    """(kernel CPU %, lock wait ms, I/O latency ms) of one interval, NaN where unknown."""
+    nan = math.nan
+    kernel = snapshot.cpu.times.kernel if snapshot.cpu else nan
+    locks = snapshot.locks
+    lock_wait = sum(c.total_wait_ns for c in locks.callers) / 1e6 if locks else nan
+    io = snapshot.blockio
+    if io is None:
+        latency = nan
+    else:
+        requests = sum(d.reads + d.writes for d in io.disks)
+        weighted = sum(d.avg_lat_ms * (d.reads + d.writes) for d in io.disks)
+        latency = weighted / requests if requests else 0.0
+    return kernel, lock_wait, latency
+
+
+def frame_record(seq: int, snapshot: Snapshot, level: int = 6) -> bytes:
+    """The bytes appended for one interval: frame and compressed payload."""
+    payload = zlib.compress(encode_snapshot(snapshot), level)
+    head = _FRAME.pack(SYNC, len(payload), seq, zlib.crc32(payload), snapshot.taken_at,
+                       snapshot.duration_s, *_figures(snapshot), 0)
+    return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload
+
+
+def file_header() -> bytes:
+    head = _HEADER.pack(MAGIC, FORMAT, 0, 0)
+    return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
+
+
+# ---- reading ------------------------------------------------------------------------------
+
+
+def is_recording(path: str) -> bool:
+    """Whether the file starts as a recording does (else it may be a --snapshot JSON)."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(len(MAGIC))
+    except OSError:
+        return False
+    # Four bytes at least: a recording cut off in its header is still one (and says so).
+    return len(start) >= 4 and MAGIC.startswith(start)
+
+
+@dataclass
+class _Scan:
+    records: list[RecordInfo]
+    end: int  # where the whole records end: a writer continues from here
+    dropped: str  # "" or what was dropped at the end, for the one-line note
+
+
+def _check_header(head: bytes, name: str) -> None:
+    if len(head) < HEADER_SIZE:
+        if MAGIC.startswith(head[: len(MAGIC)]) and head:
+            raise RecordingError(f"{name} is a ktop recording cut off in its header: "
+                                 "it holds no records")
+        raise RecordingError(f"{name} is not a ktop recording: replay a file written by "
+                             "`ktop --record FILE` or `ktop --snapshot FILE.json`")
+    magic, version, _flags, crc = _HEADER.unpack(head)
+    if magic != MAGIC:
+        raise RecordingError(f"{name} is not a ktop recording: replay a file written by "
+                             "`ktop --record FILE` or `ktop --snapshot FILE.json`")
+    if zlib.crc32(head[:-4]) != crc:
+        raise RecordingError(f"{name} is a damaged ktop recording (its header fails its "
+                             "checksum): nothing in it can be trusted")
+    if version > FORMAT:
+        raise RecordingError(f"{name} is a recording of format {version}, newer than this ktop "
+                             f"reads (format {FORMAT}): replay it with a newer ktop")
+    if version < 1:
+        raise RecordingError(f"{name} is not a ktop recording (format {version})")
+
+
+def _scan(fd: int, name: str) -> _Scan:
+    """Every whole record's frame, checksums verified; raises RecordingError for a file that
+    is not a recording or is damaged before its last record."""
+    size = os.fstat(fd).st_size
+    _check_header(os.pread(fd, HEADER_SIZE, 0), name)
+    records: list[RecordInfo] = []
+    offset = HEADER_SIZE
+    chunk = 1 << 20
+    while offset < size:
+        problem = ""
+        head = os.pread(fd, FRAME_SIZE, offset)
+        if len(head) < FRAME_SIZE:
+            problem = "its last record is cut off"
+        else:
+            sync, length, seq, payload_crc, taken_at, duration, *figures, head_crc = _FRAME.unpack(head)
+            if sync != SYNC or zlib.crc32(head[:-4]) != head_crc or length > MAX_PAYLOAD:
+                problem = "a record's frame is damaged"
+            elif offset + FRAME_SIZE + length > size:
+                problem = "its last record is cut off"
+            else:
+                crc = 0
+                for at in range(0, length, chunk):
+                    crc = zlib.crc32(os.pread(fd, min(chunk, length - at), offset + FRAME_SIZE + at), crc)
+                if crc != payload_crc:
+                    problem = "a record fails its checksum"
+                elif records and seq != records[-1].seq + 1:
+                    problem = f"record {records[-1].seq + 1} is followed by record {seq}"
+        if problem:
+            if problem.startswith("record ") or not _only_tail(fd, offset, size, head):
+                raise RecordingError(
+                    f"{name} is damaged after {len(records)} records ({problem}, with more "
+                    "data after it): a file corrupted in the middle is not replayed"
+                )
+            return _Scan(records, offset,
+                         f"{problem}: {size - offset} bytes dropped after record "
+                         f"{records[-1].seq if records else 'none'}")
+        records.append(RecordInfo(seq, offset, length, taken_at, duration, *figures))
+        offset += FRAME_SIZE + length
+    return _Scan(records, offset, "")
+
+
+def _only_tail(fd: int, offset: int, size: int, head: bytes) -> bool:
+    """Whether the bad record at `offset` is the torn end of the file: cut short, or whole
+    in length but running to the end (a crash can leave zeros where its bytes were)."""
+    if len(head) < FRAME_SIZE:
+        return True
+    sync, length, *_rest, head_crc = _FRAME.unpack(head)
+    if sync == SYNC and zlib.crc32(head[:-4]) == head_crc and length <= MAX_PAYLOAD:
+        return offset + FRAME_SIZE + length >= size
+    # A frame that is not one: only zeros from here on are a crash's leftovers.
+    at = offset
+    while at < size:
+        block = os.pread(fd, min(1 << 20, size - at), at)
+        if not block or block.count(0) != len(block):
+            return False
+        at += len(block)
+    return True
+
+
+class Recording:
+    """A recording opened for replay: every record's frame read and checked at once (so a
+    damaged file is refused before anything is shown), snapshots decoded when asked for."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = printable(path)
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise RecordingError(f"cannot read {self.name}: not a regular file")
+            scan = _scan(self._fd, self.name)
+        except OSError as e:
+            os.close(self._fd)
+            raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
+        except RecordingError:
+            os.close(self._fd)
+            raise
+        if not scan.records:
+            os.close(self._fd)
+            why = f" ({scan.dropped})" if scan.dropped else ""
+            raise RecordingError(f"{self.name} is a ktop recording with no whole record yet{why}: "
+                                 "record for at least one interval")
+        self.records = scan.records
+        # One line for the user when the end was cut off (kill -9, disk full, power cut).
+        self.dropped = scan.dropped
+        self._cache: OrderedDict[int, Snapshot] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def snapshot(self, index: int) -> Snapshot:
+        """The snapshot of record `index` (0 = the oldest kept). Raises RecordingError if its
+        payload, whole and checksummed, still does not decode (a bug, or a forged file)."""
+        cached = self._cache.get(index)
+        if cached is not None:
+            self._cache.move_to_end(index)
+            return cached
+        info = self.records[index]
+        try:
+            payload = os.pread(self._fd, info.length, info.offset + FRAME_SIZE)
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(payload, MAX_JSON)
+            if inflater.unconsumed_tail:
+                raise ValueError("inflates past 1 GiB")
+            snapshot = decode_snapshot(raw)
+        except OSError as e:
+            raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            raise RecordingError(f"{self.name}: record {info.seq} holds no ktop snapshot "
+                                 f"({printable(str(e))[:80]}): the file was not written by ktop") from None
+        self._cache[index] = snapshot
+        if len(self._cache) > CACHED_SNAPSHOTS:
+            self._cache.popitem(last=False)
+        return snapshot
+
+    def snapshots(self) -> Iterator[Snapshot]:
+        for index in range(len(self.records)):
+            yield self.snapshot(index)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+# ---- writing ------------------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # no error, no progress: a full disk on some filesystems
+            raise OSError(28, os.strerror(28))
+        view = view[written:]
+
+
+class RecordWriter:
+    """Appends one record per interval to FILE, as root: the file is created (mode 0600: it
+    holds command lines) or continued, never through a symlink; with max_bytes, a ring.
+
+    An existing recording is continued after its last whole record (a service restarted
+    goes on with its history); any other existing file is refused, never overwritten.
+    """
+
+    def __init__(self, path: str, max_bytes: int | None = None, level: int = 6) -> None:
+        self.path = path
+        self.name = printable(path)
+        self.max_bytes = max_bytes
+        self.level = level
+        self.records = 0  # appended by this writer
+        self.continued = 0  # whole records the file already held
+        self.dropped = ""  # what was cut off its end, when continued
+        self._offsets = array.array("Q")  # of the records in the file, kept for the ring
+        self._fd = self._open()
+
+    def _fail(self, why: str) -> RecordingError:
+        return RecordingError(f"cannot record to {self.name}: {why}")
+
+    def _open(self) -> int:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory):
+            raise self._fail(f"directory {printable(directory)} does not exist")
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return self._continue(flags)
+        except OSError as e:
+            raise self._fail(e.strerror or str(e)) from None
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask: command lines are not for everyone
+            _write_all(fd, file_header())
+        except OSError as e:
+            os.close(fd)
+            os.unlink(self.path)
+            raise self._fail(e.strerror or str(e)) from None
+        self._end = HEADER_SIZE
+        self._seq = 0
+        return fd
+
+    def _continue(self, flags: int) -> int:
+        try:
+            fd = os.open(self.path, flags)
+        except OSError as e:
+            if os.path.islink(self.path):
+                raise self._fail("it is a symlink, and ktop never writes through one: "
+                                 "name the file itself") from None
+            raise self._fail(e.strerror or str(e)) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise self._fail("it exists and is not a regular file")
+            if info.st_size == 0:  # an empty file (touch) holds nothing to lose
+                os.fchmod(fd, 0o600)
+                _write_all(fd, file_header())
+                self._end, self._seq = HEADER_SIZE, 0
+                return fd
+            try:
+                scan = _scan(fd, self.name)
+            except RecordingError as e:
+                raise self._fail(f"it exists and is not a ktop recording this ktop can continue "
+                                 f"({str(e).removeprefix(self.name + ' ')}); remove it or name "
+                                 "another file") from None
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, scan.end)  # a torn last record goes: the next one follows whole
+        except OSError as e:
+            os.close(fd)
+            raise self._fail(e.strerror or str(e)) from None
+        except RecordingError:
+            os.close(fd)
+            raise
+        self.continued = len(scan.records)
+        self.dropped = scan.dropped
+        self._end = scan.end
+        self._seq = scan.records[-1].seq + 1 if scan.records else 0
+        if self.max_bytes:
+            self._offsets.extend(r.offset for r in scan.records)
+        return fd
+
+    @property
+    def size(self) -> int:
+        return self._end
+
+    def append(self, snapshot: Snapshot) -> int:
+        """Append the interval's record; returns its size. On a write error (a full disk)
+        the file is cut back to its last whole record and RecordingError says so."""
+        if self._fd < 0:
+            raise self._fail("the recording is closed")
+        record = frame_record(self._seq, snapshot, self.level)
+        if self.max_bytes and self._end + len(record) > self.max_bytes and self._offsets:
+            self._drop_oldest(len(record))
+        try:
+            os.lseek(self._fd, self._end, os.SEEK_SET)
+            _write_all(self._fd, record)
+        except OSError as e:
+            try:
+                os.ftruncate(self._fd, self._end)
+            except OSError:
+                pass  # a reader drops the torn record anyway
+            raise self._stopped(e) from None
+        if self.max_bytes:
+            self._offsets.append(self._end)
+        self._end += len(record)
+        self._seq += 1
+        self.records += 1
+        return len(record)
+
+    def _stopped(self, error: OSError) -> RecordingError:
+        kept = self.continued + self.records
+        return RecordingError(f"recording to {self.name} stopped: {error.strerror or error} "
+                              f"(the file keeps its {kept} whole records)")
+
+    def _drop_oldest(self, incoming: int) -> None:
+        """The ring: copy the newest records that fill RING_KEEPS of the limit (and leave room
+        for the incoming one) to a new file, which replaces this one by rename."""
+        budget = max(0, int(self.max_bytes * RING_KEEPS) - HEADER_SIZE - incoming)
+        offsets = self._offsets
+        first = len(offsets)
+        while first > 0 and self._end - offsets[first - 1] <= budget:
+            first -= 1
+        start = offsets[first] if first < len(offsets) else self._end
+        directory = os.path.dirname(os.path.abspath(self.path))
+        try:
+            fd, temporary = tempfile.mkstemp(prefix=".ktop-record-", dir=directory)
+        except OSError as e:
+            raise self._stopped(e) from None
+        try:
+            os.fchmod(fd, 0o600)
+            _write_all(fd, file_header())
+            at = start
+            while at < self._end:
+                block = os.pread(self._fd, min(1 << 20, self._end - at), at)
+                _write_all(fd, block)
+                at += len(block)
+            os.fsync(fd)
+            os.rename(temporary, self.path)  # replaces the name itself, symlink or not
+        except OSError as e:
+            os.close(fd)
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise self._stopped(e) from None
+        os.close(self._fd)
+        self._fd = fd
+        shift = start - HEADER_SIZE
+        self._offsets = array.array("Q", (o - shift for o in offsets[first:]))
+        self._end -= shift
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,161 @@
+"""`ktop --record` on the real kernel (root): a dd workload recorded, then found in the
+replay at the time it ran; and a disk that fills up under the recorder."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from conftest import root_only
+from test_recording_cli import ktop
+
+from ktop.recording import Recording
+
+pytestmark = [pytest.mark.live, root_only]
+
+SCRATCH_PARENT = "/var/tmp"  # on a real disk here (ext4 on vda), unlike /tmp
+BLOCK = 64 * 1024
+LAG = 0.5  # s: a record's time may trail its drain by the time it takes to read /proc
+
+
+def records_so_far(path: str) -> int:
+    try:
+        return len(Recording(path))
+    except Exception:  # not even one whole record yet
+        return 0
+
+
+def test_dd_is_found_in_the_replay_at_the_time_it_ran(tmp_path):
+    """Record ~12 s; 4 s in, dd writes with O_DIRECT for about 3 s. The records holding
+    dd's writes are those whose intervals overlap its run, they add up to what dd wrote,
+    and the replay pictured at that moment shows dd in the Block I/O pane."""
+    path = str(tmp_path / "dd.krec")
+    recorder = subprocess.Popen([sys.executable, "-m", "ktop", "--record", path, "-d", "1",
+                                 "--duration", "12"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while records_so_far(path) < 2:
+            assert time.monotonic() < deadline and recorder.poll() is None, recorder.stderr.read()
+            time.sleep(0.2)
+        with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-record-") as scratch:
+            began = time.time()
+            dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={scratch}/out", f"bs={BLOCK}",
+                                   "count=100000", "oflag=direct"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            time.sleep(3)
+            dd.terminate()
+            dd_stderr = dd.communicate(timeout=10)[1]
+            ended = time.time()
+            written = os.path.getsize(f"{scratch}/out")
+        _, stderr = recorder.communicate(timeout=60)
+    finally:
+        if recorder.poll() is None:
+            recorder.kill()
+    assert recorder.returncode == 0, stderr
+    assert written >= 10 * BLOCK, dd_stderr
+
+    recording = Recording(path)
+    assert recording.dropped == ""
+    with_dd = []
+    for index, info in enumerate(recording.records):
+        snapshot = recording.snapshot(index)
+        dd_writes = [p for p in snapshot.blockio.processes if p.pid == dd.pid and p.rw == "W"]
+        if dd_writes:
+            with_dd.append((info, sum(p.bytes for p in dd_writes)))
+            assert all(p.comm == "dd" for p in dd_writes)
+    assert len(with_dd) >= 2
+    # At the right time: each interval overlaps dd's run. A record is stamped once the
+    # processes are read too, a moment after the drain (more on a loaded machine, niced).
+    for info, _ in with_dd:
+        assert info.taken_at - info.duration_s <= ended + LAG and info.taken_at >= began
+    # Each record counts its own interval: together, what dd wrote, no more, and less only
+    # by what ktop says it lost (counted since start: the last record has them all).
+    lost = sum(recording.snapshot(len(recording) - 1).blockio.lost.values())
+    recorded = sum(n for _, n in with_dd)
+    assert written - lost * BLOCK <= recorded <= written
+    busiest = max(with_dd, key=lambda pair: pair[1])[0]
+    assert busiest.io_latency_ms > 0
+
+    at = time.strftime("%H:%M:%S", time.localtime(busiest.taken_at - busiest.duration_s / 2))
+    out = tmp_path / "at.txt"
+    result = ktop("--replay", path, "--snapshot", str(out), "--at", at, "-w", "1")
+    assert result.returncode == 0, result.stderr
+    screen = out.read_text()
+    block_io = [line for line in screen.splitlines() if f" {dd.pid} " in line and " dd " in line]
+    assert block_io, screen  # dd's row, in the pane of that moment
+
+    rows = list(csv.DictReader(io.StringIO(ktop("--replay", path, "--dump", "csv").stdout)))
+    assert len(rows) == len(recording)
+    assert sum(1 for row in rows if row["top_io_comm"] == "dd") >= len(with_dd) - 1
+
+
+def test_a_full_disk_stops_ktop_record_with_one_line(tmp_path):
+    """A 64 KiB tmpfs fills after a few records: one line, exit 1, the file whole."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+                   check=True)
+    try:
+        result = ktop("--record", str(mount / "r.krec"), "-d", "0.2", "--duration", "60")
+        assert result.returncode == 1, result.stderr
+        full = [line for line in result.stderr.splitlines() if "No space left" in line]
+        assert len(full) == 1 and "keeps its" in full[0], result.stderr
+        assert "Traceback" not in result.stderr
+        recording = Recording(str(mount / "r.krec"))
+        assert len(recording) >= 1 and recording.dropped == ""
+        assert recording.snapshot(len(recording) - 1).processes
+        recording.close()
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_r_records_the_live_screen_and_the_replay_steps_through_it(tmp_path):
+    """In a real terminal: R starts recording (the header says so), R stops; each record
+    holds one interval (not the screen's 5 s window); the replay's keys move through it."""
+    from test_live_tmux import Tmux
+
+    tmux = Tmux()
+    try:
+        os.chmod(tmp_path, 0o700)
+        tmux.run(f"cd {tmp_path} && {sys.executable} -m ktop; printf 'KTOP_%s=%s\\n' EXIT $?")
+        tmux.wait_for("samples ")
+        deadline = time.monotonic() + 60  # every pane attached: refreshes 1 s apart from here
+        while any(loading in tmux.screen() for loading in ("compiling", "waiting for the panes")):
+            assert time.monotonic() < deadline, tmux.screen()
+            time.sleep(0.2)
+        tmux.send("R")
+        tmux.wait_for("● REC ktop-")
+        time.sleep(4.5)
+        tmux.send("R")
+        tmux.wait_for("recording stopped")
+        assert "● REC" not in tmux.screen().splitlines()[0]
+        tmux.send("q")
+        assert tmux.wait_for_line("KTOP_EXIT=", timeout=30) == "0"
+        (name,) = [n for n in os.listdir(tmp_path) if n.endswith(".krec")]
+        path = str(tmp_path / name)
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        recording = Recording(path)
+        assert 3 <= len(recording) <= 7
+        for index, info in enumerate(recording.records):
+            snapshot = recording.snapshot(index)
+            assert snapshot.cpu.window_s == pytest.approx(1.0, abs=0.3)  # one interval each
+            assert snapshot.locks is not None and snapshot.blockio is not None
+            assert info.kernel_percent == pytest.approx(snapshot.cpu.times.kernel, abs=1e-3)
+        recording.close()
+
+        tmux.run(f"{sys.executable} -m ktop --replay {name}; printf 'REPLAY_%s=%s\\n' EXIT $?")
+        tmux.wait_for(f"record {len(recording)}/{len(recording)}")
+        tmux.send("Home")
+        tmux.wait_for(f"record 1/{len(recording)}")
+        tmux.send("Right")
+        tmux.wait_for(f"record 2/{len(recording)}")
+        tmux.send("q")
+        assert tmux.wait_for_line("REPLAY_EXIT=", timeout=30) == "0"
+    finally:
+        tmux.close()

@@ -1,0 +1,281 @@
+"""The recording format (`ktop --record FILE`): round trips, crashes, damage, the ring, and
+how the file is created as root. No kernel needed; the tmpfs test needs root to mount."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import struct
+import zlib
+
+import pytest
+from test_export import full_snapshot
+
+from ktop import recording as recording_module
+from ktop.model import Snapshot
+from ktop.recording import (
+    FORMAT,
+    FRAME_SIZE,
+    HEADER_SIZE,
+    Recording,
+    RecordingError,
+    RecordWriter,
+    frame_record,
+)
+from ktop.stacktree import hot_functions
+
+
+def interval(i: int = 0) -> Snapshot:
+    """A fully populated snapshot (every field set), as one interval of a recording: its hot
+    functions derived from its stacks, as the live aggregator derives them."""
+    snapshot = full_snapshot()
+    cpu = snapshot.cpu
+    cpu = dataclasses.replace(cpu, total_samples=cpu.total_samples + i, functions=hot_functions(
+        cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus))
+    return dataclasses.replace(snapshot, cpu=cpu, taken_at=snapshot.taken_at + i, paused=False)
+
+
+def write(path, count: int, **writer_args) -> list[Snapshot]:
+    written = [interval(i) for i in range(count)]
+    writer = RecordWriter(str(path), **writer_args)
+    for snapshot in written:
+        writer.append(snapshot)
+    writer.close()
+    return written
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert message and "\n" not in message
+    return message
+
+
+def test_every_field_round_trips(tmp_path):
+    written = write(tmp_path / "r.krec", 3)
+    recording = Recording(str(tmp_path / "r.krec"))
+    assert list(recording.snapshots()) == written
+    assert recording.dropped == ""
+    assert [r.seq for r in recording.records] == [0, 1, 2]
+    # The frame's figures, read without decompressing: what the timeline draws.
+    first = recording.records[0]
+    assert first.taken_at == written[0].taken_at
+    assert first.kernel_percent == pytest.approx(written[0].cpu.times.kernel, rel=1e-6)
+    assert first.lock_wait_ms == pytest.approx(3000 / 1e6, rel=1e-6)
+    assert first.io_latency_ms == pytest.approx(written[0].blockio.disks[0].avg_lat_ms, rel=1e-6)
+
+
+def test_a_pane_that_was_unavailable_stays_so(tmp_path):
+    snapshot = dataclasses.replace(interval(), cpu=None, locks=None,
+                                   unavailable={"functions": "needs root"})
+    writer = RecordWriter(str(tmp_path / "r.krec"))
+    writer.append(snapshot)
+    writer.close()
+    recording = Recording(str(tmp_path / "r.krec"))
+    assert recording.snapshot(0) == snapshot
+    assert str(recording.records[0].kernel_percent) == "nan"  # a gap in the sparkline
+
+
+def test_the_file_is_created_0600_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        write(tmp_path / "r.krec", 1)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.krec").stat().st_mode & 0o777 == 0o600  # it holds command lines
+
+
+def test_truncation_at_every_byte_of_the_last_record_keeps_the_ones_before(tmp_path):
+    path = tmp_path / "r.krec"
+    written = write(path, 3)
+    data = path.read_bytes()
+    last = Recording(str(path)).records[-1].offset
+    for cut in range(last, len(data)):
+        path.write_bytes(data[:cut])
+        recording = Recording(str(path))
+        assert list(recording.snapshots()) == written[:2], cut
+        if cut > last:
+            assert "cut off" in recording.dropped and "after record 1" in recording.dropped
+        else:
+            assert recording.dropped == ""  # it ends exactly after a record: nothing torn
+        recording.close()
+
+
+def test_a_crash_that_left_zeros_for_the_last_record_keeps_the_ones_before(tmp_path):
+    """After a power cut a filesystem can show the file's new length with zeros in it."""
+    path = tmp_path / "r.krec"
+    written = write(path, 3)
+    data = bytearray(path.read_bytes())
+    last = Recording(str(path)).records[-1].offset
+    for start in (last, last + FRAME_SIZE):  # the whole record, or only its payload
+        torn = data[:start] + bytes(len(data) - start)
+        path.write_bytes(torn)
+        recording = Recording(str(path))
+        assert list(recording.snapshots()) == written[:2]
+        assert recording.dropped
+
+
+def test_damage_in_the_middle_is_refused_whole(tmp_path):
+    path = tmp_path / "r.krec"
+    write(path, 3)
+    data = path.read_bytes()
+    records = Recording(str(path)).records
+    middle = records[1]
+    for where in (middle.offset + 6, middle.offset + FRAME_SIZE + 5, records[0].offset + 2):
+        damaged = bytearray(data)
+        damaged[where] ^= 0x40
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(RecordingError) as error:
+            Recording(str(path))
+        assert "damaged" in one_line(error) and "not replayed" in one_line(error)
+
+
+def test_a_record_missing_in_the_middle_is_refused(tmp_path):
+    path = tmp_path / "r.krec"
+    write(path, 3)
+    data = path.read_bytes()
+    records = Recording(str(path)).records
+    path.write_bytes(data[: records[1].offset] + data[records[2].offset :])
+    with pytest.raises(RecordingError) as error:
+        Recording(str(path))
+    assert "record 1 is followed by record 2" in one_line(error)
+
+
+@pytest.mark.parametrize(
+    ("content", "complaint"),
+    [
+        (b"", "not a ktop recording"),
+        (b"\x7fELF\x02\x01\x01" + bytes(40), "not a ktop recording"),
+        (b"KTOPREC", "cut off in its header"),
+        (recording_module.file_header(), "no whole record yet"),
+    ],
+)
+def test_what_is_not_a_recording_gets_one_line(tmp_path, content, complaint):
+    path = tmp_path / "x.krec"
+    path.write_bytes(content)
+    with pytest.raises(RecordingError) as error:
+        Recording(str(path))
+    assert complaint in one_line(error)
+
+
+def test_a_newer_format_asks_for_a_newer_ktop(tmp_path):
+    path = tmp_path / "r.krec"
+    write(path, 1)
+    data = bytearray(path.read_bytes())
+    head = struct.pack("<8sHH", recording_module.MAGIC, FORMAT + 1, 0)
+    data[:HEADER_SIZE] = head + struct.pack("<I", zlib.crc32(head))
+    path.write_bytes(bytes(data))
+    with pytest.raises(RecordingError) as error:
+        Recording(str(path))
+    assert f"format {FORMAT + 1}" in one_line(error) and "newer ktop" in one_line(error)
+
+
+def test_a_forged_record_with_a_valid_checksum_is_one_line(tmp_path):
+    path = tmp_path / "r.krec"
+    write(path, 1)
+    data = path.read_bytes()
+    payload = zlib.compress(b'{"processes": "\\u001b[2J"}')
+    head = frame_record(1, interval(1))[: FRAME_SIZE - 4]
+    head = head[:4] + struct.pack("<I", len(payload)) + head[8:12] + struct.pack(
+        "<I", zlib.crc32(payload)) + head[16:]
+    path.write_bytes(data + head + struct.pack("<I", zlib.crc32(head)) + payload)
+    recording = Recording(str(path))
+    with pytest.raises(RecordingError) as error:
+        recording.snapshot(1)
+    assert "holds no ktop snapshot" in one_line(error) and "\x1b" not in one_line(error)
+
+
+# ---- writing -----------------------------------------------------------------------------
+
+
+def test_the_ring_drops_the_oldest_and_stays_under_its_size(tmp_path):
+    path = tmp_path / "r.krec"
+    record_size = len(frame_record(0, interval()))
+    limit = HEADER_SIZE + 10 * record_size + 10
+    writer = RecordWriter(str(path), max_bytes=limit)
+    for i in range(40):
+        writer.append(interval(i))
+        assert path.stat().st_size <= limit
+    writer.close()
+    recording = Recording(str(path))
+    seqs = [r.seq for r in recording.records]
+    assert seqs[-1] == 39 and seqs == list(range(seqs[0], 40))  # the newest, in a row
+    assert 7 <= len(seqs) <= 10  # between three quarters and all of the limit
+    assert recording.snapshot(len(seqs) - 1).taken_at == interval(39).taken_at
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert os.listdir(tmp_path) == ["r.krec"]  # no temporary left
+
+
+def test_an_existing_recording_is_continued_after_its_torn_end(tmp_path):
+    """A service restarted after kill -9 goes on with its history."""
+    path = tmp_path / "r.krec"
+    write(path, 2)
+    with open(path, "ab") as f:
+        f.write(frame_record(2, interval(2))[:30])  # the record being written when killed
+    writer = RecordWriter(str(path))
+    assert writer.continued == 2 and "cut off" in writer.dropped
+    writer.append(interval(3))
+    writer.close()
+    recording = Recording(str(path))
+    assert [r.seq for r in recording.records] == [0, 1, 2]
+    assert recording.dropped == "" and recording.snapshot(2) == interval(3)
+
+
+def test_a_file_that_is_not_a_recording_is_never_overwritten(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("precious\n")
+    with pytest.raises(RecordingError) as error:
+        RecordWriter(str(path))
+    assert "not a ktop recording" in one_line(error) and "name another file" in one_line(error)
+    assert path.read_text() == "precious\n"
+
+
+def test_a_symlink_at_the_target_is_never_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (tmp_path / "r.krec").symlink_to(victim)
+    (tmp_path / "dangling.krec").symlink_to(tmp_path / "new-file")
+    for name in ("r.krec", "dangling.krec"):
+        with pytest.raises(RecordingError) as error:
+            RecordWriter(str(tmp_path / name))
+        assert "symlink" in one_line(error)
+    assert victim.read_text() == "root's file\n"
+    assert not (tmp_path / "new-file").exists()
+
+
+def test_a_missing_directory_is_one_line(tmp_path):
+    with pytest.raises(RecordingError) as error:
+        RecordWriter(str(tmp_path / "missing" / "r.krec"))
+    assert "does not exist" in one_line(error)
+
+
+class FullDisk:
+    """os.write that fails with ENOSPC once `room` bytes are written (after a short write,
+    as a filesystem filling up does)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.real = os.write
+
+    def __call__(self, fd: int, data) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = self.real(fd, bytes(data[: self.room]))
+        self.room -= written
+        return written
+
+
+def test_a_full_disk_stops_the_recording_and_keeps_the_whole_records(tmp_path, monkeypatch):
+    path = tmp_path / "r.krec"
+    writer = RecordWriter(str(path))
+    writer.append(interval(0))
+    writer.append(interval(1))
+    monkeypatch.setattr(os, "write", FullDisk(room=100))
+    with pytest.raises(RecordingError) as error:
+        writer.append(interval(2))
+    message = one_line(error)
+    assert "No space left on device" in message and "keeps its 2 whole records" in message
+    monkeypatch.undo()
+    writer.close()
+    recording = Recording(str(path))
+    assert len(recording) == 2 and recording.dropped == ""  # the torn one was cut back

@@ -1,0 +1,194 @@
+"""A replay's window over records shows what live ktop showed with a window of the same
+intervals: each aggregator is fed the same drains, its newest interval alone is kept after
+each (as `--record` keeps it), and ktop.replay.merge of the last records must equal the
+aggregator's own window, field by field (floats to 1e-9)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+
+import pytest
+
+from ktop.aggregate.blockio import BlockAggregator
+from ktop.aggregate.cpu import CpuAggregator
+from ktop.aggregate.locks import LockAggregator
+from ktop.collectors.blockio import BlockDrain, CompletedRequest, IoStack, IoTotal, LatencyBucket
+from ktop.collectors.cpu import CpuDrain, StackCount
+from ktop.collectors.disks import kernel_dev
+from ktop.collectors.locks import LockDrain, LockWaits, StackWaits, TaskWaits
+from ktop.collectors.procstat import CpuTicks
+from ktop.model import Snapshot, UserFrame
+from ktop.recording import decode_snapshot, encode_snapshot
+from ktop.replay import merge, merge_blockio, merge_cpu, merge_locks
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def comparable(value):
+    """A model value as nested tuples, floats rounded: what "equal" means for a profile."""
+    if dataclasses.is_dataclass(value):
+        return (type(value).__name__,) + tuple(
+            (f.name, comparable(getattr(value, f.name))) for f in dataclasses.fields(value))
+    if isinstance(value, tuple | list):
+        return tuple(comparable(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, comparable(v)) for k, v in value.items()))
+    if isinstance(value, float):
+        return round(value, 9)
+    return value
+
+
+def through_a_file(profile, field: str):
+    """The profile as a record keeps it: encoded and decoded again."""
+    snapshot = Snapshot(ktop_version="0.1", kernel="6.18", hostname="h", taken_at=1.0,
+                        duration_s=1.0, headers="", processes=(), **{"cpu": None, field: profile})
+    return getattr(decode_snapshot(encode_snapshot(snapshot)), field)
+
+
+def recorded_and_window(aggregator, drains, field, **profile_args):
+    records = []
+    for drain in drains:
+        aggregator.add(drain)
+        records.append(through_a_file(aggregator.profile(latest=True, **profile_args), field))
+    return records, aggregator.profile(**profile_args)
+
+
+# ---- hot functions -----------------------------------------------------------------------
+
+
+def cpu_drains(addr) -> list[CpuDrain]:
+    urandom = (addr("chacha_permute") + 0xDA, addr("chacha_block_generic") + 0x73,
+               addr("get_random_bytes_user") + 0x74, addr("do_syscall_64") + 0x71)
+    copy = (addr("_copy_to_iter") + 0x1B0, addr("get_random_bytes_user") + 0x9C)
+    halt = (addr("pv_native_safe_halt") + 0xB, addr("default_idle") + 0x9)
+    drains = []
+    for i in range(6):
+        counts = [
+            StackCount(4242, "dd", 90 + 7 * i, urandom, (0x401000 + i % 2,), False),
+            StackCount(4242, "dd", 20 + i, copy, (), False),
+            StackCount(0, "swapper/1", 60 - 5 * i, halt, (), False),
+            StackCount(777, "python3", 3 + i, (), (0x402000,), True),
+        ]
+        if i % 3 == 0:
+            counts.append(StackCount(999, "\x1b[2J sh", 4, copy, (), False))
+        ticks = CpuTicks(user=10 + i, kernel=150 + 3 * i, idle=40 - i, steal=i % 2)
+        drains.append(CpuDrain(100.0 + i, 101.0 + i + 0.01 * i, tuple(counts),
+                               {"kstack_collision": i}, ticks))
+    return drains
+
+
+def name_user(pid, addresses):
+    return tuple(UserFrame(f"fn_{a:x}+0x4", "/usr/bin/dd") for a in addresses)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_a_window_of_cpu_records_equals_the_live_window(kallsyms, addr, window):
+    drains = cpu_drains(addr)
+    span = sum(d.end - d.start for d in drains[-window:])
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=span, resolve_user=name_user)
+    records, live = recorded_and_window(aggregator, drains, "cpu")
+    merged = merge_cpu(records[-window:])
+    assert comparable(merged.functions) == comparable(live.functions)
+    key = repr  # equal counts tie in any order
+    assert comparable(sorted(merged.stacks, key=key)) == comparable(sorted(live.stacks, key=key))
+    assert comparable(dataclasses.replace(merged, stacks=(), functions=())) == comparable(
+        dataclasses.replace(live, stacks=(), functions=()))
+    assert merged.times.ticks == live.times.ticks  # the split weighed by exact ticks
+
+
+# ---- lock contention ---------------------------------------------------------------------
+
+
+def lock_drains() -> tuple[list[LockDrain], str]:
+    """The two drains recorded on the VM (tests/fixtures/locks_record.py), twice over: the
+    same callers come back in later intervals, as they do live."""
+    with open(os.path.join(FIXTURES, "locks_drains.json")) as f:
+        recorded = json.load(f)
+    drains = []
+    for shift in (0.0, 2.1):
+        for d in recorded["drains"]:
+            drains.append(LockDrain(
+                d["start"] + shift, d["end"] + shift,
+                tuple(StackWaits(**{**r, "kernel": tuple(r["kernel"]), "hist": tuple(r["hist"])})
+                      for r in d["stacks"]),
+                tuple(LockWaits(**r) for r in d["locks"]),
+                tuple(TaskWaits(**{**r, "kernel": tuple(r["kernel"]), "user": tuple(r["user"])})
+                      for r in d["tasks"]),
+                dict(d["lost"]),
+            ))
+    return drains, "\n".join(recorded["kallsyms"])
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_a_window_of_lock_records_equals_the_live_window(window):
+    from ktop.symbols import Kallsyms
+
+    drains, kallsyms_text = lock_drains()
+    span = sum(d.end - d.start for d in drains[-window:])
+    aggregator = LockAggregator(Kallsyms.from_text(kallsyms_text), window_s=span,
+                                resolve_user=name_user)
+    records, live = recorded_and_window(aggregator, drains, "locks")
+    assert len(live.callers) > 20 and any(c.user_stacks for c in live.callers)
+    merged = merge_locks(records[-window:])
+
+    def user_stacks_apart(profile):  # equal waits tie in any order
+        return dataclasses.replace(profile, callers=tuple(
+            dataclasses.replace(c, user_stacks=tuple(sorted(c.user_stacks, key=repr)))
+            for c in profile.callers))
+
+    assert comparable(user_stacks_apart(merged)) == comparable(user_stacks_apart(live))
+
+
+# ---- block I/O ---------------------------------------------------------------------------
+
+
+def block_drains() -> tuple[list[BlockDrain], str]:
+    with open(os.path.join(FIXTURES, "blockio_drains.json")) as f:
+        recorded = json.load(f)
+    drains = []
+    for shift in (0.0, 0.5):
+        for d in recorded["drains"]:
+            drains.append(BlockDrain(
+                origin=d["origin"], start=d["start"] + shift, end=d["end"] + shift,
+                totals=tuple(IoTotal(**row) for row in d["totals"]),
+                histogram=tuple(LatencyBucket(**row) for row in d["histogram"]),
+                stacks=tuple(IoStack(**{**row, "kernel": tuple(row["kernel"]),
+                                        "user": tuple(row["user"])}) for row in d["stacks"]),
+                requests=tuple(dataclasses.replace(CompletedRequest(**row), time=row["time"] + shift)
+                               for row in d["requests"]),
+                lost=d["lost"],
+            ))
+    return drains, "\n".join(recorded["kallsyms"])
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_a_window_of_block_io_records_equals_the_live_window(window):
+    from ktop.symbols import Kallsyms
+
+    drains, kallsyms_text = block_drains()
+    span = sum(d.end - d.start for d in drains[-window:])
+    aggregator = BlockAggregator(window_s=span, disk_names={kernel_dev(254, 0): "vda"},
+                                 symbols=Kallsyms.from_text(kallsyms_text))
+    records, live = recorded_and_window(aggregator, drains, "blockio", max_requests=50)
+    merged = merge_blockio(records[-window:])
+    assert live.processes and live.disks[0].hist_us and live.processes[0].stacks
+    assert comparable(dataclasses.replace(merged, requests=merged.requests[:50])) == comparable(live)
+
+
+def test_a_window_of_snapshots_takes_processes_and_losses_from_the_newest(recorded_snapshot):
+    older = dataclasses.replace(
+        recorded_snapshot, taken_at=recorded_snapshot.taken_at - 1,
+        processes=recorded_snapshot.processes[:1],
+        cpu=dataclasses.replace(recorded_snapshot.cpu, lost={"kstack_collision": 1}))
+    merged = merge([older, recorded_snapshot])
+    assert merged.processes == recorded_snapshot.processes
+    assert merged.taken_at == recorded_snapshot.taken_at
+    assert merged.cpu.total_samples == 2 * recorded_snapshot.cpu.total_samples
+    assert merged.duration_s == pytest.approx(2 * recorded_snapshot.cpu.window_s)
+    assert merged.cpu.lost == recorded_snapshot.cpu.lost  # counted since start: the newest
+    # Twice the samples over twice the time: the same share (the fixture's is rounded).
+    assert merged.cpu.functions[0].percent == pytest.approx(
+        recorded_snapshot.cpu.functions[0].percent, abs=0.01)
