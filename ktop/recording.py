@@ -49,12 +49,12 @@ import struct
 import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.model import Bucket, Snapshot
+from ktop.model import Bucket, BuiltOnRead, Snapshot
 from ktop.stacktree import hot_functions
 from ktop.text import printable
 
@@ -119,7 +119,7 @@ def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
 def _plain(value: Any) -> Any:
     """A model value as JSON data, floats unrounded, fields at their default left out."""
     cls = type(value)
-    if cls is tuple or cls is list:
+    if cls is tuple or cls is list or cls is BuiltOnRead:
         return [_plain(item) for item in value]
     if cls is str or cls is int or cls is float or cls is bool or value is None:
         return value
@@ -182,7 +182,7 @@ def _decoder(hint: Any) -> Callable[[Any], Any]:
         (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
         decode_inner = _decoder(inner)
         return lambda data: None if data is None else decode_inner(data)
-    if origin is tuple:
+    if origin is tuple or origin is Sequence:
         item = _decoder(get_args(hint)[0])
         return lambda data: tuple(map(item, _list(data)))
     if origin is Mapping:

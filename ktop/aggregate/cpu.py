@@ -195,10 +195,9 @@ class CpuAggregator:
         alone, as a recording keeps it."""
         if latest:
             samples, window_s = self._window.latest()
-            return replace(build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
-                                         samples.ticks, False, {}, self._ids.keys),
-                           line_info=self.line_info)
-        samples, window_s = self._window.counts(cumulative)
+            cumulative = False
+        else:
+            samples, window_s = self._window.counts(cumulative)
         return build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
                              samples.ticks, cumulative, self._ids.keys, self._frame,
                              self.line_info)
