@@ -8,7 +8,7 @@ from ktop.model import PANE_FUNCTIONS, HotFunction, Snapshot
 from ktop.screens.stacks import FunctionScreen
 from ktop.stacktree import hot_functions
 from ktop.units import format_span
-from ktop.widgets.pane import Display, Drill, Pane, View
+from ktop.widgets.pane import Display, Drill, Pane, PaneRow, View
 from ktop.widgets.table import Cell, Column, num
 
 
@@ -29,6 +29,10 @@ class FunctionsPane(Pane):
         ),
     )
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._made: dict[tuple, PaneRow] = {}  # a function's figures -> its row last time
+
     def rows(self, snapshot: Snapshot, display: Display):
         cpu = snapshot.cpu
         if cpu is None:
@@ -39,20 +43,27 @@ class FunctionsPane(Pane):
                 (s for s in cpu.stacks if s.pid == display.pid),
                 cpu.sample_hz * cpu.window_s * cpu.cpus,
             )
-        rows = [
-            (
-                f"{f.symbol} {f.module}",
-                (
-                    num(f"{f.percent:.2f}%", f.percent, _heat(f.percent)),
-                    num(str(f.samples), f.samples),
-                    Cell(f.symbol, style="dim" if f.idle else ""),
-                    Cell(f.module, style="dim"),
-                ),
-                f,
-            )
-            for f in functions
-            if display.show_idle or not f.idle
-        ]
+        # At 4000 Hz hundreds of functions: a row whose figures did not move keeps its cells.
+        made, self._made = self._made, {}
+        rows = []
+        for f in functions:
+            if f.idle and not display.show_idle:
+                continue
+            seen = (f.symbol, f.module, f.samples, f.percent, f.idle)
+            row = made.get(seen)
+            if row is None:
+                row = (
+                    f"{f.symbol} {f.module}",
+                    (
+                        num(f"{f.percent:.2f}%", f.percent, _heat(f.percent)),
+                        num(str(f.samples), f.samples),
+                        Cell(f.symbol, style="dim" if f.idle else ""),
+                        Cell(f.module, style="dim"),
+                    ),
+                    f,
+                )
+            self._made[seen] = row
+            rows.append(row)
         mode = "cumulative" if cpu.cumulative else "last"
         hidden = "" if display.show_idle else "  idle hidden (i)"
         subtitle = f"{mode} {format_span(cpu.window_s)}{hidden}"
