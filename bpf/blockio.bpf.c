@@ -155,6 +155,7 @@ static __always_inline void count_submission(void *ctx, struct blk_inflight *req
 	key.pid = req->pid;
 	key.dev = req->dev;
 	key.rw = req->rw;
+	key.cgroup = req->cgroup;
 	__builtin_memcpy(key.comm, req->comm, sizeof(key.comm));
 	key.kstack = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
 	count_lost(stack_loss(key.kstack, BLK_LOST_KSTACK_COLLISION, BLK_LOST_KSTACK_FULL));
@@ -186,6 +187,7 @@ static __always_inline struct blk_inflight *track_submission(void *ctx, u64 addr
 	req.dev = dev;
 	req.rw = rw;
 	req.flags = flags;
+	req.cgroup = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(&req.comm, sizeof(req.comm));
 	/* Still here: the last request at this address completed unseen (or merged unseen). */
 	if (inflight.lookup(&address))
@@ -225,6 +227,7 @@ static __always_inline void count_completion(struct blk_inflight *req, u64 bytes
 	key.pid = req->pid;
 	key.dev = req->dev;
 	key.rw = req->rw;
+	key.cgroup = req->cgroup;
 	__builtin_memcpy(key.comm, req->comm, sizeof(key.comm));
 	struct blk_io_totals zero = {}, *totals;
 	totals = g ? totals_1.lookup_or_try_init(&key, &zero)
@@ -242,6 +245,7 @@ static __always_inline void count_completion(struct blk_inflight *req, u64 bytes
 	hkey.pid = req->pid;
 	hkey.dev = req->dev;
 	hkey.rw = req->rw;
+	hkey.cgroup = req->cgroup;
 	hkey.slot = bpf_log2l((latency_ns / 1000) | 1);
 	if (hkey.slot > MAX_SLOT)
 		hkey.slot = MAX_SLOT;
@@ -267,6 +271,7 @@ static __always_inline void count_completion(struct blk_inflight *req, u64 bytes
 	event->dev = req->dev;
 	event->bytes = bytes;
 	event->rw = req->rw;
+	event->cgroup = req->cgroup;
 	__builtin_memcpy(event->comm, req->comm, sizeof(event->comm));
 	completions.ringbuf_submit(event, 0);
 }

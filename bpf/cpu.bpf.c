@@ -1,5 +1,5 @@
 /* Hot kernel functions: a cpu-clock perf event on every CPU counts samples in the kernel by
- * (pid, kernel stack, user stack). User space drains one generation of maps while the
+ * (pid, cgroup, kernel stack, user stack). User space drains one generation of maps while the
  * program fills the other; stack maps are emptied by user space once crowded (maps.py). */
 #include <uapi/linux/ptrace.h>
 #include "ktop.h"
@@ -43,6 +43,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	struct cpu_key key = {};
 
 	key.pid = bpf_get_current_pid_tgid() >> 32;
+	key.cgroup = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	if (g == 0) {
 		key.kstack = stacks_0.get_stackid(ctx, 0);

@@ -29,6 +29,7 @@ struct cpu_key {
 	s32 kstack;			/* kernel stack id, or -errno (-EFAULT: sampled in user mode) */
 	s32 ustack;			/* user stack id, or -errno (kernel threads have none) */
 	u32 pad;
+	u64 cgroup;			/* bpf_get_current_cgroup_id(): the task's cgroup v2 */
 	char comm[KTOP_COMM_LEN];
 };
 
@@ -68,6 +69,7 @@ struct blk_inflight {
 	u32 flags;			/* BLK_FLAG_* */
 	u32 bytes;			/* size at issue (at queue, for a bio) */
 	u32 pad;
+	u64 cgroup;			/* submitter's cgroup v2 id */
 	char comm[KTOP_COMM_LEN];	/* submitter's comm */
 };
 
@@ -77,6 +79,7 @@ struct blk_io_key {
 	u32 dev;
 	u32 rw;
 	u32 pad;
+	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 };
 
@@ -93,6 +96,7 @@ struct blk_hist_key {
 	u32 dev;
 	u32 rw;
 	u32 slot;			/* bpf_log2l(lat_us | 1): slot k holds [2^(k-1), 2^k) us */
+	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 };
 
@@ -104,6 +108,7 @@ struct blk_stack_key {
 	s32 kstack;			/* kernel stack id, or -errno */
 	s32 ustack;			/* user stack id, or -errno (-EFAULT unless USER_STACKS) */
 	u32 pad;
+	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 };
 
@@ -117,6 +122,7 @@ struct blk_event {
 	u32 dev;
 	u32 bytes;
 	u32 rw;
+	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 };
 
@@ -207,6 +213,7 @@ struct lock_task_key {
 	s32 ustack;
 	u32 flags;
 	u32 pad;
+	u64 cgroup;			/* the task's cgroup v2 id */
 	char comm[KTOP_COMM_LEN];
 };
 

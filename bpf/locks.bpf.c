@@ -185,6 +185,7 @@ static __always_inline void account(void *ctx, struct lock_start *begin, u64 wai
 		.kstack = kstack,
 		.ustack = ustack,
 		.flags = begin->flags,
+		.cgroup = bpf_get_current_cgroup_id(),
 	};
 	bpf_get_current_comm(&task_key.comm, sizeof(task_key.comm));
 	struct lock_wait *tw = task_wait_entry(g, &task_key, &init->wait);

@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
+from ktop.cgroups import cgroup_exists
 from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
 from ktop.screens.help import HelpScreen, bindings_help
@@ -28,7 +29,7 @@ from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
 from ktop.widgets.header import HeaderBar
 from ktop.widgets.locks import LocksPane
-from ktop.widgets.pane import Display, Pane
+from ktop.widgets.pane import CgroupFilter, Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
 from ktop.writer import SnapshotError, write_atomically
@@ -84,6 +85,7 @@ class KtopApp(App[None]):
         Binding("less_than_sign", "sort(-1)", "sort by the column to the left", show=False),
         Binding("greater_than_sign", "sort(1)", "sort by the column to the right", show=False),
         Binding("slash", "filter", "Filter"),
+        Binding("g", "filter_cgroup", "Cgroup filter", show=False),
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
         Binding("R", "record", "Record"),
@@ -104,13 +106,14 @@ class KtopApp(App[None]):
         interval_s: float = 1.0,
         show_idle: bool = False,
         pid: int | None = None,
+        cgroup: str | None = None,
         save_dir: str = ".",
         source_note: str = "",
     ) -> None:
         super().__init__()
         self.source = source
         self.interval_s = interval_s
-        self.display_settings = Display(show_idle=show_idle, pid=pid)
+        self.display_settings = Display(show_idle=show_idle, pid=pid, cgroup=cgroup)
         self.save_dir = save_dir
         self.snapshot: Snapshot | None = None
         self.paused = False
@@ -222,7 +225,7 @@ class KtopApp(App[None]):
         snapshot = self.snapshot
         pid = self.display_settings.pid
         pid_note = f"showing pid {pid} only (Esc shows all)" if pid is not None else ""
-        self.note = "   ".join(n for n in (self.source_note, pid_note) if n)
+        self.note = "   ".join(n for n in (self.source_note, pid_note, self._cgroup_note()) if n)
         try:
             header = self.header_bar()
         except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
@@ -235,6 +238,18 @@ class KtopApp(App[None]):
         with self.batch_update():
             for name in PANE_ORDER:
                 self.pane(name).show(snapshot, self.display_settings)
+
+    def _cgroup_note(self) -> str:
+        """What the cgroup filter shows; a live cgroup removed since is said so."""
+        cgroup = self.display_settings.cgroup
+        if cgroup is None:
+            return ""
+        gone = self.source.live and not cgroup_exists(cgroup)
+        if gone != self.display_settings.cgroup_gone:
+            self.display_settings = replace(self.display_settings, cgroup_gone=gone)
+        if gone:
+            return f"cgroup {cgroup} was removed: its last rows fade with the window (Esc shows all)"
+        return f"showing cgroup {cgroup} only (Esc shows all)"
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -337,6 +352,9 @@ class KtopApp(App[None]):
                 self.display_settings = replace(self.display_settings, pid=None)
                 self.refresh_panes()
                 event.stop()
+            elif self.display_settings.cgroup is not None:
+                self._set_cgroup(None)
+                event.stop()
             elif self.zoomed:
                 self._set_zoom(None)
                 event.stop()
@@ -373,16 +391,39 @@ class KtopApp(App[None]):
         if isinstance(target, int):  # a process: every pane shows it alone
             self.display_settings = replace(self.display_settings, pid=target)
             self.refresh_panes()
+        elif isinstance(target, CgroupFilter):
+            self._set_cgroup(target.path)
         elif target is not None:
             self.push_screen(target(lambda: self.latest))
         return target is not None
+
+    def action_filter_cgroup(self) -> None:
+        """g: every pane shows the selected row's cgroup subtree alone; g again shows all."""
+        if self.screen is not self.main_screen:
+            return
+        if self.display_settings.cgroup is not None:
+            self._set_cgroup(None)
+            return
+        pane = self.focused_pane()
+        key = pane.table.selected_key
+        row = pane.model_row(key) if key is not None else None
+        cgroup = getattr(row, "cgroup", None)
+        if not cgroup or cgroup.startswith("["):
+            self.notify("no cgroup on this row: select a process, a lock task, "
+                        "an I/O process or a cgroup (4, v)", severity="warning")
+            return
+        self._set_cgroup(cgroup)
+
+    def _set_cgroup(self, cgroup: str | None) -> None:
+        self.display_settings = replace(self.display_settings, cgroup=cgroup, cgroup_gone=False)
+        self.refresh_panes()
 
     def action_help(self) -> None:
         keys = bindings_help([b for b in self.BINDINGS if self._applies(b.action)]) + [
             ("Up Down PgUp PgDn" + ("" if self.timeline else " Home End"),
              "move in the focused table"),
             ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),
-            ("Esc Backspace", "show all processes again / leave the zoom"),
+            ("Esc Backspace", "show all processes (or cgroups) again / leave the zoom"),
             ("mouse", "click a row to select it, click it again to drill down"),
         ]
         self.push_screen(HelpScreen("ktop", keys))

@@ -133,6 +133,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
     parser.add_argument("-p", "--pid", type=_pid, metavar="PID",
                         help="show only this process in every pane")
+    parser.add_argument("--cgroup", metavar="PATH",
+                        help="show only this cgroup v2 and the cgroups below it in every pane "
+                        "(/system.slice/nginx.service, or its full path under the mount; key g)")
     parser.add_argument("--snapshot", metavar="FILE",
                         help="run headless and write FILE, then exit: the screen (.svg, .txt), "
                         "its data (.json), flame graph stacks (.folded), pprof (.pb.gz) or "
@@ -215,7 +218,7 @@ def _check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     given = [name for name, used in {
         "--snapshot": args.snapshot is not None, "--duration": args.duration is not None,
         "--size": args.size != (160, 50), "--drill": args.drill is not None,
-        "--pid": args.pid is not None,
+        "--pid": args.pid is not None, "--cgroup": args.cgroup is not None,
     }.items() if used]
     if given:
         parser.error(f"{', '.join(given)} shape a snapshot or the screen; --serve serves metrics")
@@ -334,6 +337,21 @@ def _export_options(args: argparse.Namespace):
                          top=args.top or 20)
 
 
+def _check_cgroup(args: argparse.Namespace) -> str:
+    """--cgroup PATH made relative to the cgroup v2 mount, or why it cannot be shown. A
+    replay's cgroups were on the machine that recorded it: its path is taken as written."""
+    from ktop.cgroups import CgroupError, resolve_filter
+
+    if args.replay is not None:
+        args.cgroup = "/" + args.cgroup.strip().strip("/") if args.cgroup.strip("/ ") else "/"
+        return ""
+    try:
+        args.cgroup = resolve_filter(args.cgroup)
+    except CgroupError as e:
+        return printable(str(e))
+    return ""
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.export import RecordingError
     from ktop.recording import RecordingError as RecordFileError
@@ -356,6 +374,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration or 3.0, args.size, show_idle=args.idle,
             recorded=recorded, fmt=fmt, exports=_export_options(args), pid=args.pid,
+            cgroup=args.cgroup,
             drill=args.drill, source_note=note,
         )
     except (SnapshotError, RecordFileError) as e:
@@ -436,6 +455,7 @@ def run_interactive(args: argparse.Namespace) -> int:
     from ktop.app import build_app  # noqa: PLC0415
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
+                    cgroup=args.cgroup,
                     source_note=note)
     try:
         app.run()
@@ -458,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         _messages = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
     except (OSError, ValueError, AttributeError):  # no real stderr (tests capture it)
         _messages = sys.stderr
+    if args.cgroup is not None:
+        error = _check_cgroup(args)
+        if error:
+            return _fail(error)
     if args.serve is not None:
         return run_serve(args)
     if args.record:

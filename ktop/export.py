@@ -20,6 +20,7 @@ from ktop.model import (
     IoProcess,
     IoRequest,
     LockProfile,
+    ProcessRow,
     Snapshot,
 )
 from ktop.stacktree import callers_tree
@@ -40,6 +41,7 @@ ROUNDING: dict[type, dict[str, int]] = {
     DiskStats: {"avg_lat_ms": 4},
     IoProcess: {"avg_lat_ms": 4, "avg_queue_ms": 4},
     IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4},
+    ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0},
 }
 
 # Written as a list of their fields, not an object: histograms always were [low, high, count].

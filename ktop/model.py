@@ -105,6 +105,7 @@ class StackSample:
     truncated: bool = False  # deeper than the collected depth
     idle: bool = False  # the idle task inside an idle function
     sources: tuple[str, ...] = ()  # "fs/read_write.c:482" per kernel frame, with a debug vmlinux
+    cgroup: str = ""  # cgroup v2 path relative to its mount ("/" the root); "" if unknown
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,12 @@ class ProcessRow:
     threads: int
     rss_bytes: int
     cmdline: str = ""
+    cgroup: str = ""  # cgroup v2 path, as /proc/PID/cgroup says it
+    # Bytes a second this process caused to be read from / sent to storage (task I/O
+    # accounting, /proc/PID/io: a buffered write counts when it dirties the page cache, not
+    # when writeback sends it). None where the kernel does not let ktop read them.
+    disk_read_bps: float | None = None
+    disk_write_bps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,7 @@ class LockTask:
     contended: int
     total_wait_ns: int
     max_wait_ns: int = 0
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)
@@ -274,6 +282,7 @@ class IoProcess:
     avg_queue_ms: float
     stacks: tuple[IoSubmitStack, ...] = ()
     hist_us: tuple[Bucket, ...] = ()  # completion latencies
+    cgroup: str = ""  # the submitter's
 
 
 @dataclass(frozen=True)
@@ -287,6 +296,7 @@ class IoRequest:
     bytes: int
     queue_ms: float
     lat_ms: float
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from ktop.collectors.disks import DiskNames, split_dev
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
 from ktop.symbols import Kallsyms
 
-# (pid, comm, dev, rw): one row of the per-process table.
-IoKey = tuple[int, str, int, str]
+# (pid, comm, dev, rw, cgroup): one row of the per-process table.
+IoKey = tuple[int, str, int, str, str]
 AddressFormatter = Callable[[int], str]
 # Frames of the tracing machinery itself (and, above them, the BPF program, unnamed unless
 # bpf_jit_kallsyms is on), innermost in every stack a tracepoint takes; they say nothing
@@ -127,18 +127,20 @@ class BlockAggregator:
     def _fold(self, drain: BlockDrain) -> _IoCounts:
         counts = _IoCounts()
         for row in drain.totals:
-            key = (row.pid, row.comm, row.dev, row.rw)
+            key = (row.pid, row.comm, row.dev, row.rw, row.cgroup)
             counts.totals.setdefault(key, _Totals()).add(
                 _Totals(row.requests, row.bytes, row.latency_ns, row.queue_ns)
             )
         for bucket in drain.histogram:
-            counts.slots[(bucket.pid, bucket.comm, bucket.dev, bucket.rw), bucket.slot] += (
+            key = (bucket.pid, bucket.comm, bucket.dev, bucket.rw, bucket.cgroup)
+            counts.slots[key, bucket.slot] += (
                 bucket.count
             )
         for stack in drain.stacks:
             frames = self._frames(stack.kernel)
             if frames:  # an empty stack is already counted as lost
-                counts.stacks[(stack.pid, stack.comm, stack.dev, stack.rw), frames] += (
+                key = (stack.pid, stack.comm, stack.dev, stack.rw, stack.cgroup)
+                counts.stacks[key, frames] += (
                     stack.requests
                 )
         return counts
@@ -178,10 +180,10 @@ class BlockAggregator:
 
     def _disks(self, merged: _IoCounts) -> tuple[DiskStats, ...]:
         per_disk: dict[int, dict[str, _Totals]] = {}
-        for (_pid, _comm, dev, rw), totals in merged.totals.items():
+        for (_pid, _comm, dev, rw, _cgroup), totals in merged.totals.items():
             per_disk.setdefault(dev, {}).setdefault(rw, _Totals()).add(totals)
         slots: dict[int, Counter] = {}
-        for ((_pid, _comm, dev, _rw), slot), count in merged.slots.items():
+        for ((_pid, _comm, dev, _rw, _cgroup), slot), count in merged.slots.items():
             slots.setdefault(dev, Counter())[slot] += count
         disks = []
         for dev, by_rw in per_disk.items():
@@ -216,7 +218,7 @@ class BlockAggregator:
         for key, totals in merged.totals.items():
             if not totals.requests:
                 continue
-            pid, comm, dev, rw = key
+            pid, comm, dev, rw, cgroup = key
             major, minor = split_dev(dev)
             rows.append(
                 IoProcess(
@@ -232,6 +234,7 @@ class BlockAggregator:
                     avg_queue_ms=totals.queue_ns / totals.requests / 1e6,
                     stacks=tuple(sorted(stacks.get(key, ()), key=lambda s: (-s.requests, s.frames))),
                     hist_us=histogram(slots.get(key, {})),
+                    cgroup=cgroup,
                 )
             )
         rows.sort(key=lambda p: (-p.bytes, -p.requests, p.pid, p.disk, p.rw))
@@ -255,6 +258,7 @@ class BlockAggregator:
                     bytes=request.bytes,
                     queue_ms=request.queue_ns / 1e6,
                     lat_ms=request.latency_ns / 1e6,
+                    cgroup=request.cgroup,
                 )
             )
         return tuple(rows)

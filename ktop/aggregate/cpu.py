@@ -39,6 +39,7 @@ class _StackKey(NamedTuple):
     idle: bool
     function: tuple[str, str] | None  # (function, module) of the innermost kernel frame
     sources: tuple[str, ...]  # file:line per kernel frame, with a debug vmlinux
+    cgroup: str = ""
 
 
 class _StackIds:
@@ -136,7 +137,7 @@ class CpuAggregator:
         ids = self._ids
         number_of = ids.numbers.get
         for row in drain.counts:
-            raw = (row.pid, row.comm, row.kernel, row.user, row.user_mode)
+            raw = (row.pid, row.comm, row.kernel, row.user, row.user_mode, row.cgroup)
             number = number_of(raw)
             if number is None:
                 number = ids.add(raw, self._stack_key(row))
@@ -173,6 +174,7 @@ class CpuAggregator:
             sources=tuple(self._source(a, i == 0) for i, a in enumerate(kernel))
             if self._source_line
             else (),
+            cgroup=row.cgroup,
         )
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
@@ -184,7 +186,7 @@ class CpuAggregator:
             def exited(number: int, pid: int) -> int:
                 key = keys[number]
                 user_frames = forget_addresses(key.user_frames)
-                identity = (pid, key.comm, key.kernel, user_frames, key.user_mode)
+                identity = (pid, key.comm, key.kernel, user_frames, key.user_mode, key.cgroup)
                 return self._ids.number(identity, key._replace(pid=pid, user_frames=user_frames))
 
             fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
@@ -214,12 +216,14 @@ def _stack_samples(
         if not named and not key.user_frames:
             continue
         identity = (key.pid, key.comm, tuple(n[0] for n in named), tuple(n[1] for n in named),
-                    key.user_frames, len(key.kernel) >= MAX_STACK_DEPTH, key.idle, key.sources)
+                    key.user_frames, len(key.kernel) >= MAX_STACK_DEPTH, key.idle, key.sources,
+                    key.cgroup)
         merged[identity] = merged.get(identity, 0) + samples
     return tuple(
         StackSample(pid=pid, comm=comm, samples=samples, frames=frames, modules=modules,
-                    sources=sources, user_frames=user_frames, truncated=truncated, idle=idle)
-        for (pid, comm, frames, modules, user_frames, truncated, idle, sources), samples
+                    sources=sources, user_frames=user_frames, truncated=truncated, idle=idle,
+                    cgroup=cgroup)
+        for (pid, comm, frames, modules, user_frames, truncated, idle, sources, cgroup), samples
         in sorted(merged.items(), key=lambda kv: -kv[1])
     )
 

@@ -175,6 +175,7 @@ class _Waits:
 
 
 TaskStackKey = tuple[int, str, tuple[str, ...], tuple[UserFrame, ...]]
+TaskKey = tuple[int, str, str]  # (tid, comm, cgroup)
 
 
 def _forget_task_stack_addresses(key: TaskStackKey) -> TaskStackKey:
@@ -186,7 +187,7 @@ class _CallerWaits:
     waits: _Waits = field(default_factory=_Waits)
     hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
     stacks: dict[tuple[str, ...], _Waits] = field(default_factory=dict)
-    tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
+    tasks: dict[TaskKey, _Waits] = field(default_factory=dict)
     user_stacks: dict[tuple[UserFrame, ...], _Waits] = field(default_factory=dict)
     # (tid, comm, kernel frames, user frames): the stacks each task waited under
     task_stacks: dict[TaskStackKey, _Waits] = field(default_factory=dict)
@@ -206,7 +207,7 @@ class _Contention:
 
     callers: dict[tuple[str, str], _CallerWaits] = field(default_factory=dict)
     locks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
-    tasks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
+    tasks: dict[TaskKey, _Waits] = field(default_factory=dict)
 
     def merge(self, other: _Contention) -> None:
         for key, caller in other.callers.items():
@@ -251,7 +252,7 @@ class LockAggregator:
         if crowded(total.tasks, *(c.task_stacks for c in callers)):
             for tasks in [total.tasks, *(c.tasks for c in callers)]:
                 fold_exited(tasks, is_alive, lambda task: task[0],
-                            lambda task, tid: (tid, task[1]), _merged)
+                            lambda task, tid: (tid, *task[1:]), _merged)
             for caller in callers:
                 fold_exited(caller.task_stacks, is_alive, lambda key: key[0],
                             lambda key, tid: (tid, *key[1:]), _merged)
@@ -276,7 +277,7 @@ class LockAggregator:
             )
         for row in drain.tasks:
             frames, caller = self._stack(row.kernel, row.kernel_error)
-            task = (row.tid, row.comm)
+            task = (row.tid, row.comm, row.cgroup)
             stats = (row.contended, row.total_ns, row.max_ns, row.min_ns)
             contention.tasks.setdefault(task, _Waits()).add(*stats)
             waits = contention.callers.get((caller, lock_type_name(row.flags)))
@@ -286,7 +287,7 @@ class LockAggregator:
                 if row.user and self._resolve_user is not None:
                     user = tuple(self._resolve_user(row.tgid, row.user))
                     waits.user_stacks.setdefault(user, _Waits()).add(*stats)
-                waits.task_stacks.setdefault((*task, frames, user), _Waits()).add(*stats)
+                waits.task_stacks.setdefault((row.tid, row.comm, frames, user), _Waits()).add(*stats)
         for row in drain.locks:
             key = (row.address, lock_type_name(row.flags))
             contention.locks.setdefault(key, _Waits()).add(
@@ -363,10 +364,11 @@ class LockAggregator:
         )
 
 
-def _tasks(waits: dict[tuple[int, str], _Waits]) -> tuple[LockTask, ...]:
+def _tasks(waits: dict[TaskKey, _Waits]) -> tuple[LockTask, ...]:
     return tuple(
-        LockTask(pid=tid, comm=comm, contended=w.contended, total_wait_ns=w.total_ns, max_wait_ns=w.max_ns)
-        for (tid, comm), w in _by_total_wait(waits)
+        LockTask(pid=tid, comm=comm, contended=w.contended, total_wait_ns=w.total_ns,
+                 max_wait_ns=w.max_ns, cgroup=cgroup)
+        for (tid, comm, cgroup), w in _by_total_wait(waits)
     )
 
 

@@ -12,6 +12,7 @@ import errno
 import time
 from dataclasses import dataclass
 
+from ktop.cgroups import CgroupNames, shared_names
 from ktop.collectors.bpfload import (
     Unavailable,
     check_privileges,
@@ -112,11 +113,12 @@ class BlkEvent(ct.Structure):
         ("dev", ct.c_uint32),
         ("bytes", ct.c_uint32),
         ("rw", ct.c_uint32),
+        ("cgroup", ct.c_uint64),
         ("comm", ct.c_char * 16),
     ]
 
 
-assert ct.sizeof(BlkEvent) == 64, "keep BlkEvent in step with struct blk_event"
+assert ct.sizeof(BlkEvent) == 72, "keep BlkEvent in step with struct blk_event"
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class IoTotal:
     bytes: int
     latency_ns: int  # summed: issue (or submission, if never issued) to completion
     queue_ns: int  # summed: insert to issue
+    cgroup: str = ""  # the submitter's cgroup v2 path
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class LatencyBucket:
     rw: str
     slot: int  # slot k holds latencies in [2^(k-1), 2^k) us; slot 1 holds [0, 2) us
     count: int
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class IoStack:
     requests: int
     kernel: tuple[int, ...]  # innermost first
     user: tuple[int, ...]
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ class CompletedRequest:
     bytes: int
     latency_ns: int
     queue_ns: int
+    cgroup: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,7 @@ class BlockCollector:
         interval_s: float = 1.0,
         user_stacks: bool = False,
         sys_root: str = "/sys",
+        cgroups: CgroupNames | None = None,
     ) -> None:
         """user_stacks: also walk the submitter's user stack (costs a little per request)."""
         self._interval_s = interval_s
@@ -212,6 +219,7 @@ class BlockCollector:
         self._last_sweep = 0.0
         self._last_bio_refresh = 0.0
         self._pending: list[CompletedRequest] = []
+        self._cgroups = cgroups or shared_names()
 
     def start(self) -> None:
         """Compile, load and attach; Unavailable says why not and what would fix it."""
@@ -258,6 +266,7 @@ class BlockCollector:
                 bytes=event.bytes,
                 latency_ns=event.latency_ns,
                 queue_ns=event.queue_ns,
+                cgroup=self._cgroups.name(event.cgroup),
             )
         )
 
@@ -265,6 +274,7 @@ class BlockCollector:
         """Swap map generations, then read and empty the one the program just left."""
         assert self._program is not None, "start() first"
         old, end = self._program.swap()
+        cgroup_name = self._cgroups.name
 
         totals = tuple(
             IoTotal(
@@ -276,6 +286,7 @@ class BlockCollector:
                 bytes=value.bytes,
                 latency_ns=value.latency_ns,
                 queue_ns=value.queue_ns,
+                cgroup=cgroup_name(key.cgroup),
             )
             for key, value in self._program.table(MAP_TOTALS[old]).drain()
         )
@@ -287,6 +298,7 @@ class BlockCollector:
                 rw=_rw(key.rw),
                 slot=key.slot,
                 count=count,
+                cgroup=cgroup_name(key.cgroup),
             )
             for key, count in self._program.table(MAP_HIST[old]).drain()
         )
@@ -304,6 +316,7 @@ class BlockCollector:
                 requests=requests,
                 kernel=walk(key.kstack),
                 user=walk(key.ustack) if key.ustack != -errno.EFAULT else (),
+                cgroup=cgroup_name(key.cgroup),
             )
             for key, requests in self._program.table(MAP_STACK_COUNTS[old]).drain()
         )

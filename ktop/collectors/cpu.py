@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ktop.cgroups import CgroupNames, shared_names
 from ktop.collectors.bpfload import Unavailable, load_program
 from ktop.collectors.bpfsys import attach_sampling
 from ktop.collectors.maps import TwoGenerationProgram
@@ -38,6 +39,7 @@ class StackCount(NamedTuple):
     kernel: tuple[int, ...]
     user: tuple[int, ...]
     user_mode: bool  # sampled while running user code: no kernel stack
+    cgroup: str = ""  # the task's cgroup v2 path
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ def _map_sizes(hz: int, cpus: int, interval_s: float) -> tuple[int, int, int]:
 class CpuSampler:
     pane = "functions"
 
-    def __init__(self, hz: int = 99, interval_s: float = 1.0) -> None:
+    def __init__(self, hz: int = 99, interval_s: float = 1.0,
+                 cgroups: CgroupNames | None = None) -> None:
         self.hz = hz
         self.cpus = os.cpu_count() or 1
         self._interval_s = interval_s
@@ -71,6 +74,7 @@ class CpuSampler:
         self._last = 0.0
         self._ticks = CpuTicks()
         self._comms: dict[bytes, str] = {}
+        self._cgroups = cgroups or shared_names()
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
@@ -102,6 +106,7 @@ class CpuSampler:
         user_stacks = self._program.table(MAP_USER_STACKS[old])
         walk = self._program.stacks.read
         names = self._comms
+        cgroup_name = self._cgroups.name
 
         rows = []
         for key, samples in counts_map.drain():
@@ -110,7 +115,8 @@ class CpuSampler:
                 comm = names[key.comm] = key.comm.decode(errors="replace")
             kstack = key.kstack
             rows.append(StackCount(key.pid, comm, samples, walk(kernel_stacks, kstack),
-                                   walk(user_stacks, key.ustack), kstack == -errno.EFAULT))
+                                   walk(user_stacks, key.ustack), kstack == -errno.EFAULT,
+                                   cgroup_name(key.cgroup)))
         if len(names) > 4096:  # command names seen lately, decoded once
             names.clear()
         self._program.stacks.tidy(kernel_stacks)

@@ -7,6 +7,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from ktop.cgroups import CgroupNames, shared_names
 from ktop.collectors.bpfload import (
     TRACEFS,
     Unavailable,
@@ -95,6 +96,7 @@ class TaskWaits:
     total_ns: int
     max_ns: int
     min_ns: int
+    cgroup: str = ""  # the thread's cgroup v2 path ("/system.slice/x.service")
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,8 @@ class LockCollector:
     pane = "locks"
 
     def __init__(
-        self, interval_s: float = 1.0, user_stacks: bool = True, pass_on: bool = True
+        self, interval_s: float = 1.0, user_stacks: bool = True, pass_on: bool = True,
+        cgroups: CgroupNames | None = None,
     ) -> None:
         """interval_s: how often drain() will be called (waits are summed per interval in the
         kernel, so the maps' sizes do not depend on it). user_stacks: also record each
@@ -160,6 +163,7 @@ class LockCollector:
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
         self._stale_begins = 0
+        self._cgroups = cgroups or shared_names()
 
     def start(self) -> None:
         check_privileges()
@@ -195,6 +199,7 @@ class LockCollector:
         kernel_stacks = self._program.table(MAP_STACKS[old])
         user_stacks = self._program.table(MAP_USER_STACKS[old])
         walk = self._program.stacks.read
+        cgroup_name = self._cgroups.name
 
         def error(stack_id: int) -> int:
             return min(0, stack_id)
@@ -237,6 +242,7 @@ class LockCollector:
                 total_ns=value.total_ns,
                 max_ns=value.max_ns,
                 min_ns=value.min_ns,
+                cgroup=cgroup_name(key.cgroup),
             )
             for key, value in self._program.table(MAP_TASK_WAITS[old]).drain()
         ]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from functools import partial
 
-from ktop.model import PANE_BLOCKIO, DiskStats, IoProcess, IoRequest, Snapshot
+from ktop.cgroups import short_name
+from ktop.model import PANE_BLOCKIO, BlockProfile, DiskStats, IoProcess, IoRequest, Snapshot
 from ktop.screens.stacks import IoProcessScreen
 from ktop.text import format_pid
 from ktop.units import format_span
-from ktop.widgets.pane import Display, Drill, Pane, View
+from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 
@@ -30,6 +31,7 @@ class BlockIoPane(Pane):
                 Column("kbytes", "Kbytes", 7, right=True),
                 Column("avg", "AVGms", 6, right=True),
                 Column("queue", "QUEms", 6, right=True),
+                Column("cgroup", "CGROUP", 14, descending=False, shown_from=WIDER),
             ),
             "kbytes",
         ),
@@ -65,7 +67,6 @@ class BlockIoPane(Pane):
         block = snapshot.blockio
         if block is None:
             return [], "waiting for block I/O events...", ""
-        pid = display.pid
         if self.view == "processes":
             rows = [
                 (
@@ -81,11 +82,12 @@ class BlockIoPane(Pane):
                         num(str(p.bytes // 1024), p.bytes),
                         num(f"{p.avg_lat_ms:.2f}", p.avg_lat_ms),
                         num(f"{p.avg_queue_ms:.2f}", p.avg_queue_ms),
+                        Cell(short_name(p.cgroup), p.cgroup.lower()),
                     ),
                     p,
                 )
                 for p in block.processes
-                if pid is None or p.pid == pid
+                if display.shows(p.pid, p.cgroup)
             ]
         elif self.view == "requests":
             rows = [
@@ -105,7 +107,7 @@ class BlockIoPane(Pane):
                     r,
                 )
                 for r in block.requests
-                if pid is None or r.pid == pid
+                if display.shows(r.pid, r.cgroup)
             ]
         else:
             rows = []
@@ -131,9 +133,36 @@ class BlockIoPane(Pane):
             subtitle += f"  lost {lost}"
         return rows, f"no block I/O in the last {format_span(block.window_s)}", subtitle
 
+    def note(self, snapshot: Snapshot, display: Display) -> str:
+        share = writeback_share(snapshot.blockio) if snapshot.blockio else None
+        if share is None:
+            return ""
+        return (f"{share:.0%} of the bytes written were sent by writeback threads (kworker): "
+                "who wrote them shows as DISK W/s in 4 Processes (z)")
+
     def drill_row(self, row: IoProcess | IoRequest | DiskStats) -> Drill:
         if isinstance(row, IoRequest):  # a request opens its process
             row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
         if isinstance(row, IoProcess):
             return partial(IoProcessScreen, row, self._snapshot)
         return None  # a latency bucket: no stacks behind it
+
+
+# Kernel threads that write dirty pages back for whoever dirtied them: "kworker/u8:2" (the
+# "+flush-254:0" ps shows is not part of the comm), "flush-8:0" before Linux 3.10.
+WRITEBACK_COMMS = ("kworker", "flush-")
+WRITEBACK_MIN_BYTES = 1 << 20  # below a MiB written, a share says nothing
+
+
+def writeback_share(block: BlockProfile) -> float | None:
+    """The share of the bytes written in the window that writeback threads submitted, when
+    it is most of them; None otherwise."""
+    written = by_writeback = 0
+    for p in block.processes:
+        if p.rw == "W":
+            written += p.bytes
+            if p.comm.startswith(WRITEBACK_COMMS):
+                by_writeback += p.bytes
+    if written < WRITEBACK_MIN_BYTES or by_writeback * 2 <= written:
+        return None
+    return by_writeback / written

@@ -38,9 +38,9 @@ class FunctionsPane(Pane):
         if cpu is None:
             return [], "waiting for the first samples...", ""
         functions = cpu.functions
-        if display.pid is not None:  # the sampler's data for that process alone
+        if display.filtered:  # the sampler's data for that process or cgroup alone
             functions = hot_functions(
-                (s for s in cpu.stacks if s.pid == display.pid),
+                (s for s in cpu.stacks if display.shows(s.pid, s.cgroup)),
                 cpu.sample_hz * cpu.window_s * cpu.cpus,
             )
         # At 4000 Hz hundreds of functions: a row whose figures did not move keeps its cells.

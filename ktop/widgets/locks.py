@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from functools import partial
 
+from ktop.cgroups import short_name
 from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.screens.stacks import LockCallerScreen
 from ktop.text import format_pid
 from ktop.units import format_ns, format_span
-from ktop.widgets.pane import Display, Drill, Pane, View
+from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 _WAIT_COLUMNS = (
@@ -47,6 +48,7 @@ class LocksPane(Pane):
             (
                 *_WAIT_COLUMNS[:4],
                 Column("pid", "pid", 7, right=True, descending=False),
+                Column("cgroup", "cgroup", 14, descending=False, shown_from=WIDER),
                 Column("comm", "comm", None, descending=False),
             ),
             "total",
@@ -59,8 +61,9 @@ class LocksPane(Pane):
             return [], "waiting for lock events...", ""
         if self.view == "callers":
             callers = locks.callers
-            if display.pid is not None:
-                callers = tuple(c for c in callers if any(t.pid == display.pid for t in c.tasks))
+            if display.filtered:
+                callers = tuple(c for c in callers
+                                if any(display.shows(t.pid, t.cgroup) for t in c.tasks))
             rows = [
                 (
                     f"{c.caller}|{c.type}",
@@ -83,14 +86,15 @@ class LocksPane(Pane):
             ]
         else:
             tasks = locks.tasks
-            if display.pid is not None:
-                tasks = tuple(t for t in tasks if t.pid == display.pid)
+            if display.filtered:
+                tasks = tuple(t for t in tasks if display.shows(t.pid, t.cgroup))
             rows = [
                 (
                     str(t.pid),
                     (
                         *_wait_cells(t.contended, t.total_wait_ns, t.max_wait_ns, "")[:4],
                         num(format_pid(t.pid), t.pid),
+                        Cell(short_name(t.cgroup), t.cgroup.lower()),
                         Cell(t.comm),
                     ),
                     t,

@@ -13,7 +13,9 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Region
 from textual.screen import Screen
+from textual.widgets import Static
 
+from ktop.cgroups import in_subtree
 from ktop.model import PANES, Snapshot
 from ktop.screens.stacks import LatestSnapshot
 from ktop.widgets.table import Cell, Column, KeyedTable
@@ -21,9 +23,21 @@ from ktop.widgets.table import Cell, Column, KeyedTable
 # A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
 PaneRow = tuple[str, Sequence[Cell], Any]
 
+@dataclass(frozen=True)
+class CgroupFilter:
+    """What Enter on a cgroup row opens: every pane filtered to that cgroup's subtree."""
+
+    path: str
+
+
 # What Enter on a row opens: a drill-down screen that still wants the app's newest data, a
-# pid every pane then shows alone, or None when nothing is behind the row.
-Drill = Callable[[LatestSnapshot], Screen] | int | None
+# pid every pane then shows alone, a cgroup they then show alone, or None when nothing is
+# behind the row.
+Drill = Callable[[LatestSnapshot], Screen] | int | CgroupFilter | None
+
+# Columns that only a zoomed (or very wide) pane has room for.
+WIDE = 100
+WIDER = 120
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,18 @@ class Display:
 
     show_idle: bool = False
     pid: int | None = None  # show only this process (drill-down into a process, --pid)
+    cgroup: str | None = None  # show only this cgroup v2 subtree (--cgroup, key g)
+    cgroup_gone: bool = False  # that cgroup has been removed since
+
+    def shows(self, pid: int, cgroup: str) -> bool:
+        """A row of this process and cgroup passes the --pid and --cgroup filters."""
+        if self.pid is not None and pid != self.pid:
+            return False
+        return self.cgroup is None or in_subtree(cgroup, self.cgroup)
+
+    @property
+    def filtered(self) -> bool:
+        return self.pid is not None or self.cgroup is not None
 
 
 class Pane(Vertical):
@@ -60,6 +86,9 @@ class Pane(Vertical):
             table.display = index == 0
             table.message = "starting collectors..."
             yield table
+        note = Static("", id=f"{self.PANE}-note", classes="pane-note", markup=False)
+        note.display = False
+        yield note
 
     @property
     def table(self) -> KeyedTable:
@@ -90,10 +119,27 @@ class Pane(Vertical):
             self._set_chrome(loading, "loading")
             return
         rows, empty_message, subtitle = self.rows(snapshot, display)
+        if display.cgroup is not None and not rows:
+            gone = ", which was removed" if display.cgroup_gone else ""
+            empty_message = f"nothing from cgroup {display.cgroup}{gone} here (Esc shows all)"
         self._show_rows(rows)
         if self.table.filter_text:
             subtitle = f"{subtitle}  filter: {self.table.filter_text}".strip()
         self._set_chrome(empty_message if not rows else "", subtitle)
+        self._set_note(self.note(snapshot, display))
+
+    def note(self, snapshot: Snapshot, display: Display) -> str:
+        """A line under the table that says what the rows alone do not; "" for none."""
+        return ""
+
+    def _set_note(self, text: str) -> None:
+        """Shown and hidden only when it changes: either asks for a layout pass."""
+        if text == getattr(self, "_note", ""):
+            return
+        self._note = text
+        note = self.query_one(f"#{self.PANE}-note", Static)
+        note.update(Text(text))
+        note.display = bool(text)
 
     def _show_rows(self, rows: Sequence[PaneRow]) -> None:
         self._shown = {key: row for key, _, row in rows}
@@ -107,6 +153,10 @@ class Pane(Vertical):
              if hasattr(row, field) and str(getattr(row, field)) == what),
             None,
         )
+
+    def model_row(self, key: str) -> Any:
+        """The model row behind the row `key` of the current view, or None."""
+        return self._shown.get(key)
 
     def drill(self, key: str) -> Drill:
         """What Enter on the row `key` opens (`--drill` comes here too)."""

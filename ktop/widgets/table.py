@@ -57,6 +57,7 @@ class Column:
     width: int | None = None  # None: the last such column takes the remaining width
     right: bool = False
     descending: bool = True  # the natural order for this column when chosen for sorting
+    shown_from: int = 0  # drawn only in a table at least this wide (a zoomed or wide pane)
 
 
 Row = tuple[str, Sequence[Cell]]
@@ -196,7 +197,13 @@ class KeyedTable(ScrollView, can_focus=True):
 
     def cycle_sort(self, step: int) -> str:
         keys = [c.key for c in self.table_columns]
-        self.sort_column = keys[(keys.index(self.sort_column) + step) % len(keys)]
+        shown = [c.key for c in self.table_columns if self._is_shown(c)]
+        index = keys.index(self.sort_column)
+        for _ in keys:  # the next column on screen: one too narrow to show is skipped
+            index = (index + step) % len(keys)
+            if keys[index] in shown or not shown:
+                break
+        self.sort_column = keys[index]
         self.sort_descending = self._column(self.sort_column).descending
         self._header_cache = None
         self.show_rows(self._all_rows)
@@ -209,10 +216,15 @@ class KeyedTable(ScrollView, can_focus=True):
 
     # ---- geometry ---------------------------------------------------------------------------
 
+    def _is_shown(self, column: Column) -> bool:
+        return not column.shown_from or self.size.width >= column.shown_from
+
     def _widths(self, total: int) -> list[int]:
+        """Each column's width; 0 for a column the table is too narrow to show."""
+        shown = [c.shown_from <= total for c in self.table_columns]
         fixed = [c.width for c in self.table_columns]
-        used = sum(w + 2 * _PAD for w in fixed if w is not None)
-        flexible = [i for i, w in enumerate(fixed) if w is None]
+        used = sum(w + 2 * _PAD for w, on in zip(fixed, shown) if on and w is not None)
+        flexible = [i for i, (w, on) in enumerate(zip(fixed, shown)) if on and w is None]
         widths = [w or 0 for w in fixed]
         if flexible:
             share = max(_MIN_FLEX, (total - used) // len(flexible) - 2 * _PAD)
@@ -248,7 +260,10 @@ class KeyedTable(ScrollView, can_focus=True):
         style over the base. Built from segments directly: a Rich Text per row cost 3x more."""
         pad = Segment(" " * _PAD, base)
         segments = []
-        for (content, right, style), column_width in zip(cells, self._widths(width)):
+        for (content, right, style), column_width, column in zip(
+                cells, self._widths(width), self.table_columns):
+            if column.shown_from > width:
+                continue
             if cell_len(content) > column_width:
                 content = set_cell_size(content, max(0, column_width - 1)) + "…" if column_width else ""
             content = set_cell_size(content, column_width) if not right else (
