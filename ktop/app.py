@@ -85,7 +85,7 @@ class KtopApp(App[None]):
         Binding("less_than_sign", "sort(-1)", "sort by the column to the left", show=False),
         Binding("greater_than_sign", "sort(1)", "sort by the column to the right", show=False),
         Binding("slash", "filter", "Filter"),
-        Binding("g", "filter_cgroup", "Cgroup filter", show=False),
+        Binding("G", "filter_cgroup", "Cgroup filter", show=False),
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
         Binding("R", "record", "Record"),
@@ -398,7 +398,7 @@ class KtopApp(App[None]):
         return target is not None
 
     def action_filter_cgroup(self) -> None:
-        """g: every pane shows the selected row's cgroup subtree alone; g again shows all."""
+        """G: every pane shows the selected row's cgroup subtree alone; G again shows all."""
         if self.screen is not self.main_screen:
             return
         if self.display_settings.cgroup is not None:

@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="show only this process in every pane")
     parser.add_argument("--cgroup", metavar="PATH",
                         help="show only this cgroup v2 and the cgroups below it in every pane "
-                        "(/system.slice/nginx.service, or its full path under the mount; key g)")
+                        "(/system.slice/nginx.service, or its full path under the mount; key G)")
     parser.add_argument("--snapshot", metavar="FILE",
                         help="run headless and write FILE, then exit: the screen (.svg, .txt), "
                         "its data (.json), flame graph stacks (.folded), pprof (.pb.gz) or "

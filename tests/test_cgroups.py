@@ -143,7 +143,7 @@ def test_writeback_is_named_when_kworkers_sent_most_bytes(recorded_snapshot):
     assert writeback_share(replace(block, processes=(replace(kworker, bytes=1 << 20), writer))) is None
 
 
-def test_g_filters_every_pane_to_the_cgroup_and_v_groups_by_cgroup(recorded_snapshot):
+def test_shift_g_filters_every_pane_to_the_cgroup_and_v_groups_by_cgroup(recorded_snapshot):
     asyncio.run(_g_filters(recorded_snapshot))
 
 
@@ -152,7 +152,7 @@ async def _g_filters(recorded_snapshot):
     app = build_app(RecordedSource([snapshot]), interval_s=0.2)
     async with app.run_test(size=SCREEN_SIZE) as pilot:
         await wait_for_data(pilot)
-        await pilot.press("4", "g")
+        await pilot.press("4", "G")
         await pilot.pause(0.1)
         table = app.pane("processes").table
         assert {table.get_row_at(i)[0].text for i in range(table.row_count)} == {

@@ -53,7 +53,7 @@ class Display:
 
     show_idle: bool = False
     pid: int | None = None  # show only this process (drill-down into a process, --pid)
-    cgroup: str | None = None  # show only this cgroup v2 subtree (--cgroup, key g)
+    cgroup: str | None = None  # show only this cgroup v2 subtree (--cgroup, key G)
     cgroup_gone: bool = False  # that cgroup has been removed since
 
     def shows(self, pid: int, cgroup: str) -> bool:
