@@ -248,7 +248,7 @@ class KtopApp(App[None]):
         if gone != self.display_settings.cgroup_gone:
             self.display_settings = replace(self.display_settings, cgroup_gone=gone)
         if gone:
-            return f"cgroup {cgroup} was removed: its last rows fade with the window (Esc shows all)"
+            return f"cgroup {cgroup} removed (Esc shows all)"
         return f"showing cgroup {cgroup} only (Esc shows all)"
 
     def on_unmount(self) -> None:

@@ -180,8 +180,8 @@ async def _removed(recorded_snapshot):
     app = build_app(source, interval_s=0.2, cgroup="/ktop-test")
     async with app.run_test(size=SCREEN_SIZE) as pilot:
         await wait_for_data(pilot)
-        assert "cgroup /ktop-test was removed" in app.note
+        assert "cgroup /ktop-test removed (Esc shows all)" in app.note
         assert app.display_settings.cgroup_gone
         await pilot.press("3")
         await pilot.pause(0.1)
-        assert "nothing from cgroup /ktop-test, which was removed" in app.pane("blockio").table.message
+        assert "nothing from cgroup /ktop-test (removed) here" in app.pane("blockio").table.message

@@ -120,7 +120,7 @@ class Pane(Vertical):
             return
         rows, empty_message, subtitle = self.rows(snapshot, display)
         if display.cgroup is not None and not rows:
-            gone = ", which was removed" if display.cgroup_gone else ""
+            gone = " (removed)" if display.cgroup_gone else ""
             empty_message = f"nothing from cgroup {display.cgroup}{gone} here (Esc shows all)"
         self._show_rows(rows)
         if self.table.filter_text:
