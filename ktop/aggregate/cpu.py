@@ -22,8 +22,6 @@ UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
 LineLookup = Callable[[int], "str | None"]
 
 
-NAMES_KEPT = 65536  # kernel addresses named (at 4000 Hz interrupts land on new ones)
-USER_STACKS_KEPT = 4096  # user stacks named, with their process
 
 
 class _StackKey(NamedTuple):
@@ -107,22 +105,11 @@ class CpuAggregator:
         self.line_info = line_info
         self._window = Window(window_s, _Samples, _Samples.merge, _Samples.subtract)
         self._ids = _StackIds()
-        self._intervals = 0
-        # Kernel address -> (symbol+0xoff, module): one lookup a frame when naming a stack.
-        self._names: dict[int, tuple[str, str]] = {}
-        self._user_stacks: dict[tuple, tuple[UserFrame, ...]] = {}  # (pid, comm, addresses)
         self._lost: dict[str, int] = {}
 
     def _frame(self, address: int) -> tuple[str, str]:
-        named = self._names.get(address)
-        if named is None:
-            if len(self._names) >= NAMES_KEPT:
-                self._names.clear()
-            resolved = self._kallsyms.lookup(address)  # memoized there too
-            named = self._names[address] = (
-                (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
-            )
-        return named
+        resolved = self._kallsyms.lookup(address)  # memoized there
+        return (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
 
     def _source(self, address: int, innermost: bool) -> str:
         """file:line of a frame; a return address points after the call, so step back one.
@@ -133,7 +120,6 @@ class CpuAggregator:
 
     def add(self, drain: CpuDrain) -> None:
         stacks: Counter = Counter()
-        self._intervals += 1
         ids = self._ids
         number_of = ids.numbers.get
         for row in drain.counts:
@@ -149,15 +135,7 @@ class CpuAggregator:
         kernel = row.kernel
         user_frames: tuple[UserFrame, ...] = ()
         if row.user and self._resolve_user and row.pid:
-            # One user stack under hundreds of kernel stacks (a syscall interrupted at every
-            # instruction): named once.
-            seen = (row.pid, row.comm, row.user)
-            user_frames = self._user_stacks.get(seen)
-            if user_frames is None:
-                if len(self._user_stacks) >= USER_STACKS_KEPT:
-                    self._user_stacks.clear()
-                user_frames = tuple(self._resolve_user(row.pid, row.user))
-                self._user_stacks[seen] = user_frames
+            user_frames = tuple(self._resolve_user(row.pid, row.user))  # memoized per process
         function = None
         if kernel:
             text, module = self._frame(kernel[0])
