@@ -567,3 +567,34 @@ def test_a_frame_arriving_during_shutdown_does_not_crash(recorded_snapshot):
                 await wait_for_data(pilot)
 
         asyncio.run(main())
+
+
+def test_rows_showing_the_same_figure_keep_their_places(recorded_snapshot):
+    """0.12% and 0.11% both read 0.1: their swapping every second would be noise (and two
+    repainted lines); a figure that really changed still moves its row."""
+    first, second = recorded_snapshot.processes[:2]
+    rest = recorded_snapshot.processes[2:]
+
+    def with_cpu(a: float, b: float):
+        return replace(recorded_snapshot, processes=(
+            replace(first, cpu_percent=a), replace(second, cpu_percent=b), *rest))
+
+    source = SwitchableSource(with_cpu(99.12, 99.11))
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await next_frames(pilot, source)
+        seen["before"] = column(app, "processes", "pid")[:2]
+        source.current = with_cpu(99.11, 99.14)  # both still read 99.1
+        await next_frames(pilot, source)
+        seen["same figure"] = column(app, "processes", "pid")[:2]
+        source.current = with_cpu(99.11, 99.34)  # 99.3 beats 99.1
+        await next_frames(pilot, source)
+        seen["moved"] = column(app, "processes", "pid")[:2]
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario)
+    order = [str(first.pid), str(second.pid)]
+    assert seen["before"] == order
+    assert seen["same figure"] == order
+    assert seen["moved"] == order[::-1]
