@@ -129,6 +129,10 @@ class KeyedTable(ScrollView, can_focus=True):
         self._rows: list[Row] = []  # shown: filtered and sorted
         self._row_cache: dict[str, tuple[tuple, Strip]] = {}
         self._header_cache: tuple[tuple, Strip] | None = None
+        # Rich styles of the table's parts, kept until its CSS changes: Textual computes
+        # rich_style by walking the ancestors on every call, and drops its own cache of
+        # component styles on every refresh (a third of drawing a changed line).
+        self._style_cache: dict[str, Style] = {}
         # Said in place of rows when there are none (why the pane is empty or unavailable):
         # drawn by the table, so it coming and going costs no layout pass of the screen.
         self.message = ""
@@ -273,6 +277,21 @@ class KeyedTable(ScrollView, can_focus=True):
 
     # ---- drawing ----------------------------------------------------------------------------
 
+    def _style(self, part: str) -> Style:
+        """The rich style of "base" (the table itself) or of a component class."""
+        style = self._style_cache.get(part)
+        if style is None:
+            style = self.rich_style if part == "base" else self.get_component_rich_style(part)
+            self._style_cache[part] = style
+        return style
+
+    def notify_style_update(self) -> None:
+        """CSS changed (theme, focus): styles are computed again, lines drawn again."""
+        super().notify_style_update()
+        self._style_cache.clear()
+        self._row_cache.clear()
+        self._header_cache = None
+
     def _line(self, cells: Sequence[tuple[str, bool, str]], width: int, base: Style) -> Strip:
         """One table line: each cell cut (with an ellipsis) or padded to its column, its
         style over the base. Built from segments directly: a Rich Text per row cost 3x more."""
@@ -299,32 +318,34 @@ class KeyedTable(ScrollView, can_focus=True):
                     (c.label + (arrow if c.key == self.sort_column else ""), c.right, "")
                     for c in self.table_columns
                 ]
-                style = self.get_component_rich_style("keyed-table--header")
+                style = self._style("keyed-table--header")
                 self._header_cache = (key, self._line(labels, width, style))
             return self._header_cache[1]
         index = self.scroll_offset.y + y - 1
         if not self._rows and self.message:
             lines = self._message_lines(width)
             if index < len(lines):
-                style = self.rich_style + self.get_component_rich_style("keyed-table--message")
+                style = self._style("base") + self._style("keyed-table--message")
                 strip = Strip([Segment(" " * _PAD + lines[index], style)])
-                return strip.crop(0, width).adjust_cell_length(width, self.rich_style)
+                return strip.crop(0, width).adjust_cell_length(width, self._style("base"))
         if index >= len(self._rows):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self._style("base"))
         key, cells = self._rows[index]
         cursor = index == self.cursor_row
         cache_key = (_drawn((key, cells)), width, cursor, cursor and self.has_focus)
         cached = self._row_cache.get(key)
         if cached is None or cached[0] != cache_key:
-            base = self.get_component_rich_style("keyed-table--cursor") if cursor else self.rich_style
+            base = self._style("keyed-table--cursor" if cursor else "base")
             content = [(printable(c.text), c.right, "" if cursor else c.style) for c in cells]
             cached = self._row_cache[key] = (cache_key, self._line(content, width, base))
         return cached[1]
 
     def on_focus(self) -> None:
+        self._style_cache.clear()  # the cursor's style follows focus
         self.refresh()
 
     def on_blur(self) -> None:
+        self._style_cache.clear()
         self.refresh()
 
     # ---- moving -----------------------------------------------------------------------------
