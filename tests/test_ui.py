@@ -598,3 +598,35 @@ def test_rows_showing_the_same_figure_keep_their_places(recorded_snapshot):
     assert seen["before"] == order
     assert seen["same figure"] == order
     assert seen["moved"] == order[::-1]
+
+
+def test_the_scrollbar_follows_the_row_count_without_a_full_repaint(recorded_snapshot):
+    """A table's scrollbar repaints only the lines where its thumb changed; the screen must
+    then look exactly as it does after repainting the whole scrollbar."""
+    template = recorded_snapshot.processes[0]
+
+    def with_processes(count: int):
+        return replace(recorded_snapshot, processes=tuple(
+            replace(template, pid=10_000 + i, cpu_percent=round(50 - i * 0.1, 1)) for i in range(count)))
+
+    source = SwitchableSource(with_processes(300))
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await next_frames(pilot, source)
+        seen["300 rows"] = app.export_screenshot()
+        for count in (120, 60):
+            source.current = with_processes(count)
+            await next_frames(pilot, source)
+        seen["60 rows"] = app.export_screenshot()
+        app.pane("processes").table.vertical_scrollbar.refresh()
+        await pilot.pause()
+        seen["repainted"] = app.export_screenshot()
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario)
+    # Compared as booleans: pytest's diff of two whole-screen SVGs takes minutes.
+    thumb_grew = seen["60 rows"] != seen["300 rows"]
+    no_stale_line = seen["60 rows"] == seen["repainted"]
+    assert thumb_grew
+    assert no_stale_line, "the scrollbar kept lines of the old thumb"

@@ -20,9 +20,10 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from ktop.text import printable
@@ -71,6 +72,30 @@ def _drawn(row: Row) -> tuple:
     0.054% both read 0.05%) needs no repaint."""
     return row[0], tuple((c.text, c.right, c.style) for c in row[1])
 _MIN_FLEX = 8
+
+
+def _scrollbar_picture(bar: ScrollBar, virtual_height: int) -> list[tuple[str, Any]]:
+    """What each line of the scrollbar shows for this many lines to scroll, as Textual's own
+    renderer draws it."""
+    window = bar.window_size if bar.window_size < virtual_height else 0
+    drawn = bar.renderer.render_bar(size=bar.size.height, virtual_size=virtual_height,
+                                    window_size=window, position=bar.position,
+                                    thickness=bar.thickness, vertical=bar.vertical)
+    return [(segment.text, segment.style) for segment in drawn.segments]
+
+
+def _tell_scrollbar(bar: ScrollBar, virtual_height: int) -> None:
+    """The scrollbar learns the new row count but repaints only the lines where its thumb
+    changed: a hot list that grows by a row a second repainted all 20 lines each refresh."""
+    before = _scrollbar_picture(bar, bar.window_virtual_size)
+    after = _scrollbar_picture(bar, virtual_height)
+    bar.set_reactive(ScrollBar.window_virtual_size, virtual_height)
+    if len(before) != len(after):
+        bar.refresh()
+        return
+    changed = [y for y, (was, now) in enumerate(zip(before, after)) if was != now]
+    if changed:
+        bar.refresh(*(Region(0, y, bar.size.width, 1) for y in changed))
 
 
 class KeyedTable(ScrollView, can_focus=True):
@@ -270,7 +295,7 @@ class KeyedTable(ScrollView, can_focus=True):
             # virtual_size asks for a layout pass of the whole screen (processes come and go
             # every second or two).
             self.set_reactive(KeyedTable.virtual_size, virtual)
-            self.vertical_scrollbar.window_virtual_size = virtual.height
+            _tell_scrollbar(self.vertical_scrollbar, virtual.height)
             self.scroll_y = min(self.scroll_y, self.max_scroll_y)
             return
         self.virtual_size = virtual
