@@ -428,3 +428,23 @@ def test_this_kernels_btf_gives_every_offset_the_program_needs():
     assert macros["BIO_COMPLETE_ARG"] == "1"  # block_bio_complete(q, bio)
     assert macros["RQ_COMPLETE_ARG"] == "0"  # block_rq_complete(rq, error, nr_bytes)
     assert all(int(value) >= 0 for value in macros.values())
+
+
+def test_a_busy_process_leaves_the_others_their_newest_requests():
+    """The request list keeps the newest 200; a drill-down into any process but the busiest
+    found none of its own there (issue 12): each process keeps its newest few besides."""
+    aggregator = BlockAggregator(window_s=5.0, disk_names=NAMES)
+    quiet = [CompletedRequest(100.1 + i / 100, 7, "jbd2/vda-8", VDA, "W", 8 * i, 4096, MS, 0)
+             for i in range(3)]
+    busy = [CompletedRequest(100.5 + i / 1000, 1, "dd", VDA, "R", 2048 * i, 1 << 19, MS, 0)
+            for i in range(1000)]
+    totals = [IoTotal(7, "jbd2/vda-8", VDA, "W", 3, 3 * 4096, 3 * MS, 0),
+              IoTotal(1, "dd", VDA, "R", 1000, 1000 << 19, 1000 * MS, 0)]
+    aggregator.add(drain(100.0, 102.0, totals=totals, requests=[*quiet, *busy], origin=99.0))
+    rows = aggregator.profile(max_requests=200).requests
+    assert [r.sector for r in rows if r.pid == 7] == [16, 8, 0]  # newest first
+    assert sum(r.pid == 1 for r in rows) == 200
+    assert [r.time_s for r in rows] == sorted((r.time_s for r in rows), reverse=True)
+    # a process that has left the window brings no old requests back
+    aggregator.add(drain(102.0, 110.0, totals=totals[1:], requests=busy[-1:], origin=99.0))
+    assert not [r for r in aggregator.profile().requests if r.pid == 7]

@@ -25,6 +25,10 @@ _TRACING_PREFIXES = (
 )
 _TRACING_DEPTH = 6  # they are all within the innermost few frames
 KEEP_REQUESTS = 4096  # newest completed requests kept for the request list
+# Newest requests kept of each (pid, disk, direction) besides: a busy process's requests fill
+# the list, and a drill-down into any other process found none of its own.
+KEEP_REQUESTS_EACH = 20
+KEEP_EACH_KEYS = 1024
 
 
 def bucket_bounds(slot: int) -> tuple[int, int]:
@@ -102,6 +106,7 @@ class BlockAggregator:
         self._format_address: AddressFormatter = symbols or (lambda address: f"{address:#x}")
         self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
         self._newest: list[tuple[float, CompletedRequest]] = []  # the last drain's
+        self._each: dict[tuple[int, int, str], deque[tuple[float, CompletedRequest]]] = {}
         self._lost: dict[str, int] = {}
 
     def disk_name(self, dev: int) -> str:
@@ -122,6 +127,17 @@ class BlockAggregator:
         self._window.add(drain.start, drain.end, self._fold(drain))
         self._newest = [(request.time - drain.origin, request) for request in drain.requests]
         self._requests.extend(self._newest)
+        for timed in self._newest:
+            request = timed[1]
+            key = (request.pid, request.dev, request.rw)
+            each = self._each.get(key)
+            if each is None:
+                each = self._each[key] = deque(maxlen=KEEP_REQUESTS_EACH)
+            each.append(timed)
+        if len(self._each) > KEEP_EACH_KEYS:  # processes come and go: keep the latest active
+            latest = sorted(self._each, key=lambda key: self._each[key][-1][1].time)
+            for key in latest[: len(latest) - KEEP_EACH_KEYS // 2]:
+                del self._each[key]
         self._lost = dict(drain.lost)
 
     def _fold(self, drain: BlockDrain) -> _IoCounts:
@@ -170,13 +186,40 @@ class BlockAggregator:
             merged, window_s = self._window.counts(cumulative)
             requests = self._requests
             oldest = float("-inf") if cumulative else self._window.recent_start
+        each = () if latest else [key for key, t in merged.totals.items() if t.requests]
         return BlockProfile(
             lost=dict(self._lost),
             disks=self._disks(merged),
             processes=self._processes(merged),
-            requests=self._request_rows(requests, oldest, max_requests),
+            requests=self._request_rows(self._picked(requests, oldest, max_requests, each)),
             window_s=window_s,
         )
+
+    def _picked(
+        self,
+        requests: Sequence[tuple[float, CompletedRequest]],
+        oldest: float,
+        max_requests: int,
+        each: Iterable[IoKey],
+    ) -> list[tuple[float, CompletedRequest]]:
+        """The newest requests, and beside them the newest few of every process in the
+        window (`each`), so any process's drill-down has requests to show; newest first."""
+        picked = []
+        for timed in reversed(requests):
+            if len(picked) >= max_requests or timed[1].time <= oldest:
+                break
+            picked.append(timed)
+        seen = {id(request) for _, request in picked}
+        more = [
+            timed
+            for pid, _comm, dev, rw, _cgroup in each
+            for timed in self._each.get((pid, dev, rw), ())
+            if timed[1].time > oldest and id(timed[1]) not in seen
+        ]
+        if more:  # two rows of one pid (two comms, two cgroups) share its list: once each
+            picked = sorted({id(t[1]): t for t in (*picked, *more)}.values(),
+                            key=lambda timed: -timed[1].time)
+        return picked
 
     def _disks(self, merged: _IoCounts) -> tuple[DiskStats, ...]:
         per_disk: dict[int, dict[str, _Totals]] = {}
@@ -240,25 +283,19 @@ class BlockAggregator:
         rows.sort(key=lambda p: (-p.bytes, -p.requests, p.pid, p.disk, p.rw))
         return tuple(rows)
 
-    def _request_rows(
-        self, requests: Sequence[tuple[float, CompletedRequest]], oldest: float, max_requests: int
-    ) -> tuple[IoRequest, ...]:
-        rows: list[IoRequest] = []
-        for time_s, request in reversed(requests):
-            if len(rows) >= max_requests or request.time <= oldest:
-                break
-            rows.append(
-                IoRequest(
-                    time_s=time_s,
-                    comm=request.comm,
-                    pid=request.pid,
-                    disk=self.disk_name(request.dev),
-                    rw=request.rw,
-                    sector=request.sector,
-                    bytes=request.bytes,
-                    queue_ms=request.queue_ns / 1e6,
-                    lat_ms=request.latency_ns / 1e6,
-                    cgroup=request.cgroup,
-                )
+    def _request_rows(self, requests: Sequence[tuple[float, CompletedRequest]]) -> tuple[IoRequest, ...]:
+        return tuple(
+            IoRequest(
+                time_s=time_s,
+                comm=request.comm,
+                pid=request.pid,
+                disk=self.disk_name(request.dev),
+                rw=request.rw,
+                sector=request.sector,
+                bytes=request.bytes,
+                queue_ms=request.queue_ns / 1e6,
+                lat_ms=request.latency_ns / 1e6,
+                cgroup=request.cgroup,
             )
-        return tuple(rows)
+            for time_s, request in requests
+        )
