@@ -7,6 +7,7 @@ from functools import partial
 from ktop.cgroups import short_name
 from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.screens.stacks import LockCallerScreen
+from ktop.stacktree import function_name
 from ktop.text import format_pid
 from ktop.units import format_ns, format_span
 from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
@@ -106,6 +107,15 @@ class LocksPane(Pane):
         if lost:
             subtitle += f"  lost {lost}"
         return rows, f"no lock contention in the last {format_span(locks.window_s)}", subtitle
+
+    def row_named(self, what: str) -> str | None:
+        """`--drill locks:do_unlinkat` names the caller with or without its `+0x...` offset:
+        bare, it is the caller in that function with the most wait (rows come sorted so)."""
+        exact = super().row_named(what)
+        if exact is not None or "+" in what:
+            return exact
+        return next((key for key, row in self._shown.items()
+                     if isinstance(row, LockCaller) and function_name(row.caller) == what), None)
 
     def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
         if isinstance(row, LockCaller):
