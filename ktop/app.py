@@ -24,6 +24,7 @@ from ktop.cgroups import cgroup_exists
 from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
 from ktop.screens.help import HelpScreen, bindings_help
+from ktop.screens.stacks import DrillScreen
 from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
@@ -44,6 +45,8 @@ assert tuple(pane.PANE for pane in PANE_WIDGETS) == PANE_ORDER, "model.PANES has
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
+# Keys of the panes alone: a drill-down's footer and help do not offer them.
+PANES_ONLY_ACTIONS = frozenset({"toggle_idle", "filter", "filter_cgroup", "zoom", "sort"})
 
 
 class SnapshotReady(Message):
@@ -218,6 +221,9 @@ class KtopApp(App[None]):
         first = self.snapshot is None
         self.snapshot = message.snapshot
         self.refresh_panes()
+        for screen in self.screen_stack[1:]:  # a drill-down follows the data as its pane does
+            if isinstance(screen, DrillScreen):
+                screen.follow(message.snapshot)
         if first:  # drawn at the next frame: the compile can have the CPU now
             self.call_after_refresh(self.source.hurry_loading)
 
@@ -437,6 +443,12 @@ class KtopApp(App[None]):
         return self.source.live if action == "record" else True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        drill = next((s for s in self.screen_stack[1:] if isinstance(s, DrillScreen)), None)
+        if drill is not None:  # open, maybe under its help: the panes' own keys do nothing
+            if action in PANES_ONLY_ACTIONS:
+                return False
+            if action == "cycle_view":
+                return hasattr(drill, "action_cycle_view")
         if action.startswith("timeline_"):
             # Only on the panes: on a drill-down or in a typed line the keys are theirs.
             return (self._applies(action) and self.screen is self.main_screen

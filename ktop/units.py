@@ -24,6 +24,24 @@ def format_ns(ns: float) -> str:
     raise AssertionError("unreachable")
 
 
+def format_short_ns(ns: float) -> str:
+    """A duration in three significant digits at most: '512 ns', '1.02 us', '64 us', '128 ms'.
+    For bounds of histogram buckets, where two decimals would only widen the column."""
+    if ns < 1000:
+        return f"{round(ns)} ns"
+    value = float(ns)
+    for unit in _TIME_UNITS[1:]:
+        value /= 1000
+        if float(f"{value:.3g}") < 1000 or unit == _TIME_UNITS[-1]:
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_bucket(low_ns: float, high_ns: float) -> str:
+    """A histogram bucket, the one unit rule for every latency histogram: '1.02 us -> 2.05 us'."""
+    return f"{format_short_ns(low_ns)} -> {format_short_ns(high_ns)}"
+
+
 def format_span(seconds: float) -> str:
     """A window's span for labels: whole seconds from 2 s up. Drains jitter by milliseconds,
     and a label flickering between '5.0s' and '5.1s' says nothing but costs a redraw."""

@@ -74,3 +74,11 @@ def test_unavailable_panes(snap_compare, recorded_snapshot):
         },
     )
     assert snap_compare(app_for(snapshot), terminal_size=SCREEN_SIZE, run_before=wait_for_data)
+
+
+def test_lock_drill_down_at_80x24(snap_compare, recorded_snapshot):
+    """Enter on the top lock caller: its stack one frame a line, at the default terminal size."""
+    assert snap_compare(
+        app_for(recorded_snapshot), press=["2", "enter"], terminal_size=(80, 24),
+        run_before=wait_for_data,
+    )

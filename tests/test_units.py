@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ktop.units import format_ns, format_span
+from ktop.units import format_bucket, format_ns, format_short_ns, format_span
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,25 @@ def test_negative_durations_keep_their_sign():
 )
 def test_window_spans_read_in_whole_seconds_once_the_jitter_would_show(seconds, text):
     assert format_span(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (512, "512 ns"),
+        (1023, "1.02 us"),
+        (64_000, "64 us"),
+        (127_000, "127 us"),
+        (999_999, "1 ms"),  # not "1e+03 us"
+        (2_097_151, "2.1 ms"),
+        (7_200_000_000_000, "7200 s"),
+    ],
+)
+def test_short_durations_for_histogram_bounds(ns, text):
+    assert format_short_ns(ns) == text
+
+
+def test_lock_and_block_buckets_read_in_the_same_units():
+    """A lock wait bucket counts ns and a block latency bucket us: both read alike."""
+    assert format_bucket(65_536, 131_071) == "65.5 us -> 131 us"
+    assert format_bucket(64 * 1000, 127 * 1000) == "64 us -> 127 us"

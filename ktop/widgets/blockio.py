@@ -7,10 +7,14 @@ from functools import partial
 from ktop.cgroups import short_name
 from ktop.model import PANE_BLOCKIO, BlockProfile, DiskStats, IoProcess, IoRequest, Snapshot
 from ktop.screens.stacks import IoProcessScreen
-from ktop.text import format_pid
-from ktop.units import format_span
+from ktop.text import format_pid, human_bytes
+from ktop.units import format_bucket, format_span
 from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
+
+# Queue time is the first column a half-screen pane drops for AVG SIZE (it fits from 180
+# columns); a zoomed pane shows it.
+QUEUE_FROM = 84
 
 
 class BlockIoPane(Pane):
@@ -29,8 +33,10 @@ class BlockIoPane(Pane):
                 Column("disk", "DISK", 7, descending=False),
                 Column("io", "I/O", 5, right=True),
                 Column("kbytes", "Kbytes", 7, right=True),
+                # A direct write of 1 MiB reads as 2 requests: their size says so.
+                Column("avgsize", "AVG SIZE", 8, right=True),
                 Column("avg", "AVGms", 6, right=True),
-                Column("queue", "QUEms", 6, right=True),
+                Column("queue", "QUEms", 6, right=True, shown_from=QUEUE_FROM),
                 Column("cgroup", "CGROUP", 14, descending=False, shown_from=WIDER),
             ),
             "kbytes",
@@ -55,7 +61,7 @@ class BlockIoPane(Pane):
             (
                 Column("disk", "DISK", 8, descending=False),
                 Column("rw", "D", 1, descending=False),
-                Column("bucket", "latency (us)", 16, right=True, descending=False),
+                Column("bucket", "latency", 18, right=True, descending=False),
                 Column("count", "count", 8, right=True),
                 Column("bar", "distribution", None, descending=False),
             ),
@@ -80,6 +86,7 @@ class BlockIoPane(Pane):
                         Cell(p.disk),
                         num(str(p.requests), p.requests),
                         num(str(p.bytes // 1024), p.bytes),
+                        num(human_bytes(p.bytes / p.requests), p.bytes / p.requests),
                         num(f"{p.avg_lat_ms:.2f}", p.avg_lat_ms),
                         num(f"{p.avg_queue_ms:.2f}", p.avg_queue_ms),
                         Cell(short_name(p.cgroup), p.cgroup.lower()),
@@ -120,7 +127,7 @@ class BlockIoPane(Pane):
                             (
                                 Cell(disk.disk),
                                 Cell("*"),
-                                num(f"{b.low} -> {b.high}", (disk.disk, b.low)),
+                                num(format_bucket(b.low * 1000, b.high * 1000), (disk.disk, b.low)),
                                 num(str(b.count), b.count),
                                 Cell("█" * max(1, round(30 * b.count / peak)) if b.count else ""),
                             ),
