@@ -152,6 +152,9 @@ def test_cpu_stacks_view_merges_stacks_that_differ_in_offsets(recorded_snapshot,
     assert "chacha_permute  [kernel.kallsyms]" in lines or "chacha_permute" in lines
     split = frame_lines(seen["then"])
     assert sum(line.startswith("1 samples  pid 10 dd") for line in split) == 2
+    if size[0] > 100:  # the stacks view's footer: o, and none of the trees' keys
+        footer = seen["text"].splitlines()[-1]
+        assert "o Offsets" in footer and "Expand" not in footer
 
 
 def test_drill_picture_shows_one_frame_a_line_and_finds_a_caller_without_its_offset(
@@ -307,7 +310,8 @@ def test_lock_and_block_drill_footers_offer_only_keys_that_work(recorded_snapsho
     assert "Screen" not in help_text  # no class names
     title = "Lock caller: stacks, waits, tasks" if keys[0] == "2" else "Block I/O of a process"
     assert title in help_text
-    assert re.search(r"\bo\s+Offsets", help_text) and re.search(r"space\s+Pause", help_text)
+    assert re.search(r"\bo\s+merge stacks that differ only in offsets", help_text)
+    assert re.search(r"space\s+Pause", help_text) and re.search(r"\bc\s+Cumulative", help_text)
     assert not re.search(r"\bz\s+Zoom", help_text)
 
 

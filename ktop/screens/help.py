@@ -42,7 +42,9 @@ def bindings_help(bindings: list[Binding]) -> list[tuple[str, str]]:
     for binding in bindings:
         keys = [_key_label(k) for k in binding.key.split(",")]
         rows.setdefault(binding.action, []).extend(keys)
-        descriptions.setdefault(binding.action, binding.description or binding.action)
+        # The footer's word is short; a tooltip, where there is one, says it whole.
+        descriptions.setdefault(binding.action,
+                                binding.tooltip or binding.description or binding.action)
     return [(" ".join(dict.fromkeys(keys)), descriptions[action]) for action, keys in rows.items()]
 
 

@@ -47,7 +47,8 @@ LatestSnapshot = Callable[[], "Snapshot | None"]
 
 _COMMON_BINDINGS = [
     Binding("escape,backspace", "back", "Back"),
-    Binding("o", "toggle_offsets", "Offsets"),
+    Binding("o", "toggle_offsets", "Offsets",
+            tooltip="merge stacks that differ only in offsets of the same functions, or split them"),
     # In the help, not the footer: at 80 columns the footer keeps room for space and c.
     Binding("r", "refresh_data", "Refresh now (even paused)", show=False),
     Binding("s", "app.save", "Save SVG", show=False),
@@ -201,9 +202,15 @@ class FunctionScreen(DrillScreen):
         """The stacks that landed in the function: all the trees and tables need."""
         return self._hits
 
+    _TREE_ACTIONS = frozenset({"expand_one", "collapse_one", "expand_branch", "expand_all",
+                               "collapse_all"})
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # The trees merge by function already: offsets are split or merged in stacks alone.
-        return self.view == "stacks" if action == "toggle_offsets" else True
+        # The trees merge by function already: offsets are split or merged in stacks alone,
+        # and the stacks view has no branches to open.
+        if action == "toggle_offsets":
+            return self.view == "stacks"
+        return self.view != "stacks" if action in self._TREE_ACTIONS else True
 
     def header(self) -> Text:
         cpu = self.snapshot.cpu
