@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import sys
+import tempfile
 import textwrap
 import time
 
 import pytest
 
-from ktop.engine import LiveSource, Options
-from ktop.model import PANE_FUNCTIONS
-from ktop.stacktree import callers_tree
+from ktop.engine import LiveSource, Options, RecordedSource
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS
+from ktop.screens.stacks import merge_lock_stacks
+from ktop.snapshot import render_screen
+from ktop.stacktree import callers_tree, function_name
 
 pytestmark = [
     pytest.mark.live,
@@ -76,3 +81,62 @@ def test_a_user_frame_of_a_frame_pointer_program_is_named(tmp_path):
     ]
     assert user_frames, "no user frames were collected for the spinner"
     assert any(f.startswith("ktop_spin_in_user+0x") for f in user_frames), user_frames[:10]
+
+
+LOCKS_WORKLOAD = os.path.join(os.path.dirname(__file__), "fixtures", "locks_workload.py")
+SCRATCH_PARENT = "/var/tmp"  # on a real disk here (ext4 on vda), unlike /tmp
+
+
+def test_drill_pictures_of_real_lock_and_block_stacks_read_one_frame_a_line():
+    """Issue 12: file churn in one directory and 1 MiB direct writes, then --drill pictures
+    of what ktop saw: each frame a line of its own (no literal \\x0a), a lock caller named
+    without its offset, the writer's average request size and its own requests."""
+    source = LiveSource(Options(panes=frozenset({PANE_LOCKS, PANE_BLOCKIO})))
+    source.cumulative = True
+    source.start()
+    try:
+        with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-drill-") as scratch:
+            churn = subprocess.Popen([sys.executable, LOCKS_WORKLOAD, "--seconds", "3",
+                                      "--processes", "6", "--mmap-threads", "0"],
+                                     stdout=subprocess.DEVNULL)
+            dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={scratch}/direct", "bs=1M",
+                                   "count=32", "oflag=direct"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            assert dd.wait(timeout=60) == 0 and churn.wait(timeout=60) == 0
+        time.sleep(0.3)  # the last completions reach the ring buffer
+        snapshot = source.collect()
+    finally:
+        source.close()
+    assert not snapshot.unavailable, snapshot.unavailable
+
+    callers = [c for c in snapshot.locks.callers if any(len(s.frames) >= 3 for s in c.stacks)]
+    assert callers, "the file churn made no lock contention ktop saw"
+    unlink = [c for c in callers if function_name(c.caller) == "do_unlinkat"]
+    caller = unlink[0] if unlink else callers[0]
+    name = "do_unlinkat" if unlink else caller.caller  # bare: the caller with the most wait
+    text = asyncio.run(render_screen(RecordedSource([snapshot]), (80, 24), ".txt",
+                                     drill=f"locks:{name}"))
+    lines = [line.strip("│ ▁▂▃▄▅▆▇█▏") for line in text.splitlines()]
+    assert "\\x0a" not in text
+    assert f"lock waits at {caller.caller}" in text
+    top = merge_lock_stacks(caller.stacks)[0][0].frames
+    start = lines.index(top[0])
+    shown = lines[start : start + len(top)]
+    assert shown == list(top[: len(shown)]) and len(shown) >= 3
+
+    writes = [p for p in snapshot.blockio.processes if p.pid == dd.pid and p.rw == "W"]
+    assert writes, [(p.pid, p.comm) for p in snapshot.blockio.processes]
+    text = asyncio.run(render_screen(RecordedSource([snapshot]), (180, 50), ".txt",
+                                     drill=f"blockio:{dd.pid}"))
+    lines = [line.strip("│ ▁▂▃▄▅▆▇█▏") for line in text.splitlines()]
+    assert "\\x0a" not in text
+    # 32 MiB in 1 MiB writes: requests of at most the disk's largest size, never 4 KiB ones
+    avg = writes[0].bytes / writes[0].requests
+    assert avg >= 128 << 10, avg
+    assert "avg size " in text and "recent requests of this process" in text
+    assert text.startswith(f"block I/O of {dd.pid} dd")
+    requests = [line for line in lines if line.split()[1:3] == [writes[0].disk, "W"]
+                if len(line.split()) == 7]
+    assert requests, "the writer's drill-down lists none of its requests"
+    stack = next(s for s in writes[0].stacks if len(s.frames) >= 3).frames
+    assert any(frame in lines for frame in stack)  # a frame alone on its line
