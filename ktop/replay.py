@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ktop.aggregate.blockio import histogram
+from ktop.aggregate.blockio import histogram, newest_requests
 from ktop.aggregate.locks import hist_buckets
 from ktop.collectors.locks import HIST_SLOTS
 from ktop.model import (
@@ -221,7 +221,7 @@ class _IoTotals:
         self.latency_ms = self.queue_ms = 0.0
 
 
-def merge_blockio(profiles: Sequence[BlockProfile]) -> BlockProfile:
+def merge_blockio(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQUESTS) -> BlockProfile:
     totals: dict[tuple, _IoTotals] = {}
     slots: dict[tuple, dict[int, int]] = {}
     stacks: dict[tuple, dict[tuple[str, ...], int]] = {}
@@ -272,7 +272,9 @@ def merge_blockio(profiles: Sequence[BlockProfile]) -> BlockProfile:
         if reads + writes
     ]
     disks.sort(key=lambda d: (d.disk, d.major, d.minor))
-    requests = tuple(r for p in reversed(profiles) for r in p.requests)[:MAX_REQUESTS]
+    # As live: the newest, and each process's newest few (its drill-down lists them).
+    requests = newest_requests((r for p in reversed(profiles) for r in p.requests),
+                               {(p.pid, p.disk, p.rw) for p in processes}, max_requests)
     return BlockProfile(
         lost=dict(profiles[-1].lost),
         disks=tuple(disks),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ktop.aggregate.exited import crowded, fold_exited
@@ -29,6 +29,22 @@ KEEP_REQUESTS = 4096  # newest completed requests kept for the request list
 # the list, and a drill-down into any other process found none of its own.
 KEEP_REQUESTS_EACH = 20
 KEEP_EACH_KEYS = 1024
+
+
+def newest_requests(
+    requests: Iterable[IoRequest], shown: Collection[tuple[int, str, str]], max_requests: int
+) -> tuple[IoRequest, ...]:
+    """From requests newest first: the newest `max_requests`, and besides them the newest
+    KEEP_REQUESTS_EACH of every (pid, disk, rw) in `shown`. What the live profile lists
+    (BlockAggregator keeps the same per process as requests come), for a replayed window."""
+    picked = []
+    seen: Counter = Counter()
+    for request in requests:
+        key = (request.pid, request.disk, request.rw)
+        if len(picked) < max_requests or (key in shown and seen[key] < KEEP_REQUESTS_EACH):
+            picked.append(request)
+        seen[key] += 1
+    return tuple(picked)
 
 
 def bucket_bounds(slot: int) -> tuple[int, int]:
@@ -106,7 +122,8 @@ class BlockAggregator:
         self._format_address: AddressFormatter = symbols or (lambda address: f"{address:#x}")
         self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
         self._newest: list[tuple[float, CompletedRequest]] = []  # the last drain's
-        self._each: dict[tuple[int, int, str], deque[tuple[float, CompletedRequest]]] = {}
+        # (pid, dev, rw) -> its newest requests, each with the start of the drain it came in
+        self._each: dict[tuple[int, int, str], deque[tuple[float, float, CompletedRequest]]] = {}
         self._lost: dict[str, int] = {}
 
     def disk_name(self, dev: int) -> str:
@@ -127,15 +144,14 @@ class BlockAggregator:
         self._window.add(drain.start, drain.end, self._fold(drain))
         self._newest = [(request.time - drain.origin, request) for request in drain.requests]
         self._requests.extend(self._newest)
-        for timed in self._newest:
-            request = timed[1]
+        for time_s, request in self._newest:
             key = (request.pid, request.dev, request.rw)
             each = self._each.get(key)
             if each is None:
                 each = self._each[key] = deque(maxlen=KEEP_REQUESTS_EACH)
-            each.append(timed)
+            each.append((drain.start, time_s, request))
         if len(self._each) > KEEP_EACH_KEYS:  # processes come and go: keep the latest active
-            latest = sorted(self._each, key=lambda key: self._each[key][-1][1].time)
+            latest = sorted(self._each, key=lambda key: self._each[key][-1][0])
             for key in latest[: len(latest) - KEEP_EACH_KEYS // 2]:
                 del self._each[key]
         self._lost = dict(drain.lost)
@@ -186,12 +202,19 @@ class BlockAggregator:
             merged, window_s = self._window.counts(cumulative)
             requests = self._requests
             oldest = float("-inf") if cumulative else self._window.recent_start
-        each = () if latest else [key for key, t in merged.totals.items() if t.requests]
+        each = [key for key, t in merged.totals.items() if t.requests]
+        # Each process's own requests, from the drains in the window (or the newest alone, for
+        # a record): a replay of records finds the same ones.
+        if latest:
+            first_drain = self._window.latest_start
+        else:
+            first_drain = float("-inf") if cumulative else self._window.recent_start
+        picked = self._picked(requests, oldest, max_requests, each, first_drain)
         return BlockProfile(
             lost=dict(self._lost),
             disks=self._disks(merged),
             processes=self._processes(merged),
-            requests=self._request_rows(self._picked(requests, oldest, max_requests, each)),
+            requests=self._request_rows(picked),
             window_s=window_s,
         )
 
@@ -201,6 +224,7 @@ class BlockAggregator:
         oldest: float,
         max_requests: int,
         each: Iterable[IoKey],
+        first_drain: float,
     ) -> list[tuple[float, CompletedRequest]]:
         """The newest requests, and beside them the newest few of every process in the
         window (`each`), so any process's drill-down has requests to show; newest first."""
@@ -211,10 +235,10 @@ class BlockAggregator:
             picked.append(timed)
         seen = {id(request) for _, request in picked}
         more = [
-            timed
+            (time_s, request)
             for pid, _comm, dev, rw, _cgroup in each
-            for timed in self._each.get((pid, dev, rw), ())
-            if timed[1].time > oldest and id(timed[1]) not in seen
+            for drain_start, time_s, request in self._each.get((pid, dev, rw), ())
+            if drain_start >= first_drain and id(request) not in seen
         ]
         if more:  # two rows of one pid (two comms, two cgroups) share its list: once each
             picked = sorted({id(t[1]): t for t in (*picked, *more)}.values(),
