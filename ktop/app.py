@@ -287,6 +287,9 @@ class KtopApp(App[None]):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+        for screen in self.screen_stack[1:]:
+            if isinstance(screen, DrillScreen):
+                screen.show_paused()
 
     def action_toggle_idle(self) -> None:
         if self.screen is not self.main_screen:

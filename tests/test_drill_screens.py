@@ -242,8 +242,8 @@ def test_a_drill_down_follows_the_data_freezes_on_space_and_marks_a_gone_row_sta
     assert isinstance(seen["screen"], LockCallerScreen)
     assert "9 waits" in seen["first"]
     assert "41 waits" in seen["followed"]  # no r pressed
-    assert "41 waits" in seen["paused"]
-    assert "71 waits" in seen["resumed"]
+    assert "41 waits" in seen["paused"] and "PAUSED" in seen["paused"]
+    assert "71 waits" in seen["resumed"] and "PAUSED" not in seen["resumed"]
     assert "71 waits" in seen["gone"] and "STALE" in seen["gone"]
 
 

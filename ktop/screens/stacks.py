@@ -86,6 +86,15 @@ class DrillScreen(Screen[None]):
         """Whether the row is in `snapshot`; if so, the screen takes its new figures."""
         raise NotImplementedError
 
+    def header(self) -> Text:
+        """The line above the body: what this is, its figures, and PAUSED or STALE."""
+        raise NotImplementedError
+
+    def show_paused(self) -> None:
+        """Space, pressed here or on the panes: the header says so (the body stays)."""
+        if self.is_mounted:
+            self.header_widget().update(self.header())
+
     def shown(self) -> object:
         """What the body is drawn from: an unchanged value is not drawn again."""
         raise NotImplementedError
@@ -144,7 +153,13 @@ class DrillScreen(Screen[None]):
         return self.query_one("#stack-header", Static)
 
     def stale_text(self) -> Text:
-        return Text("  STALE: no longer in the latest data", style="bold reverse yellow") if self.stale else Text()
+        """PAUSED (space) and STALE, as the panes' header says them."""
+        text = Text()
+        if getattr(self.app, "paused", False):
+            text.append("  PAUSED (space resumes)", style="bold reverse")
+        if self.stale:
+            text.append("  STALE: no longer in the latest data", style="bold reverse yellow")
+        return text
 
 
 class FunctionScreen(DrillScreen):
@@ -516,7 +531,7 @@ class LockCallerScreen(DetailScreen):
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
         return self.caller, self.window_label(window)
 
-    def rebuild(self) -> None:
+    def header(self) -> Text:
         c = self.caller
         text = Text()
         text.append("lock waits at ", style="bold")
@@ -528,7 +543,11 @@ class LockCallerScreen(DetailScreen):
             f" avg {format_ns(c.avg_wait_ns)}"
         )
         text.append_text(self.stale_text())
-        self.header_widget().update(text)
+        return text
+
+    def rebuild(self) -> None:
+        c = self.caller
+        self.header_widget().update(self.header())
 
         lines = [_title("stacks that contended here", self.merge_offsets)]
         stacks = (merge_lock_stacks(c.stacks) if self.merge_offsets
@@ -626,7 +645,7 @@ class IoProcessScreen(DetailScreen):
         window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
         return self.process, self._recent(), self.window_label(window)
 
-    def rebuild(self) -> None:
+    def header(self) -> Text:
         p = self.process
         text = Text()
         text.append("block I/O of ", style="bold")
@@ -640,7 +659,11 @@ class IoProcessScreen(DetailScreen):
             f" avg {format_ns(p.avg_lat_ms * 1e6)} (queue {format_ns(p.avg_queue_ms * 1e6)})"
         )
         text.append_text(self.stale_text())
-        self.header_widget().update(text)
+        return text
+
+    def rebuild(self) -> None:
+        p = self.process
+        self.header_widget().update(self.header())
 
         lines = [_title("kernel stacks that submitted the I/O", self.merge_offsets)]
         stacks = (merge_io_stacks(p.stacks) if self.merge_offsets
