@@ -151,7 +151,7 @@ def test_cpu_stacks_view_merges_stacks_that_differ_in_offsets(recorded_snapshot,
     assert "(2 stacks, offsets merged)" in head
     assert "chacha_permute  [kernel.kallsyms]" in lines or "chacha_permute" in lines
     split = frame_lines(seen["then"])
-    assert sum(line.startswith("1 samples  pid 10 dd") for line in split) == 2
+    assert sum(line.startswith("1 sample  pid 10 dd") for line in split) == 2
     if size[0] > 100:  # the stacks view's footer: o, and none of the trees' keys
         footer = seen["text"].splitlines()[-1]
         assert "o Offsets" in footer and "Expand" not in footer

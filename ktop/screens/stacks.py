@@ -66,6 +66,10 @@ def _frame_line(frame: str, style: str = "") -> Text:
     return Text(f"    {printable(frame)}", style=style, no_wrap=True, overflow="ellipsis")
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 def _merged_note(variants: int) -> str:
     return f"  ({variants} stacks, offsets merged)" if variants > 1 else ""
 
@@ -288,7 +292,7 @@ class FunctionScreen(DrillScreen):
         stacks = (merge_cpu_stacks(self._stacks()) if self.merge_offsets
                   else [(s, 1) for s in self._stacks()])
         for stack, variants in stacks:
-            head = Text(f"{stack.samples} samples  pid {format_pid(stack.pid)} ", style="bold")
+            head = Text(f"{_count(stack.samples, 'sample')}  pid {format_pid(stack.pid)} ", style="bold")
             head.append(printable(stack.comm), style="bold cyan")
             head.append(_merged_note(variants), style="dim")
             lines = [head]
@@ -538,7 +542,7 @@ class LockCallerScreen(DetailScreen):
         text.append(printable(c.caller), style="bold cyan")
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
         text.append(
-            f"  ({c.type})   {c.contended} waits {self.window_label(window)},"
+            f"  ({c.type})   {_count(c.contended, 'wait')} {self.window_label(window)},"
             f" total {format_ns(c.total_wait_ns)}, max {format_ns(c.max_wait_ns)},"
             f" avg {format_ns(c.avg_wait_ns)}"
         )
@@ -553,7 +557,7 @@ class LockCallerScreen(DetailScreen):
         stacks = (merge_lock_stacks(c.stacks) if self.merge_offsets
                   else [(s, 1) for s in sorted(c.stacks, key=lambda s: -s.total_wait_ns)])
         for s, variants in stacks:
-            head = Text(f"  {s.contended} waits, total {format_ns(s.total_wait_ns)},"
+            head = Text(f"  {_count(s.contended, 'wait')}, total {format_ns(s.total_wait_ns)},"
                         f" max {format_ns(s.max_wait_ns)}", style="bold")
             head.append(_merged_note(variants), style="dim")
             lines.append(head)
@@ -574,7 +578,7 @@ class LockCallerScreen(DetailScreen):
             (s, 1) for s in c.user_stacks
         ]
         for s, variants in stacks[:20]:
-            head = Text(f"  {s.contended} waits, total {format_ns(s.total_wait_ns)}", style="bold")
+            head = Text(f"  {_count(s.contended, 'wait')}, total {format_ns(s.total_wait_ns)}", style="bold")
             head.append(_merged_note(variants), style="dim")
             lines.append(head)
             lines.extend(_frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.frames)
@@ -654,7 +658,7 @@ class IoProcessScreen(DetailScreen):
         window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
         text.append(
             f"  {p.disk} {'reads' if p.rw == 'R' else 'writes'} {self.window_label(window)}:"
-            f" {p.requests} requests, {human_bytes(p.bytes)}B,"
+            f" {_count(p.requests, 'request')}, {human_bytes(p.bytes)}B,"
             f" avg size {human_bytes(p.bytes / p.requests if p.requests else 0)}B,"
             f" avg {format_ns(p.avg_lat_ms * 1e6)} (queue {format_ns(p.avg_queue_ms * 1e6)})"
         )
@@ -669,7 +673,7 @@ class IoProcessScreen(DetailScreen):
         stacks = (merge_io_stacks(p.stacks) if self.merge_offsets
                   else [(s, 1) for s in sorted(p.stacks, key=lambda s: -s.requests)])
         for s, variants in stacks:
-            head = Text(f"  {s.requests} requests", style="bold")
+            head = Text(f"  {_count(s.requests, 'request')}", style="bold")
             head.append(_merged_note(variants), style="dim")
             lines.append(head)
             lines.extend(_frame_line(frame) for frame in s.frames)
