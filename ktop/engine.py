@@ -336,6 +336,7 @@ class LiveSource:
             unavailable=unavailable,
             loading=loading,
             cost=self._self_cost.measure(),
+            tasks=self._processes.tasks,
         )
 
     def interval_snapshot(self, shown: Snapshot) -> Snapshot:

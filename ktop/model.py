@@ -166,6 +166,27 @@ class ProcessRow:
     # when writeback sends it). None where the kernel does not let ktop read them.
     disk_read_bps: float | None = None
     disk_write_bps: float | None = None
+    # User-mode CPU (100 = one CPU); None in recordings made before ktop kept it.
+    user_percent: float | None = None
+    # A row of pid EXITED_PID: the CPU of children of this process that exited in the
+    # interval (counted when it waited for them); comm, user and cmdline are the parent's.
+    parent: int = 0
+
+    @property
+    def usr_percent(self) -> float:
+        """User-mode CPU, from what older recordings kept where they lack it."""
+        if self.user_percent is not None:
+            return self.user_percent
+        return round(max(0.0, self.cpu_percent - self.sys_percent), 1)
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    """The kernel's own task counts (/proc/stat) at the processes pane's refresh."""
+
+    running: int  # runnable tasks (threads) at that instant, ktop's reader among them
+    blocked: int  # in uninterruptible sleep (mostly waiting for I/O)
+    forks_per_s: float | None = None  # tasks started a second over the interval
 
 
 @dataclass(frozen=True)
@@ -333,4 +354,5 @@ class Snapshot:
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live
+    tasks: TaskCounts | None = None  # beside processes, from the same refresh
     paused: bool = False

@@ -35,6 +35,7 @@ from ktop.model import (
     SelfCostRow,
     Snapshot,
     StackSample,
+    TaskCounts,
     UserFrame,
 )
 
@@ -170,10 +171,12 @@ def full_snapshot() -> Snapshot:
         ktop_version="0.1", kernel="6.18.44", hostname="testhost", taken_at=1767268245 + THIRD,
         duration_s=5 + THIRD, headers="linux-headers-6.1.0-56-amd64", cpu=cpu,
         processes=(ProcessRow(7, "dd", "root", "D", 50 + THIRD, 40 + THIRD, 1, 4096, "dd if=x",
-                              "/ktop-test", 4096.0, 67108864.0),),
+                              "/ktop-test", 4096.0, 67108864.0, user_percent=10 + THIRD,
+                              parent=1),),  # parent: set here to be carried, as on exited rows
         locks=locks, blockio=blockio, unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD), paused=True,
+        tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
     )
 
 

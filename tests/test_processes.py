@@ -13,17 +13,22 @@ from ktop.collectors.processes import (
     real_uid,
 )
 
-# A command name may hold spaces and parentheses: the last ") " ends it.
+# A command name may hold spaces and parentheses: the last ") " ends it. Fields as Linux 6.x
+# writes them: utime 250, stime 50, cutime 40, cstime 10, arg_start/arg_end at 48 and 49.
 STAT = (b"4242 (evil) (name) S 1 4242 4242 0 -1 4194560 100 0 0 0 "
-        b"250 50 0 0 20 0 3 0 123456 10000000 777 18446744073709551615 0 0 0\n")
+        b"250 50 40 10 20 0 3 0 123456 10000000 777 18446744073709551615 1 1 0 0 0 0 0 0 0 0 "
+        b"0 0 0 0 0 0 0 0 0 0 0 0 140720000 140720040 140720040 140720100 0\n")
 
 
 def test_stat_fields_are_the_ones_top_shows():
-    comm, state, total, system, threads, start, rss = parse_stat(STAT)
-    assert comm == "evil) (name"
-    assert state == "S"
-    assert (total, system) == (300, 50)  # utime + stime, stime, in clock ticks
-    assert threads == 3 and start == 123456 and rss == 777
+    stat = parse_stat(STAT)
+    assert stat.comm == "evil) (name"
+    assert stat.state == "S" and stat.ppid == 1
+    assert (stat.total, stat.system) == (300, 50)  # utime + stime, stime, in clock ticks
+    assert stat.threads == 3 and stat.start == 123456 and stat.rss_pages == 777
+    # children it waited for: cutime + cstime, cstime; where its command line lives
+    assert (stat.reaped, stat.reaped_system) == (50, 10)
+    assert stat.args == (140720000, 140720040)
 
 
 def test_a_truncated_stat_is_no_row():
@@ -99,3 +104,140 @@ def test_an_exited_process_leaves_its_row_and_its_open_stat_file():
         child.kill()
         collector.close()
     assert open_fds() <= before  # close() closed every one
+
+
+# ---- a /proc of our own: exec, exited children, the kernel's task counts --------------------
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class FakeProc:
+    """A directory laid out as /proc, whose files the test rewrites in place (the collector
+    keeps them open and reads them again), and a clock the test moves."""
+
+    def __init__(self, root, monkeypatch) -> None:
+        import ktop.collectors.processes as processes  # noqa: PLC0415
+
+        self.root = root
+        self.now = 1000.0
+        self.forks = 5000
+        clock = type("Clock", (), {
+            "monotonic": staticmethod(lambda: self.now),
+            "clock_gettime": staticmethod(lambda _: self.now),
+            "CLOCK_BOOTTIME": 0,
+        })
+        monkeypatch.setattr(processes, "time", clock)
+        self.write_proc_stat(running=1)
+
+    def write_proc_stat(self, running: int) -> None:
+        self._rewrite(self.root / "stat", f"cpu  1 2 3 4 5 6 7 8 0 0\nintr 1 2 3\nctxt 9\n"
+                      f"btime 1\nprocesses {self.forks}\nprocs_running {running}\n"
+                      "procs_blocked 0\n".encode())
+
+    @staticmethod
+    def _rewrite(path, data: bytes) -> None:
+        with open(path, "r+b" if path.exists() else "wb") as f:
+            f.write(data)
+            f.truncate()
+
+    def process(self, pid: int, comm: str, cmdline: bytes, *, utime=0, stime=0, cutime=0,
+                cstime=0, ppid=1, start=100, args=(1000, 1020), state="S") -> None:
+        d = self.root / str(pid)
+        d.mkdir(exist_ok=True)
+        # fields 3..52 of proc(5): state ppid pgrp session tty tpgid flags minflt cminflt
+        # majflt cmajflt utime stime cutime cstime prio nice threads itreal start vsize rss ...
+        tail = [state, ppid, pid, pid, 0, -1, 0, 0, 0, 0, 0, utime, stime, cutime, cstime,
+                20, 0, 1, 0, start, 1 << 20, 100] + [0] * 23 + [args[0], args[1], args[1], 2000, 0]
+        self._rewrite(d / "stat", f"{pid} ({comm}) {' '.join(map(str, tail))}\n".encode())
+        self._rewrite(d / "cmdline", cmdline)
+        (d / "status").write_bytes(b"Uid:\t0\t0\t0\t0\n")
+        (d / "cgroup").write_bytes(b"0::/test\n")
+
+    def exit(self, pid: int) -> None:
+        import shutil  # noqa: PLC0415
+
+        shutil.rmtree(self.root / str(pid))
+
+    def tick(self, seconds: float = 1.0) -> None:
+        self.now += seconds
+
+
+def test_a_process_that_execs_shows_its_new_command_line(tmp_path, monkeypatch):
+    """A launcher script's `bash` execs `python3 prog.py`: same pid and start time, new comm
+    and arguments. The new command line is read again; an unchanged process's is not."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0launch.sh\0")
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    proc.process(100, "python3", b"python3\0prog.py\0", args=(5000, 5016))
+    (row,) = collector.collect()
+    assert (row.comm, row.cmdline) == ("python3", "python3 prog.py")
+    # exec'd again, into a program of the same name: the arguments moved, that says it
+    proc.tick()
+    proc.process(100, "python3", b"python3\0other.py\0", args=(7000, 7017))
+    (row,) = collector.collect()
+    assert row.cmdline == "python3 other.py"
+    # a process that did not exec is not read again (one syscall saved per process)
+    proc.tick()
+    (tmp_path / "100" / "cmdline").write_bytes(b"changed\0behind\0our\0back\0")
+    (row,) = collector.collect()
+    assert row.cmdline == "python3 other.py"
+
+
+def exited(rows):
+    return {r.parent: r for r in rows if r.pid == -1}
+
+
+def test_children_that_exit_between_refreshes_show_as_their_parents_exited_row(
+        tmp_path, monkeypatch):
+    """A shell loop's children live a millisecond each: no refresh ever lists them, but the
+    kernel adds their CPU to the shell's cutime/cstime when the shell waits for them."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0churn.sh\0", utime=10, stime=10)
+    collector = ProcessCollector(str(tmp_path))
+    assert exited(collector.collect()) == {}
+    proc.tick()
+    # in one second, children used 0.6 s of user and 0.3 s of system time
+    proc.process(100, "bash", b"bash\0churn.sh\0", utime=12, stime=20,
+                 cutime=round(0.6 * TICKS), cstime=round(0.3 * TICKS))
+    rows = collector.collect()
+    row = exited(rows)[100]
+    assert (row.cpu_percent, row.user_percent, row.sys_percent) == (90.0, 60.0, 30.0)
+    assert row.comm == "bash" and row.cmdline == "bash churn.sh" and row.state == "X"
+    shell = next(r for r in rows if r.pid == 100)
+    assert (shell.cpu_percent, shell.user_percent, shell.sys_percent) == (
+        round(100 * 12 / TICKS, 1), round(100 * 2 / TICKS, 1), round(100 * 10 / TICKS, 1))
+    # an idle second: no children exited, no row
+    proc.tick()
+    assert exited(collector.collect()) == {}
+
+
+def test_a_child_seen_alive_is_not_counted_twice_when_it_exits(tmp_path, monkeypatch):
+    """A child that ran for a while was shown in its own row; when its parent waits for it,
+    the parent's cutime grows by the child's whole life. Only what it did since our last
+    look is new, even when the parent waits a refresh later."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "make", b"make\0")
+    proc.process(200, "cc1", b"cc1\0x.c\0", utime=500, ppid=100)
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    proc.exit(200)  # it ran 0.5 s more, exited; make has not waited yet (a zombie reaped)
+    assert exited(collector.collect()) == {}
+    proc.tick()
+    proc.process(100, "make", b"make\0", cutime=500 + TICKS // 2)
+    row = exited(collector.collect())[100]
+    assert row.cpu_percent == 50.0  # the last half second alone, not 500 ticks more
+
+
+def test_the_kernel_counts_running_tasks_and_forks(tmp_path, monkeypatch):
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0")
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick(2.0)
+    proc.forks += 6000
+    proc.write_proc_stat(running=3)
+    collector.collect()
+    assert (collector.tasks.running, collector.tasks.forks_per_s) == (3, 3000.0)

@@ -136,7 +136,7 @@ def test_drill_down_sort_and_filter_in_the_past(replay):
         await settle(pilot)
         seen["later"] = column(app, "functions", "symbol")
         await pilot.press("slash", "escape")  # the filter cleared
-        await pilot.press("4", "greater_than_sign")  # processes by SYS%
+        await pilot.press("4", "greater_than_sign", "greater_than_sign")  # by USR%, then SYS%
         await settle(pilot)
         seen["sorted"] = [float(v) for v in column(app, "processes", "sys")]
 

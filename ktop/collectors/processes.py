@@ -14,9 +14,10 @@ import os
 import pwd
 import resource
 import time
+from typing import NamedTuple
 
 from ktop.cgroups import parse_proc_cgroup
-from ktop.model import ProcessRow
+from ktop.model import EXITED_PID, ProcessRow, TaskCounts
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -24,6 +25,7 @@ _PROC = "/proc"
 _TASK_COMM_LEN = 15  # the kernel keeps 15 characters of a command name
 _STAT_MAX = 4096  # /proc/PID/stat is one line of about 300 bytes
 _IO_MAX = 512  # /proc/PID/io: seven short lines
+_PROC_STAT_MAX = 65536  # /proc/stat: a line per CPU and interrupt counts
 _CGROUP_MAX = 4096  # /proc/PID/cgroup: one line per hierarchy (v1 and v2 on a hybrid machine)
 # A process moved to another cgroup while it sleeps is seen within this many refreshes (one
 # that runs, at once): reading every process's cgroup each refresh cost 0.3 ms for 76.
@@ -35,9 +37,27 @@ def task_exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
-def parse_stat(text: bytes) -> tuple[str, str, int, int, int, int, int] | None:
-    """(comm, state, utime+stime ticks, stime ticks, threads, start ticks, rss pages) from
-    /proc/PID/stat; the command name sits in parentheses and may itself hold ') '."""
+class Stat(NamedTuple):
+    """What one read of /proc/PID/stat tells (times in clock ticks)."""
+
+    comm: str
+    state: str
+    total: int  # utime + stime
+    system: int  # stime
+    threads: int
+    start: int  # since boot
+    rss_pages: int
+    ppid: int = 0
+    reaped: int = 0  # cutime + cstime: the CPU of the children it has waited for
+    reaped_system: int = 0  # cstime
+    # Where the command line lives in its memory: an exec moves it (a new stack), so a
+    # change here or in comm says "read /proc/PID/cmdline again" without reading it.
+    args: tuple[int, int] = (0, 0)
+
+
+def parse_stat(text: bytes) -> Stat | None:
+    """/proc/PID/stat's figures; the command name sits in parentheses and may itself hold
+    ') '."""
     head, sep, tail = text.rpartition(b") ")
     if not sep:
         return None
@@ -45,9 +65,11 @@ def parse_stat(text: bytes) -> tuple[str, str, int, int, int, int, int] | None:
     if len(fields) < 22:
         return None
     comm = head.partition(b" (")[2].decode(errors="replace")
-    utime, stime = int(fields[11]), int(fields[12])
-    return (comm, fields[0].decode(), utime + stime, stime, int(fields[17]), int(fields[19]),
-            int(fields[21]))
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    # arg_start and arg_end (Linux 3.5+; 0 for a process not ours to trace, when not root)
+    args = (int(fields[45]), int(fields[46])) if len(fields) > 46 else (0, 0)
+    return Stat(comm, fields[0].decode(), utime + stime, stime, int(fields[17]), int(fields[19]),
+                int(fields[21]), int(fields[1]), cutime + cstime, cstime, args)
 
 
 def parse_io(text: bytes) -> tuple[int, int] | None:
@@ -74,21 +96,51 @@ def real_uid(status: bytes) -> int | None:
     return None
 
 
+class _Seen(NamedTuple):
+    """A process as the previous refresh read it."""
+
+    start: int
+    total: int
+    system: int
+    read_bytes: int
+    written_bytes: int
+    reaped: int
+    reaped_system: int
+    ppid: int
+
+
+# A debt: CPU ticks (total, system) of children seen alive and gone since, which their
+# parent's reaped counters will count again once it has waited for them; and for how many
+# more refreshes it is kept (the parent may wait a little later than our reading).
+_DEBT_REFRESHES = 3
+_INIT = 1  # orphans are reparented to init, which reaps them
+
+
+def exited_ticks(
+    gained: tuple[int, int], owed: tuple[int, int]
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(new ticks, what is still owed) from a parent's reaped counters' gain (total,
+    system) and the ticks of children already shown while they lived."""
+    total = gained[0] - owed[0]
+    system = min(max(0, gained[1] - owed[1]), max(0, total))
+    return (max(0, total), system), (max(0, -total), max(0, owed[1] - gained[1]))
+
+
 class ProcessCollector:
     pane = "processes"
 
     def __init__(self, proc: str = _PROC) -> None:
         self._proc = proc
-        # pid -> (start ticks, user+system ticks, system ticks, disk bytes read, written)
-        # at the previous refresh; the start time tells a reused pid from the process we
-        # measured before.
-        self._previous: dict[int, tuple[int, int, int, int, int]] = {}
+        # Each process at the previous refresh; the start time tells a reused pid from the
+        # process we measured before.
+        self._previous: dict[int, _Seen] = {}
         self._previous_time = 0.0
         self._previous_boot_ticks = 0.0
         self._users: dict[int, str] = {}
         # Read once per process (and again after an exec renames it): they rarely change.
         self._uids: dict[tuple[int, int, str], int | None] = {}
-        self._cmdlines: dict[tuple[int, int], str] = {}
+        # (pid, start, comm, where the arguments are): an exec changes the last two.
+        self._cmdlines: dict[tuple[int, int, str, tuple[int, int]], str] = {}
         # /proc/PID/stat stays open between refreshes: one pread instead of open, read and
         # close (1.0 to 0.3 ms for 70 processes). A descriptor keeps naming its own process:
         # once that exits, reading it fails (ESRCH), even if the pid is taken again.
@@ -101,6 +153,12 @@ class ProcessCollector:
         self._max_open = min(4096, max(0, _soft_fd_limit() - 256))
         # A process whose figures did not change keeps its row object (most, when idle).
         self._rows: dict[int, tuple[tuple, ProcessRow]] = {}
+        # parent pid -> (its start, ticks owed (total, system), refreshes left): see _Seen.
+        self._debts: dict[int, tuple[int, tuple[int, int], int]] = {}
+        self._proc_stat_fd: int | None = None
+        self._previous_forks: int | None = None
+        # The kernel's counts at the last refresh: runnable and blocked tasks, forks a second.
+        self.tasks: TaskCounts | None = None
 
     def start(self) -> None:
         self.collect()
@@ -115,7 +173,7 @@ class ProcessCollector:
                 self._users[uid] = str(uid)
         return self._users[uid]
 
-    def _read(self, pid: int) -> tuple | None:
+    def _read(self, pid: int) -> Stat | None:
         text = self._pread(self._stat_fds, pid, "stat", _STAT_MAX)
         return None if text is None else parse_stat(text)
 
@@ -176,8 +234,9 @@ class ProcessCollector:
         now, now_ticks = time.monotonic(), boot_ticks()
         elapsed = now - self._previous_time if self._previous_time else 0.0
         self._refreshes += 1
-        current: dict[int, tuple[int, int, int, int, int]] = {}
+        current: dict[int, _Seen] = {}
         rows = []
+        reapers: dict[int, tuple[int, int]] = {}  # pid -> reaped ticks gained (total, system)
         for entry in os.listdir(self._proc):
             if not entry.isdigit():
                 continue
@@ -185,38 +244,45 @@ class ProcessCollector:
             stat = self._read(pid)
             if stat is None:
                 continue
-            comm, state, total, system, threads, start, rss_pages = stat
+            comm, state, total, system, threads, start, rss_pages = stat[:7]
             disk = self._disk_bytes(pid, start)
             read_bytes, written_bytes = disk or (0, 0)
-            current[pid] = (start, total, system, read_bytes, written_bytes)
+            current[pid] = _Seen(start, total, system, read_bytes, written_bytes, stat.reaped,
+                                 stat.reaped_system, stat.ppid)
             before = self._previous.get(pid)
             cpu = sys = 0.0
             disk_read = disk_write = None
-            if before and before[0] == start and elapsed > 0:
-                cpu = max(0.0, 100.0 * (total - before[1]) / _TICKS / elapsed)
-                sys = max(0.0, 100.0 * (system - before[2]) / _TICKS / elapsed)
+            if before and before.start == start and elapsed > 0:
+                cpu = max(0.0, 100.0 * (total - before.total) / _TICKS / elapsed)
+                sys = max(0.0, 100.0 * (system - before.system) / _TICKS / elapsed)
             elif elapsed > 0 and start >= self._previous_boot_ticks:
-                # Born in the interval: its I/O counters started at zero (a dd that writes
+                # Born in the interval: its counters started at zero (a dd that writes
                 # 64 MiB in half a second is seen once, and counted).
-                before = (start, 0, 0, 0, 0)
-            if disk is not None and before and before[0] == start and elapsed > 0:
-                disk_read = max(0.0, (read_bytes - before[3]) / elapsed)
-                disk_write = max(0.0, (written_bytes - before[4]) / elapsed)
-            cgroup = self._cgroup(pid, start, ran=before is None or total != before[1])
-            figures = (start, comm, state, round(cpu, 1), round(sys, 1), threads, rss_pages,
-                       _rounded(disk_read), _rounded(disk_write), cgroup)
+                before = _Seen(start, 0, 0, 0, 0, 0, 0, stat.ppid)
+            if before and before.start == start and elapsed > 0:
+                if stat.reaped != before.reaped:
+                    reapers[pid] = (stat.reaped - before.reaped,
+                                    stat.reaped_system - before.reaped_system)
+                if disk is not None:
+                    disk_read = max(0.0, (read_bytes - before.read_bytes) / elapsed)
+                    disk_write = max(0.0, (written_bytes - before.written_bytes) / elapsed)
+            cgroup = self._cgroup(pid, start, ran=before is None or total != before.total)
+            cpu, sys = round(cpu, 1), round(sys, 1)
+            figures = (start, comm, state, cpu, sys, threads, rss_pages,
+                       _rounded(disk_read), _rounded(disk_write), cgroup, stat.args)
             kept = self._rows.get(pid)
             if kept is not None and kept[0] == figures:
                 rows.append(kept[1])
                 continue
-            cmdline = self._cmdline(pid, start)
+            cmdline = self._cmdline(pid, start, comm, stat.args)
             row = ProcessRow(
                 pid=pid,
                 comm=_full_name(comm, cmdline) or "?",
                 user=self._user_name(self._uid(pid, start, comm)),
                 state=state,
-                cpu_percent=figures[3],
-                sys_percent=figures[4],
+                cpu_percent=cpu,
+                sys_percent=sys,
+                user_percent=round(max(0.0, cpu - sys), 1),
                 threads=threads,
                 rss_bytes=rss_pages * _PAGE,
                 cmdline=cmdline,
@@ -226,9 +292,12 @@ class ProcessCollector:
             )
             self._rows[pid] = (figures, row)
             rows.append(row)
+        if elapsed > 0:
+            rows += self._exited_rows(current, reapers, elapsed)
+        self.tasks = self._task_counts(elapsed)
         self._previous, self._previous_time, self._previous_boot_ticks = current, now, now_ticks
-        live = {(pid, c[0]) for pid, c in current.items()}
-        self._cmdlines = {k: v for k, v in self._cmdlines.items() if k in live}
+        live = {(pid, c.start) for pid, c in current.items()}
+        self._cmdlines = {k: v for k, v in self._cmdlines.items() if k[:2] in live}
         self._uids = {k: v for k, v in self._uids.items() if k[:2] in live}
         self._unreadable_io &= live
         for gone in [pid for pid in self._rows if pid not in current]:
@@ -241,9 +310,90 @@ class ProcessCollector:
         rows.sort(key=lambda r: (-r.cpu_percent, r.pid))
         return tuple(rows)
 
-    def _cmdline(self, pid: int, start: int) -> str:
-        """Read once per process: a command line rarely changes and costs a syscall."""
-        key = (pid, start)
+    def _exited_rows(
+        self, current: dict[int, _Seen], reapers: dict[int, tuple[int, int]], elapsed: float
+    ) -> list[ProcessRow]:
+        """The CPU of children that exited and were waited for in the interval, one row per
+        parent: what their parent's cutime and cstime gained (the kernel adds a child's
+        whole CPU, its own reaped children's included, when its parent waits for it), less
+        what the children had already shown while we saw them alive."""
+        debts = self._debts
+        for pid, seen in self._previous.items():
+            now = current.get(pid)
+            if now is not None and now.start == seen.start:
+                continue
+            parent = seen.ppid if seen.ppid in current else _INIT
+            start = current[parent].start if parent in current else 0
+            known = debts.get(parent)
+            owed = known[1] if known is not None and known[0] == start else (0, 0)
+            owed = (owed[0] + seen.total + seen.reaped, owed[1] + seen.system + seen.reaped_system)
+            debts[parent] = (start, owed, _DEBT_REFRESHES)
+        rows = []
+        for pid, gained in reapers.items():
+            debt = debts.pop(pid, None)
+            owed = debt[1] if debt is not None and debt[0] == current[pid].start else (0, 0)
+            (total, system), left = exited_ticks(gained, owed)
+            if left != (0, 0):
+                debts[pid] = (current[pid].start, left, _DEBT_REFRESHES)
+            if total:
+                rows.append(self._exited_row(pid, total, system, elapsed))
+        for pid, (start, owed, refreshes) in list(debts.items()):
+            if pid not in reapers:
+                if refreshes <= 1 or pid not in current or current[pid].start != start:
+                    del debts[pid]
+                else:
+                    debts[pid] = (start, owed, refreshes - 1)
+        return rows
+
+    def _exited_row(self, parent: int, total: int, system: int, elapsed: float) -> ProcessRow:
+        cpu = round(100.0 * total / _TICKS / elapsed, 1)
+        sys = round(100.0 * system / _TICKS / elapsed, 1)
+        kept = self._rows.get(parent)
+        of = kept[1] if kept is not None else None
+        return ProcessRow(
+            pid=EXITED_PID,
+            parent=parent,
+            comm=of.comm if of else "?",
+            user=of.user if of else "?",
+            state="X",  # dead, as ps says
+            cpu_percent=cpu,
+            sys_percent=sys,
+            user_percent=round(max(0.0, cpu - sys), 1),
+            threads=0,
+            rss_bytes=0,
+            cmdline=of.cmdline if of else "",
+            cgroup=of.cgroup if of else "",
+        )
+
+    def _task_counts(self, elapsed: float) -> TaskCounts | None:
+        """Runnable and blocked tasks as the kernel counts them now (a scan of states finds
+        none running under fork churn: the runners exit before they are read), and tasks
+        started a second."""
+        if self._proc_stat_fd is None:
+            try:
+                self._proc_stat_fd = os.open(f"{self._proc}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        try:
+            text = os.pread(self._proc_stat_fd, _PROC_STAT_MAX, 0)
+        except OSError:
+            return None
+        counts = parse_task_counts(text)
+        if counts is None and len(text) == _PROC_STAT_MAX:  # interrupt counts of a big machine
+            counts = parse_task_counts(os.pread(self._proc_stat_fd, 1 << 22, 0))
+        if counts is None:
+            return None
+        running, blocked, forks = counts
+        rate = None
+        if self._previous_forks is not None and elapsed > 0:
+            rate = round(max(0, forks - self._previous_forks) / elapsed, 1)
+        self._previous_forks = forks
+        return TaskCounts(running=running, blocked=blocked, forks_per_s=rate)
+
+    def _cmdline(self, pid: int, start: int, comm: str, args: tuple[int, int]) -> str:
+        """Read once per process, and again after an exec (a new comm, or its arguments
+        moved): a command line rarely changes and costs a syscall."""
+        key = (pid, start, comm, args)
         if key not in self._cmdlines:
             self._cmdlines[key] = read_cmdline(f"{self._proc}/{pid}/cmdline")
         return self._cmdlines[key]
@@ -255,6 +405,21 @@ class ProcessCollector:
             for fd in fds.values():
                 os.close(fd)
             fds.clear()
+        if self._proc_stat_fd is not None:
+            os.close(self._proc_stat_fd)
+            self._proc_stat_fd = None
+
+
+def parse_task_counts(text: bytes) -> tuple[int, int, int] | None:
+    """(procs_running, procs_blocked, processes: tasks forked since boot) from /proc/stat."""
+    found: dict[bytes, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(b" ")
+        if name in (b"procs_running", b"procs_blocked", b"processes"):
+            found[name] = int(value)
+    if len(found) < 3:
+        return None
+    return found[b"procs_running"], found[b"procs_blocked"], found[b"processes"]
 
 
 def read_cmdline(path: str) -> str:

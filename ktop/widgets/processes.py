@@ -1,13 +1,14 @@
-"""Processes as top shows them: PID USER S CPU% SYS% THR RES COMMAND (100% = one CPU), with
-iotop's DISK R/s and DISK W/s and the cgroup where the pane is wide enough; or grouped by
-cgroup (v)."""
+"""Processes as top shows them: PID USER S CPU% USR% SYS% THR RES COMMAND (100% = one CPU),
+with iotop's DISK R/s and DISK W/s and the cgroup where the pane is wide enough; or grouped by
+command or by cgroup (v). Children that exited in the interval show as one `exited` row
+under the process that waited for them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ktop.cgroups import short_name
-from ktop.model import PANE_PROCESSES, ProcessRow, Snapshot
+from ktop.model import EXITED_PID, PANE_PROCESSES, ProcessRow, Snapshot
 from ktop.text import human_bytes
 from ktop.widgets.pane import WIDE, WIDER, CgroupFilter, Display, Drill, Pane, PaneRow, View
 from ktop.widgets.table import Cell, Column, num
@@ -26,6 +27,23 @@ class CgroupRow:
     disk_write_bps: float | None
 
 
+@dataclass(frozen=True)
+class CommandRow:
+    """The processes running one command (as htop groups them), summed; or the exited
+    children of processes of one command."""
+
+    command: str
+    tasks: int  # processes; 0 for exited children
+    threads: int
+    cpu_percent: float
+    user_percent: float
+    sys_percent: float
+    rss_bytes: int
+    disk_read_bps: float | None
+    disk_write_bps: float | None
+    exited: bool = False
+
+
 class ProcessesPane(Pane):
     PANE = PANE_PROCESSES
     TITLE = "4 Processes"
@@ -37,14 +55,30 @@ class ProcessesPane(Pane):
                 Column("pid", "PID", 7, right=True, descending=False),
                 Column("user", "USER", 8, descending=False),
                 Column("state", "S", 1, descending=False),
-                Column("cpu", "CPU%", 6, right=True),
-                Column("sys", "SYS%", 6, right=True),
-                Column("threads", "THR", 4, right=True),
-                Column("rss", "RES", 7, right=True),
+                Column("cpu", "CPU%", 5, right=True),
+                Column("usr", "USR%", 5, right=True),
+                Column("sys", "SYS%", 5, right=True),
+                Column("threads", "THR", 4, right=True, shown_from=WIDE),
+                Column("rss", "RES", 6, right=True),
                 Column("disk_read", "DISK R/s", 8, right=True, shown_from=WIDE),
                 Column("disk_write", "DISK W/s", 8, right=True, shown_from=WIDE),
                 Column("cgroup", "CGROUP", 14, descending=False, shown_from=WIDER),
                 Column("command", "COMMAND", None, descending=False),
+            ),
+            "cpu",
+        ),
+        View(
+            "commands",
+            (
+                Column("tasks", "TASKS", 5, right=True),
+                Column("cpu", "CPU%", 5, right=True),
+                Column("usr", "USR%", 5, right=True),
+                Column("sys", "SYS%", 5, right=True),
+                Column("threads", "THR", 4, right=True, shown_from=WIDE),
+                Column("rss", "RES", 6, right=True),
+                Column("disk_read", "DISK R/s", 8, right=True, shown_from=WIDE),
+                Column("disk_write", "DISK W/s", 8, right=True, shown_from=WIDE),
+                Column("name", "COMMAND", None, descending=False),
             ),
             "cpu",
         ),
@@ -71,9 +105,12 @@ class ProcessesPane(Pane):
     def rows(self, snapshot: Snapshot, display: Display):
         processes = snapshot.processes
         if display.filtered:
-            processes = tuple(p for p in processes if display.shows(p.pid, p.cgroup))
-        running = sum(1 for p in snapshot.processes if p.state == "R")
-        subtitle = f"{len(snapshot.processes)} tasks, {running} running"
+            processes = tuple(p for p in processes if display.shows(p.parent or p.pid, p.cgroup))
+        subtitle = task_summary(snapshot)
+        if self.view == "commands":
+            commands = by_command(processes)
+            rows = [(f"{c.exited}|{c.command}", _command_cells(c), c) for c in commands]
+            return rows, "no such process (it may have exited)", f"by command (v)  {subtitle}"
         if self.view == "cgroups":
             groups = by_cgroup(processes)
             rows = [
@@ -106,31 +143,96 @@ class ProcessesPane(Pane):
             rows.append(row)
         return rows, "no such process (it may have exited)", subtitle
 
-    def drill_row(self, row: ProcessRow | CgroupRow) -> Drill:
+    def drill_row(self, row: ProcessRow | CgroupRow | CommandRow) -> Drill:
         if isinstance(row, CgroupRow):
             return CgroupFilter(row.cgroup) if row.cgroup else None
-        return row.pid  # every pane shows this process alone
+        if isinstance(row, CommandRow):
+            self.notify("a command holds several processes: open one in the per-process view (v)")
+            return None
+        return row.parent or row.pid  # every pane shows this process (the exited's parent) alone
+
+
+def task_summary(snapshot: Snapshot) -> str:
+    """Processes and threads listed, and the kernel's own count of runnable tasks (a scan of
+    process states finds none under fork churn: the tasks that run exit before they are
+    read), with tasks started a second."""
+    processes = threads = 0
+    for p in snapshot.processes:
+        if p.pid != EXITED_PID:
+            processes += 1
+            threads += p.threads
+    tasks = snapshot.tasks
+    if tasks is None:  # a recording from before ktop kept the kernel's counts
+        running = sum(1 for p in snapshot.processes if p.state == "R")
+        return f"{processes} tasks, {running} running"
+    text = f"{processes} tasks, {threads} thr; {tasks.running} running"
+    if tasks.forks_per_s:
+        text += f", {tasks.forks_per_s:.0f} started/s"
+    return text
 
 
 def _row(p: ProcessRow) -> PaneRow:
+    exited = p.pid == EXITED_PID
+    tie = -(p.parent or p.pid)
+    command = p.cmdline or f"[{p.comm}]"  # as htop shows it; kernel threads have none: [name]
     return (
-        str(p.pid),
+        f"exited|{p.parent}" if exited else str(p.pid),
         (
-            num(str(p.pid), p.pid),
+            num("exited" if exited else str(p.pid), p.parent if exited else p.pid),
             Cell(p.user[:8], p.user),
             Cell(p.state, style="bold green" if p.state == "R" else ""),
-            num(f"{p.cpu_percent:.1f}", (p.cpu_percent, -p.pid), _busy(p.cpu_percent)),
-            num(f"{p.sys_percent:.1f}", (p.sys_percent, -p.pid)),
-            num(str(p.threads), p.threads),
-            num(human_bytes(p.rss_bytes), p.rss_bytes),
-            _rate(p.disk_read_bps, -p.pid),
-            _rate(p.disk_write_bps, -p.pid),
+            num(_percent(p.cpu_percent), (p.cpu_percent, tie), _busy(p.cpu_percent)),
+            num(_percent(p.usr_percent), (p.usr_percent, tie)),
+            num(_percent(p.sys_percent), (p.sys_percent, tie)),
+            num("-" if exited else str(p.threads), p.threads),
+            num("-" if exited else human_bytes(p.rss_bytes), p.rss_bytes),
+            _rate(p.disk_read_bps, tie),
+            _rate(p.disk_write_bps, tie),
             Cell(short_name(p.cgroup), p.cgroup.lower()),
-            # The command line as htop shows it; kernel threads have none: [name].
-            Cell(p.cmdline or f"[{p.comm}]", p.comm.lower()),
+            Cell(f"<children of {p.parent}> {command}" if exited else command, p.comm.lower()),
         ),
         p,
     )
+
+
+def _command_cells(c: CommandRow) -> tuple[Cell, ...]:
+    return (
+        num(str(c.tasks) if c.tasks else "-", c.tasks),
+        num(_percent(c.cpu_percent), c.cpu_percent, _busy(c.cpu_percent)),
+        num(_percent(c.user_percent), c.user_percent),
+        num(_percent(c.sys_percent), c.sys_percent),
+        num(str(c.threads) if c.tasks else "-", c.threads),
+        num(human_bytes(c.rss_bytes) if c.tasks else "-", c.rss_bytes),
+        _rate(c.disk_read_bps),
+        _rate(c.disk_write_bps),
+        Cell(c.command, (c.exited, c.command.lower())),
+    )
+
+
+def by_command(processes: tuple[ProcessRow, ...]) -> list[CommandRow]:
+    """One row per command (the program's name, as htop groups by it), busiest first; the
+    exited children of each command's processes in a row of their own."""
+    groups: dict[tuple[bool, str], list[ProcessRow]] = {}
+    for p in processes:
+        groups.setdefault((p.pid == EXITED_PID, p.comm), []).append(p)
+    rows = []
+    for (exited, comm), members in groups.items():
+        reads = [p.disk_read_bps for p in members if p.disk_read_bps is not None]
+        writes = [p.disk_write_bps for p in members if p.disk_write_bps is not None]
+        rows.append(CommandRow(
+            command=f"<children of {comm}>" if exited else comm,
+            tasks=0 if exited else len(members),
+            threads=sum(p.threads for p in members),
+            cpu_percent=round(sum(p.cpu_percent for p in members), 1),
+            user_percent=round(sum(p.usr_percent for p in members), 1),
+            sys_percent=round(sum(p.sys_percent for p in members), 1),
+            rss_bytes=sum(p.rss_bytes for p in members),
+            disk_read_bps=sum(reads) if reads else None,
+            disk_write_bps=sum(writes) if writes else None,
+            exited=exited,
+        ))
+    rows.sort(key=lambda c: (-c.cpu_percent, c.exited, c.command))
+    return rows
 
 
 def by_cgroup(processes: tuple[ProcessRow, ...]) -> list[CgroupRow]:
@@ -145,7 +247,7 @@ def by_cgroup(processes: tuple[ProcessRow, ...]) -> list[CgroupRow]:
         writes = [p.disk_write_bps for p in members if p.disk_write_bps is not None]
         rows.append(CgroupRow(
             cgroup=cgroup,
-            tasks=len(members),
+            tasks=sum(1 for p in members if p.pid != EXITED_PID),
             cpu_percent=round(sum(p.cpu_percent for p in members), 1),
             sys_percent=round(sum(p.sys_percent for p in members), 1),
             rss_bytes=sum(p.rss_bytes for p in members),
@@ -162,6 +264,11 @@ def _rate(bps: float | None, tie: int = 0) -> Cell:
         return num("-", (-1.0, tie))
     style = "bold red" if bps >= 10 << 20 else ("green" if bps else "")
     return num(human_bytes(bps) if bps else "0", (bps, tie), style)
+
+
+def _percent(percent: float) -> str:
+    """100 = one CPU, in five columns: 99.5, 199.8, and 1600 on a machine of 16 CPUs."""
+    return f"{percent:.1f}" if percent < 999.95 else f"{percent:.0f}"
 
 
 def _busy(percent: float) -> str:
