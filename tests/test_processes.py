@@ -28,7 +28,7 @@ def test_stat_fields_are_the_ones_top_shows():
     assert stat.threads == 3 and stat.start == 123456 and stat.rss_pages == 777
     # children it waited for: cutime + cstime, cstime; where its command line lives
     assert (stat.reaped, stat.reaped_system) == (50, 10)
-    assert stat.args == (140720000, 140720040)
+    assert stat.args == (b"140720000", b"140720040")
 
 
 def test_a_truncated_stat_is_no_row():
