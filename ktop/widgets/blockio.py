@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 from ktop.cgroups import short_name
@@ -67,6 +68,19 @@ class BlockIoPane(Pane):
             ),
             "bucket",
         ),
+        View(
+            "commands",
+            (
+                Column("tasks", "TASKS", 5, right=True),
+                Column("rw", "D", 1, descending=False),
+                Column("io", "I/O", 5, right=True),
+                Column("kbytes", "Kbytes", 7, right=True),
+                Column("avg", "AVGms", 6, right=True),
+                Column("queue", "QUEms", 6, right=True),
+                Column("comm", "COMM", None, descending=False),
+            ),
+            "kbytes",
+        ),
     )
 
     def rows(self, snapshot: Snapshot, display: Display):
@@ -116,6 +130,24 @@ class BlockIoPane(Pane):
                 for r in block.requests
                 if display.shows(r.pid, r.cgroup)
             ]
+        elif self.view == "commands":
+            rows = [
+                (
+                    f"{c.comm}|{c.rw}",
+                    (
+                        num(str(c.tasks), c.tasks),
+                        Cell(c.rw),
+                        num(str(c.requests), c.requests),
+                        num(str(c.bytes // 1024), c.bytes),
+                        num(f"{c.avg_lat_ms:.2f}", c.avg_lat_ms),
+                        num(f"{c.avg_queue_ms:.2f}", c.avg_queue_ms),
+                        Cell(c.comm),
+                    ),
+                    c,
+                )
+                for c in io_by_command(
+                    tuple(p for p in block.processes if display.shows(p.pid, p.cgroup)))
+            ]
         else:
             rows = []
             for disk in block.disks:
@@ -152,6 +184,8 @@ class BlockIoPane(Pane):
             row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
         if isinstance(row, IoProcess):
             return partial(IoProcessScreen, row, self._snapshot)
+        if isinstance(row, IoCommand):
+            self.notify("stacks are kept per process: switch to the process view (v)")
         return None  # a latency bucket: no stacks behind it
 
 
@@ -173,3 +207,34 @@ def writeback_share(block: BlockProfile) -> float | None:
     if written < WRITEBACK_MIN_BYTES or by_writeback * 2 <= written:
         return None
     return by_writeback / written
+
+
+@dataclass(frozen=True)
+class IoCommand:
+    """The I/O of every process of one command in one direction, on all disks (the
+    `commands` view, as htop groups)."""
+
+    comm: str
+    rw: str
+    tasks: int
+    requests: int
+    bytes: int
+    avg_lat_ms: float  # weighed by requests
+    avg_queue_ms: float
+
+
+def io_by_command(processes: tuple[IoProcess, ...]) -> list[IoCommand]:
+    """One row per command and direction, most bytes first."""
+    groups: dict[tuple[str, str], list[IoProcess]] = {}
+    for p in processes:
+        groups.setdefault((p.comm, p.rw), []).append(p)
+    rows = []
+    for (comm, rw), members in groups.items():
+        requests = sum(p.requests for p in members)
+        rows.append(IoCommand(
+            comm, rw, len({p.pid for p in members}), requests, sum(p.bytes for p in members),
+            sum(p.avg_lat_ms * p.requests for p in members) / requests if requests else 0.0,
+            sum(p.avg_queue_ms * p.requests for p in members) / requests if requests else 0.0,
+        ))
+    rows.sort(key=lambda c: (-c.bytes, -c.requests, c.comm, c.rw))
+    return rows

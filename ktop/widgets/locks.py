@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 from ktop.cgroups import short_name
@@ -54,6 +55,15 @@ class LocksPane(Pane):
             ),
             "total",
         ),
+        View(
+            "commands",
+            (
+                *_WAIT_COLUMNS[:4],
+                Column("tasks", "tasks", 5, right=True),
+                Column("comm", "comm", None, descending=False),
+            ),
+            "total",
+        ),
     )
 
     def rows(self, snapshot: Snapshot, display: Display):
@@ -84,6 +94,20 @@ class LocksPane(Pane):
                     lock,
                 )
                 for lock in locks.locks
+            ]
+        elif self.view == "commands":
+            tasks = tuple(t for t in locks.tasks if display.shows(t.pid, t.cgroup))
+            rows = [
+                (
+                    c.comm,
+                    (
+                        *_wait_cells(c.contended, c.total_wait_ns, c.max_wait_ns, "")[:4],
+                        num(str(c.tasks), c.tasks),
+                        Cell(c.comm),
+                    ),
+                    c,
+                )
+                for c in waits_by_command(tasks)
             ]
         else:
             tasks = locks.tasks
@@ -124,3 +148,28 @@ class LocksPane(Pane):
             return row.pid  # every pane shows this pid alone
         self.notify("stacks are kept per caller: switch to the caller view (v)")
         return None
+
+
+@dataclass(frozen=True)
+class LockCommand:
+    """The waits of every task of one command (the `commands` view, as htop groups)."""
+
+    comm: str
+    tasks: int
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int
+
+
+def waits_by_command(tasks: tuple[LockTask, ...]) -> list[LockCommand]:
+    """One row per command, longest total wait first; tasks folded as exited count once."""
+    groups: dict[str, list[LockTask]] = {}
+    for t in tasks:
+        groups.setdefault(t.comm, []).append(t)
+    rows = [
+        LockCommand(comm, len(members), sum(t.contended for t in members),
+                    sum(t.total_wait_ns for t in members), max(t.max_wait_ns for t in members))
+        for comm, members in groups.items()
+    ]
+    rows.sort(key=lambda c: (-c.total_wait_ns, c.comm))
+    return rows

@@ -68,6 +68,20 @@ class ProcessesPane(Pane):
             "cpu",
         ),
         View(
+            "cgroups",
+            (
+                Column("name", "NAME", 18, descending=False),
+                Column("tasks", "TASKS", 5, right=True),
+                Column("cpu", "CPU%", 6, right=True),
+                Column("sys", "SYS%", 6, right=True, shown_from=WIDE),
+                Column("rss", "RES", 7, right=True, shown_from=WIDE),
+                Column("disk_read", "DISK R/s", 8, right=True),
+                Column("disk_write", "DISK W/s", 8, right=True),
+                Column("cgroup", "CGROUP", None, descending=False),
+            ),
+            "cpu",
+        ),
+        View(
             "commands",
             (
                 Column("tasks", "TASKS", 5, right=True),
@@ -79,20 +93,6 @@ class ProcessesPane(Pane):
                 Column("disk_read", "DISK R/s", 8, right=True, shown_from=WIDE),
                 Column("disk_write", "DISK W/s", 8, right=True, shown_from=WIDE),
                 Column("name", "COMMAND", None, descending=False),
-            ),
-            "cpu",
-        ),
-        View(
-            "cgroups",
-            (
-                Column("name", "NAME", 18, descending=False),
-                Column("tasks", "TASKS", 5, right=True),
-                Column("cpu", "CPU%", 6, right=True),
-                Column("sys", "SYS%", 6, right=True, shown_from=WIDE),
-                Column("rss", "RES", 7, right=True, shown_from=WIDE),
-                Column("disk_read", "DISK R/s", 8, right=True),
-                Column("disk_write", "DISK W/s", 8, right=True),
-                Column("cgroup", "CGROUP", None, descending=False),
             ),
             "cpu",
         ),
