@@ -241,3 +241,38 @@ def test_the_kernel_counts_running_tasks_and_forks(tmp_path, monkeypatch):
     proc.write_proc_stat(running=3)
     collector.collect()
     assert (collector.tasks.running, collector.tasks.forks_per_s) == (3, 3000.0)
+
+
+def test_a_process_born_between_refreshes_shows_its_cpu_at_first_sight(tmp_path, monkeypatch):
+    """Its counters started at zero when it was born: a dd that burns 0.8 s before the next
+    refresh read 0.0% there (four such dd made a busy machine's rows add to 70%)."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0")
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    born = round((proc.now - 0.9) * TICKS)  # 0.1 s after the last refresh
+    proc.process(300, "dd", b"dd\0", utime=round(0.2 * TICKS), stime=round(0.6 * TICKS),
+                 start=born, ppid=100, state="R")
+    dd = next(r for r in collector.collect() if r.pid == 300)
+    assert (dd.cpu_percent, dd.user_percent, dd.sys_percent) == (80.0, 20.0, 60.0)
+
+
+def test_a_grandchild_waited_for_by_a_child_that_exited_too_is_counted_once(
+        tmp_path, monkeypatch):
+    """ktop's own loader child: seen alive, reaped by ktop, and ktop itself then reaped by
+    the shell, all in one interval. The shell's cutime grows by both lives; only what both
+    did since the last look is new."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0")
+    proc.process(200, "ktop", b"ktop\0", utime=90, ppid=100)
+    proc.process(300, "loader", b"loader\0", utime=120, ppid=200)
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    proc.exit(300)
+    proc.exit(200)  # each ran TICKS // 4 more; the shell now counts both whole lives
+    proc.process(100, "bash", b"bash\0", cutime=90 + 120 + 2 * (TICKS // 4))
+    rows = collector.collect()
+    assert exited(rows)[100].cpu_percent == round(100 * 2 * (TICKS // 4) / TICKS, 1)
+    assert set(exited(rows)) == {100}

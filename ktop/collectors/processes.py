@@ -259,14 +259,14 @@ class ProcessCollector:
             before = self._previous.get(pid)
             cpu = sys = 0.0
             disk_read = disk_write = None
+            if (before is None or before.start != start) and start >= self._previous_boot_ticks:
+                # Born in the interval: its counters started at zero (a dd that burns half a
+                # second of CPU and writes 64 MiB before the next refresh is seen once, and
+                # counted).
+                before = _Seen(start, 0, 0, 0, 0, 0, 0, ppid)
             if before and before.start == start and elapsed > 0:
                 cpu = max(0.0, 100.0 * (total - before.total) / _TICKS / elapsed)
                 sys = max(0.0, 100.0 * (system - before.system) / _TICKS / elapsed)
-            elif elapsed > 0 and start >= self._previous_boot_ticks:
-                # Born in the interval: its counters started at zero (a dd that writes
-                # 64 MiB in half a second is seen once, and counted).
-                before = _Seen(start, 0, 0, 0, 0, 0, 0, ppid)
-            if before and before.start == start and elapsed > 0:
                 if reaped != before.reaped:
                     reapers[pid] = (reaped - before.reaped, reaped_sys - before.reaped_system)
                 if disk is not None:
@@ -328,7 +328,7 @@ class ProcessCollector:
             now = current.get(pid)
             if now is not None and now.start == seen.start:
                 continue
-            parent = seen.ppid if seen.ppid in current else _INIT
+            parent = self._waiter(seen.ppid, current)
             start = current[parent].start if parent in current else 0
             known = debts.get(parent)
             owed = known[1] if known is not None and known[0] == start else (0, 0)
@@ -350,6 +350,19 @@ class ProcessCollector:
                 else:
                     debts[pid] = (start, owed, refreshes - 1)
         return rows
+
+    def _waiter(self, parent: int, current: dict[int, _Seen]) -> int:
+        """Who will count a gone child's CPU in its reaped counters: its parent, or, if that
+        has exited too (having waited for it, as a parent does), the first ancestor still
+        alive; init, when no ancestor is known."""
+        for _ in range(64):  # a chain of processes gone in one interval; never a cycle
+            if parent in current:
+                return parent
+            gone = self._previous.get(parent)
+            if gone is None:
+                break
+            parent = gone.ppid
+        return _INIT
 
     def _exited_row(self, parent: int, total: int, system: int, elapsed: float) -> ProcessRow:
         cpu = round(100.0 * total / _TICKS / elapsed, 1)
