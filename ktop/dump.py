@@ -15,7 +15,7 @@ import time
 from typing import TextIO
 
 from ktop.export import to_json
-from ktop.model import Snapshot
+from ktop.model import EXITED_PID, Snapshot
 from ktop.recording import Recording
 from ktop.text import printable
 
@@ -60,7 +60,7 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
     else:
         row += [""] * 6
     lost = sum(n for profile in (cpu, locks, io) if profile for n in profile.lost.values())
-    row += [len(snapshot.processes), lost]
+    row += [sum(1 for p in snapshot.processes if p.pid != EXITED_PID), lost]
     return row
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from ktop.collectors.processes import (
     ProcessCollector,
     _full_name,
@@ -276,3 +278,23 @@ def test_a_grandchild_waited_for_by_a_child_that_exited_too_is_counted_once(
     rows = collector.collect()
     assert exited(rows)[100].cpu_percent == round(100 * 2 * (TICKS // 4) / TICKS, 1)
     assert set(exited(rows)) == {100}
+
+
+def test_prometheus_sums_the_exited_rows_of_parents_of_one_command(recorded_snapshot):
+    """Two shells' exited children: one series, pid "exited", both counted (a dict keyed by
+    pid and comm kept the last alone)."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    from ktop.exports.openmetrics import to_prom  # noqa: PLC0415
+    from ktop.model import EXITED_PID  # noqa: PLC0415
+
+    shell = recorded_snapshot.processes[0]
+    rows = tuple(replace(shell, pid=EXITED_PID, parent=parent, comm="bash", cpu_percent=cpu,
+                         sys_percent=sys) for parent, cpu, sys in ((10, 50.0, 20.0), (11, 30.0, 10.0)))
+    text = to_prom(replace(recorded_snapshot, processes=rows), top=5)
+    samples = next(f for f in text_string_to_metric_families(text)
+                   if f.name == "ktop_process_cpu_ratio").samples
+    exited = {s.labels["mode"]: s.value for s in samples if s.labels["pid"] == "exited"}
+    assert exited == {"system": pytest.approx(0.3), "user": pytest.approx(0.5)}

@@ -31,7 +31,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Bucket, Snapshot
-from ktop.text import printable
+from ktop.text import format_pid, printable
 
 DEFAULT_TOP = 20
 OTHER = "other"
@@ -293,19 +293,25 @@ class SnapshotMetrics:
             "ktop_process_cpu_ratio", "CPU of each process over the last refresh (1 = one CPU), "
             "by mode (top N processes by CPU; the rest as pid=\"other\")",
             labels=["pid", "comm", "mode"])
-        values = {(p.pid, p.comm): p for p in snapshot.processes}
-        top = top_keys({key: p.cpu_percent for key, p in values.items()}, self.top)
+        # (cpu, system) by (pid, comm): exited children's rows (pid "exited") of parents of
+        # one command are summed
+        values: dict[tuple[str, str], tuple[float, float]] = {}
+        for p in snapshot.processes:
+            key = (format_pid(p.pid), p.comm)
+            busy, system = values.get(key, (0.0, 0.0))
+            values[key] = (busy + p.cpu_percent, system + p.sys_percent)
+        top = top_keys({key: busy for key, (busy, _) in values.items()}, self.top)
         picked = set(top)
-        rest = [p for key, p in values.items() if key not in picked]
+        rest = [v for key, v in values.items() if key not in picked]
         rows = []
         for pid, comm in top:
-            process = values[(pid, comm)]
-            labels = (str(pid), label_value(comm))
-            rows.append(((*labels, "system"), _ratio(process.sys_percent)))
-            rows.append(((*labels, "user"), _ratio(process.cpu_percent - process.sys_percent)))
-        system = sum(p.sys_percent for p in rest)
+            busy, system = values[(pid, comm)]
+            labels = (pid, label_value(comm))
+            rows.append(((*labels, "system"), _ratio(system)))
+            rows.append(((*labels, "user"), _ratio(busy - system)))
+        system = sum(s for _, s in rest)
         rows.append(((OTHER, OTHER, "system"), _ratio(system)))
-        rows.append(((OTHER, OTHER, "user"), _ratio(sum(p.cpu_percent for p in rest) - system)))
+        rows.append(((OTHER, OTHER, "user"), _ratio(sum(c for c, _ in rest) - system)))
         _add_rows(cpu, rows)
         return [cpu]
 
