@@ -143,7 +143,7 @@ class FakeProc:
             f.truncate()
 
     def process(self, pid: int, comm: str, cmdline: bytes, *, utime=0, stime=0, cutime=0,
-                cstime=0, ppid=1, start=100, args=(1000, 1020), state="S") -> None:
+                cstime=0, ppid=1, start=100, args=(1000, 1020), state="S", io=None) -> None:
         d = self.root / str(pid)
         d.mkdir(exist_ok=True)
         # fields 3..52 of proc(5): state ppid pgrp session tty tpgid flags minflt cminflt
@@ -154,6 +154,9 @@ class FakeProc:
         self._rewrite(d / "cmdline", cmdline)
         (d / "status").write_bytes(b"Uid:\t0\t0\t0\t0\n")
         (d / "cgroup").write_bytes(b"0::/test\n")
+        if io is not None:
+            self._rewrite(d / "io", (f"rchar: 0\nwchar: 0\nsyscr: 0\nsyscw: 0\nread_bytes: {io[0]}\n"
+                                     f"write_bytes: {io[1]}\ncancelled_write_bytes: 0\n").encode())
 
     def exit(self, pid: int) -> None:
         import shutil  # noqa: PLC0415
@@ -298,3 +301,26 @@ def test_prometheus_sums_the_exited_rows_of_parents_of_one_command(recorded_snap
                    if f.name == "ktop_process_cpu_ratio").samples
     exited = {s.labels["mode"]: s.value for s in samples if s.labels["pid"] == "exited"}
     assert exited == {"system": pytest.approx(0.3), "user": pytest.approx(0.5)}
+
+
+def test_a_childs_disk_bytes_are_not_its_parents_when_it_exits(tmp_path, monkeypatch):
+    """A shell runs dd: the kernel adds dd's bytes to the shell's /proc/PID/io when the shell
+    waits for it. dd's own row showed them while it ran; the shell did not write 50 MiB."""
+    mib = 1 << 20
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0", io=(0, 0))
+    proc.process(200, "dd", b"dd\0", ppid=100, io=(0, 40 * mib))
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    proc.process(200, "dd", b"dd\0", ppid=100, io=(0, 45 * mib))
+    dd = next(r for r in collector.collect() if r.pid == 200)
+    assert dd.disk_write_bps == 5 * mib
+    proc.tick()
+    proc.exit(200)  # 5 MiB more, then exit; the shell now counts all 50
+    proc.process(100, "bash", b"bash\0", io=(0, 50 * mib))
+    shell = next(r for r in collector.collect() if r.pid == 100)
+    assert shell.disk_write_bps == 5 * mib  # dd's last 5 MiB, not its 50
+    proc.tick()
+    shell = next(r for r in collector.collect() if r.pid == 100)
+    assert shell.disk_write_bps == 0

@@ -116,21 +116,49 @@ class _Seen(NamedTuple):
     ppid: int
 
 
-# A debt: CPU ticks (total, system) of children seen alive and gone since, which their
-# parent's reaped counters will count again once it has waited for them; and for how many
-# more refreshes it is kept (the parent may wait a little later than our reading).
-_DEBT_REFRESHES = 3
 _INIT = 1  # orphans are reparented to init, which reaps them
 
 
-def exited_ticks(
-    gained: tuple[int, int], owed: tuple[int, int]
-) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(new ticks, what is still owed) from a parent's reaped counters' gain (total,
-    system) and the ticks of children already shown while they lived."""
-    total = gained[0] - owed[0]
-    system = min(max(0, gained[1] - owed[1]), max(0, total))
-    return (max(0, total), system), (max(0, -total), max(0, owed[1] - gained[1]))
+class _Debts:
+    """What children that are gone already showed in their own rows while ktop saw them
+    alive, owed by the process that counts them again when it waits for them: the kernel
+    adds a child's whole life to its parent's cutime/cstime and /proc/PID/io then. Kept a
+    few refreshes, as a parent may wait later than ktop looks."""
+
+    REFRESHES = 3
+
+    def __init__(self) -> None:
+        # pid -> (its start, amounts owed, refreshes left)
+        self._owed: dict[int, tuple[int, tuple[int, ...], int]] = {}
+        self._settled: set[int] = set()
+
+    def add(self, pid: int, start: int, amounts: tuple[int, ...]) -> None:
+        known = self._owed.get(pid)
+        if known is not None and known[0] == start:
+            amounts = tuple(a + b for a, b in zip(known[1], amounts))
+        self._owed[pid] = (start, amounts, self.REFRESHES)
+
+    def settle(self, pid: int, start: int, gained: tuple[int, ...]) -> tuple[int, ...]:
+        """What a process's counters gained, less what it owes; the rest stays owed."""
+        known = self._owed.pop(pid, None)
+        if known is None or known[0] != start:
+            return gained
+        left = tuple(max(0, o - g) for g, o in zip(gained, known[1]))
+        if any(left):
+            self._owed[pid] = (start, left, self.REFRESHES)
+            self._settled.add(pid)
+        return tuple(max(0, g - o) for g, o in zip(gained, known[1]))
+
+    def age(self, current: dict[int, _Seen]) -> None:
+        """Once a refresh: forget what is owed by processes gone, or for too long."""
+        for pid, (start, owed, refreshes) in list(self._owed.items()):
+            if pid in self._settled:
+                continue
+            if refreshes <= 1 or pid not in current or current[pid].start != start:
+                del self._owed[pid]
+            else:
+                self._owed[pid] = (start, owed, refreshes - 1)
+        self._settled.clear()
 
 
 class ProcessCollector:
@@ -146,8 +174,9 @@ class ProcessCollector:
         self._users: dict[int, str] = {}
         # Read once per process (and again after an exec renames it): they rarely change.
         self._uids: dict[tuple[int, int, str], int | None] = {}
-        # (pid, start, comm, where the arguments are): an exec changes the last two.
-        self._cmdlines: dict[tuple[int, int, str, tuple[bytes, bytes]], str] = {}
+        # pid -> ((start, comm, where the arguments are), command line): an exec changes
+        # the last two.
+        self._cmdlines: dict[int, tuple[tuple[int, str, tuple[bytes, bytes]], str]] = {}
         # /proc/PID/stat stays open between refreshes: one pread instead of open, read and
         # close (1.0 to 0.3 ms for 70 processes). A descriptor keeps naming its own process:
         # once that exits, reading it fails (ESRCH), even if the pid is taken again.
@@ -160,8 +189,9 @@ class ProcessCollector:
         self._max_open = min(4096, max(0, _soft_fd_limit() - 256))
         # A process whose figures did not change keeps its row object (most, when idle).
         self._rows: dict[int, tuple[tuple, ProcessRow]] = {}
-        # parent pid -> (its start, ticks owed (total, system), refreshes left): see _Seen.
-        self._debts: dict[int, tuple[int, tuple[int, int], int]] = {}
+        # Gone children's CPU ticks (total, system) and disk bytes (read, written).
+        self._cpu_owed = _Debts()
+        self._disk_owed = _Debts()
         self._proc_stat_fd: int | None = None
         self._previous_forks: int | None = None
         # The kernel's counts at the last refresh: runnable and blocked tasks, forks a second.
@@ -242,8 +272,7 @@ class ProcessCollector:
         elapsed = now - self._previous_time if self._previous_time else 0.0
         self._refreshes += 1
         current: dict[int, _Seen] = {}
-        rows = []
-        reapers: dict[int, tuple[int, int]] = {}  # pid -> reaped ticks gained (total, system)
+        read = []
         for entry in os.listdir(self._proc):
             if not entry.isdigit():
                 continue
@@ -251,11 +280,17 @@ class ProcessCollector:
             stat = self._read(pid)
             if stat is None:
                 continue
-            comm, state, total, system, threads, start, rss_pages, ppid, reaped, reaped_sys, args = stat
-            disk = self._disk_bytes(pid, start)
+            disk = self._disk_bytes(pid, stat.start)
             read_bytes, written_bytes = disk or (0, 0)
-            current[pid] = _new_tuple(_Seen, (start, total, system, read_bytes, written_bytes,
-                                              reaped, reaped_sys, ppid))
+            current[pid] = _new_tuple(_Seen, (stat.start, stat.total, stat.system, read_bytes,
+                                              written_bytes, stat.reaped, stat.reaped_system,
+                                              stat.ppid))
+            read.append((pid, stat, disk))
+        self._owe_for_the_gone(current)
+        rows = []
+        reapers: dict[int, tuple[int, int]] = {}  # pid -> reaped ticks gained (total, system)
+        for pid, stat, disk in read:
+            comm, state, total, system, threads, start, rss_pages, ppid, reaped, reaped_sys, args = stat
             before = self._previous.get(pid)
             cpu = sys = 0.0
             disk_read = disk_write = None
@@ -270,8 +305,11 @@ class ProcessCollector:
                 if reaped != before.reaped:
                     reapers[pid] = (reaped - before.reaped, reaped_sys - before.reaped_system)
                 if disk is not None:
-                    disk_read = max(0.0, (read_bytes - before.read_bytes) / elapsed)
-                    disk_write = max(0.0, (written_bytes - before.written_bytes) / elapsed)
+                    # A child's bytes join its parent's when it is waited for: those its own
+                    # row showed are not the parent's (a shell's dd, 50 MiB at its exit).
+                    gained = self._disk_owed.settle(pid, start, (
+                        max(0, disk[0] - before.read_bytes), max(0, disk[1] - before.written_bytes)))
+                    disk_read, disk_write = gained[0] / elapsed, gained[1] / elapsed
             cgroup = self._cgroup(pid, start, ran=before is None or total != before.total)
             cpu, sys = round(cpu, 1), round(sys, 1)
             figures = (start, comm, state, cpu, sys, threads, rss_pages,
@@ -300,21 +338,34 @@ class ProcessCollector:
             rows.append(row)
         if elapsed > 0:
             rows += self._exited_rows(current, reapers, elapsed)
+        self._cpu_owed.age(current)
+        self._disk_owed.age(current)
         self.tasks = self._task_counts(elapsed)
         self._previous, self._previous_time, self._previous_boot_ticks = current, now, now_ticks
         live = {(pid, c.start) for pid, c in current.items()}
-        self._cmdlines = {k: v for k, v in self._cmdlines.items() if k[:2] in live}
         self._uids = {k: v for k, v in self._uids.items() if k[:2] in live}
         self._unreadable_io &= live
-        for gone in [pid for pid in self._rows if pid not in current]:
-            del self._rows[gone]
-        for gone in [pid for pid in self._cgroups if pid not in current]:
-            del self._cgroups[gone]
+        for table in (self._rows, self._cgroups, self._cmdlines):
+            for gone in [pid for pid in table if pid not in current]:
+                del table[gone]
         for fds in (self._stat_fds, self._io_fds, self._cgroup_fds):
             for gone in [pid for pid in fds if pid not in current]:
                 os.close(fds.pop(gone))
         rows.sort(key=lambda r: (-r.cpu_percent, r.pid))
         return tuple(rows)
+
+    def _owe_for_the_gone(self, current: dict[int, _Seen]) -> None:
+        """Each process seen last time and gone now: what it showed is owed by whoever
+        waited for it."""
+        for pid, seen in self._previous.items():
+            now = current.get(pid)
+            if now is not None and now.start == seen.start:
+                continue
+            waiter = self._waiter(seen.ppid, current)
+            start = current[waiter].start if waiter in current else 0
+            self._cpu_owed.add(waiter, start, (seen.total + seen.reaped,
+                                               seen.system + seen.reaped_system))
+            self._disk_owed.add(waiter, start, (seen.read_bytes, seen.written_bytes))
 
     def _exited_rows(
         self, current: dict[int, _Seen], reapers: dict[int, tuple[int, int]], elapsed: float
@@ -323,32 +374,11 @@ class ProcessCollector:
         parent: what their parent's cutime and cstime gained (the kernel adds a child's
         whole CPU, its own reaped children's included, when its parent waits for it), less
         what the children had already shown while we saw them alive."""
-        debts = self._debts
-        for pid, seen in self._previous.items():
-            now = current.get(pid)
-            if now is not None and now.start == seen.start:
-                continue
-            parent = self._waiter(seen.ppid, current)
-            start = current[parent].start if parent in current else 0
-            known = debts.get(parent)
-            owed = known[1] if known is not None and known[0] == start else (0, 0)
-            owed = (owed[0] + seen.total + seen.reaped, owed[1] + seen.system + seen.reaped_system)
-            debts[parent] = (start, owed, _DEBT_REFRESHES)
         rows = []
         for pid, gained in reapers.items():
-            debt = debts.pop(pid, None)
-            owed = debt[1] if debt is not None and debt[0] == current[pid].start else (0, 0)
-            (total, system), left = exited_ticks(gained, owed)
-            if left != (0, 0):
-                debts[pid] = (current[pid].start, left, _DEBT_REFRESHES)
+            total, system = self._cpu_owed.settle(pid, current[pid].start, gained)
             if total:
-                rows.append(self._exited_row(pid, total, system, elapsed))
-        for pid, (start, owed, refreshes) in list(debts.items()):
-            if pid not in reapers:
-                if refreshes <= 1 or pid not in current or current[pid].start != start:
-                    del debts[pid]
-                else:
-                    debts[pid] = (start, owed, refreshes - 1)
+                rows.append(self._exited_row(pid, total, min(system, total), elapsed))
         return rows
 
     def _waiter(self, parent: int, current: dict[int, _Seen]) -> int:
@@ -412,10 +442,11 @@ class ProcessCollector:
     def _cmdline(self, pid: int, start: int, comm: str, args: tuple[bytes, bytes]) -> str:
         """Read once per process, and again after an exec (a new comm, or its arguments
         moved): a command line rarely changes and costs a syscall."""
-        key = (pid, start, comm, args)
-        if key not in self._cmdlines:
-            self._cmdlines[key] = read_cmdline(f"{self._proc}/{pid}/cmdline")
-        return self._cmdlines[key]
+        key = (start, comm, args)
+        known = self._cmdlines.get(pid)
+        if known is None or known[0] != key:
+            known = self._cmdlines[pid] = (key, read_cmdline(f"{self._proc}/{pid}/cmdline"))
+        return known[1]
 
     def close(self) -> None:
         self._previous.clear()
