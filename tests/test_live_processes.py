@@ -91,7 +91,7 @@ def test_fork_churn_is_counted_as_exited_children():
     assert children.cpu_percent >= 20
     assert abs(children.cpu_percent - children.usr_percent - children.sys_percent) <= 0.1
     accounted = sum(p.cpu_percent for p in rows)
-    assert accounted >= 0.9 * busy, f"rows add to {accounted:.1f}% of {busy:.1f}% busy"
+    assert accounted >= 0.85 * busy, f"rows add to {accounted:.1f}% of {busy:.1f}% busy"
     assert snapshot.tasks.running >= 1 and snapshot.tasks.forks_per_s >= 100
     written = json.loads(json.dumps(to_json(snapshot)))["processes"]
     assert any(p["pid"] == EXITED_PID and p["parent"] == churn.pid for p in written)
