@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import io
+import lzma
 import os
 import stat
 import struct
@@ -21,12 +23,22 @@ from elftools.elf.elffile import ELFFile
 from ktop.model import UserFrame
 
 UNKNOWN = "[unknown]"
+# A "frame" whose address no code can be at: 0 or a small number, an address in the kernel's
+# half, or in no executable mapping (data, heap, stack): a frame-pointer walk through code
+# built without frame pointers reads such values. It ends the stack as one marker: whatever
+# the walk found after it is garbage too.
+NOT_CODE = "[not code]"
+MIN_CODE_ADDRESS = 0x10000  # vm.mmap_min_addr's default: nothing is mapped below
+USER_ADDRESS_END = 1 << 47  # x86-64 user space ends here (4-level page tables)
+DEBUG_ROOT = "/usr/lib/debug"  # separate debug files: .build-id/xx/yyyy.debug, debuglink
+MAX_DEBUGDATA = 64 << 20  # MiniDebugInfo decompressed: a few MiB for the largest binaries
 KEEP_TABLES = 64  # symbol tables of files kept before those no live process maps are dropped
 # A table no sample has needed for this many refreshes is dropped, even if its file is still
 # mapped: ktop's own start-up names LLVM and clang frames (6 MiB of names) once, then never.
 IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
+FILE_RECHECK_S = 2.0  # how long a file's table is trusted without a stat() of the file
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -55,6 +67,16 @@ ELF_ERRORS: tuple[type[BaseException], ...] = (
 # How far back to look for an enclosing symbol when the nearest one does not
 # cover the address (nested/aliased symbols).
 _WALK_BACK = 8
+
+
+def not_code(address: int) -> UserFrame:
+    """The marker that stands for an address no code can be at (and the rest of the walk)."""
+    return UserFrame(f"[not code {address:#x}]", NOT_CODE)
+
+
+def _plausible(address: int) -> bool:
+    """Whether code could be at this address in any process, maps unseen."""
+    return MIN_CODE_ADDRESS <= address < USER_ADDRESS_END
 
 
 @functools.lru_cache(maxsize=1)
@@ -206,6 +228,22 @@ class _ElfProbe:
             for seg in self.elf.iter_segments()
             if seg["p_type"] == "PT_LOAD"
         ]
+        self.has_symtab = any(h["sh_type"] == "SHT_SYMTAB" for _, h in self.symtabs)
+
+    def section_data(self, name: bytes) -> bytes | None:
+        """The contents of the section named `name` (.gnu_debugdata, .gnu_debuglink)."""
+        index = self.elf["e_shstrndx"]
+        if not 0 < index < len(self.sections):
+            return None
+        names = self.sections[index]
+        table = _read_exact(self.f, names["sh_offset"], names["sh_size"], self.file_size)
+        if table is None:
+            return None
+        for header in self.sections:
+            offset = header["sh_name"]
+            if table[offset : offset + len(name) + 1] == name + b"\0" and header["sh_type"] != "SHT_NOBITS":
+                return _read_exact(self.f, header["sh_offset"], header["sh_size"], self.file_size)
+        return None
 
     def cache_key(self) -> tuple[object, ...] | None:
         if self.build_id is None:
@@ -215,25 +253,29 @@ class _ElfProbe:
         tables = tuple((h["sh_type"], h["sh_size"]) for _, h in self.symtabs)
         return (self.build_id, tables, tuple(self.segments))
 
-    def load(self) -> _SymTable:
+    def load(self, extra: Sequence[_ElfProbe] = ()) -> _SymTable:
+        """The function symbols of this file and of `extra` ELFs that describe it (a debug
+        file, MiniDebugInfo): their addresses are this file's, their sections their own."""
         segments = self.segments
         if not segments:
             return _EMPTY
-        little = self.elf.little_endian
-        is64 = self.elf.elfclass == 64
-        fmt = ("<" if little else ">") + ("IBBHQQ" if is64 else "IIIBBH")
-        entsize = struct.calcsize(fmt)
+        probes = [*extra, self]
         strtabs: list[bytes] = []
-        best: dict[int, tuple[tuple[int, int, int, int], int, int, int]] = {}
+        best: dict[int, tuple[tuple[int, int, int, int], int, int, int, int]] = {}
         # .symtab before .dynsym so the fuller table wins ties.
-        ordered = sorted(self.symtabs, key=lambda t: t[1]["sh_type"] != "SHT_SYMTAB")
-        for src_rank, (_, hdr) in enumerate(ordered):
+        tables = [(p, hdr) for p in range(len(probes)) for _, hdr in probes[p].symtabs]
+        ordered = sorted(tables, key=lambda t: t[1]["sh_type"] != "SHT_SYMTAB")
+        for src_rank, (p, hdr) in enumerate(ordered):
+            probe = probes[p]
+            is64 = probe.elf.elfclass == 64
+            fmt = ("<" if probe.elf.little_endian else ">") + ("IBBHQQ" if is64 else "IIIBBH")
+            entsize = struct.calcsize(fmt)
             link = hdr["sh_link"]
-            if not 0 < link < len(self.sections):
+            if not 0 < link < len(probe.sections):
                 continue
-            strhdr = self.sections[link]
-            strtab = _read_exact(self.f, strhdr["sh_offset"], strhdr["sh_size"], self.file_size)
-            data = _read_exact(self.f, hdr["sh_offset"], hdr["sh_size"], self.file_size)
+            strhdr = probe.sections[link]
+            strtab = _read_exact(probe.f, strhdr["sh_offset"], strhdr["sh_size"], probe.file_size)
+            data = _read_exact(probe.f, hdr["sh_offset"], hdr["sh_size"], probe.file_size)
             if strtab is None or data is None or len(strtabs) >= 255:
                 continue
             tab_idx = len(strtabs)
@@ -257,18 +299,19 @@ class _ElfProbe:
                 )
                 prev = best.get(value)
                 if prev is None or rank < prev[0]:
-                    best[value] = (rank, size, name_off | (tab_idx << 56), shndx)
+                    best[value] = (rank, size, name_off | (tab_idx << 56), shndx, p)
         starts = sorted(best)
         symbols: list[tuple[int, int, bool, int, int]] = []
         for k, start in enumerate(starts):
-            _rank, size, packed, shndx = best[start]
+            _rank, size, packed, shndx, p = best[start]
             if size:
                 end = start + size
             else:
                 nxt = starts[k + 1] if k + 1 < len(starts) else None
                 sec_end = None
-                if shndx < _SHN_LORESERVE and shndx < len(self.sections):
-                    sh = self.sections[shndx]
+                sections = probes[p].sections
+                if shndx < _SHN_LORESERVE and shndx < len(sections):
+                    sh = sections[shndx]
                     if sh["sh_addr"] <= start < sh["sh_addr"] + sh["sh_size"]:
                         sec_end = sh["sh_addr"] + sh["sh_size"]
                 cands = [e for e in (nxt, sec_end) if e is not None]
@@ -277,6 +320,36 @@ class _ElfProbe:
                 (start, min(end, 2**64 - 1), bool(size), packed & ((1 << 56) - 1), packed >> 56)
             )
         return _SymTable(segments, symbols, strtabs)
+
+
+def _minidebuginfo(probe: _ElfProbe) -> _ElfProbe | None:
+    """MiniDebugInfo (.gnu_debugdata, as Fedora and others ship): an xz-compressed ELF
+    holding the .symtab that stripping removed, static functions included."""
+    packed = probe.section_data(b".gnu_debugdata")
+    if not packed:
+        return None
+    try:
+        inner = lzma.LZMADecompressor().decompress(packed, max_length=MAX_DEBUGDATA)
+    except lzma.LZMAError:
+        return None
+    return _ElfProbe(io.BytesIO(inner), len(inner))
+
+
+def _debug_file_candidates(probe: _ElfProbe, path: str, debug_root: str) -> list[str]:
+    """Where a separate debug file may be, as gdb and perf look: by build-id, then by the
+    .gnu_debuglink name beside the binary, in .debug/ under it, and under the debug root."""
+    paths = []
+    if probe.build_id and len(probe.build_id) > 2:
+        build_id = probe.build_id
+        paths.append(os.path.join(debug_root, ".build-id", build_id[:2], build_id[2:] + ".debug"))
+    link = probe.section_data(b".gnu_debuglink")
+    if link:
+        name = link.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        if name and "/" not in name and path.startswith("/"):
+            directory = os.path.dirname(path)
+            paths += [os.path.join(directory, name), os.path.join(directory, ".debug", name),
+                      debug_root + os.path.join(directory, name)]
+    return paths
 
 
 @dataclass
@@ -320,10 +393,11 @@ class _ProcMaps:
 
 
 def _parse_maps(text: str) -> list[_Mapping]:
+    """The executable mappings: an address in any other is no code (data, heap, stack)."""
     out: list[_Mapping] = []
     for line in text.splitlines():
         parts = line.split(None, 5)
-        if len(parts) < 5:
+        if len(parts) < 5 or parts[1][2:3] != "x":
             continue
         try:
             lo, _, hi = parts[0].partition("-")
@@ -348,10 +422,15 @@ def _parse_maps(text: str) -> list[_Mapping]:
 class UserSymbolizer:
     """Resolves user-space addresses of a process to symbol+offset and module."""
 
-    def __init__(self, proc_root: str = "/proc") -> None:
+    def __init__(self, proc_root: str = "/proc", debug_root: str = DEBUG_ROOT) -> None:
         self._proc_root = proc_root
+        self._debug_root = debug_root
         self._procs: dict[int, _ProcMaps] = {}
         self._by_stat: dict[tuple[str, int, int, int], _SymTable] = {}
+        # The table of a file as a process's maps name it (path, device, inode), checked
+        # against the file's mtime at most every FILE_RECHECK_S: each new process of a
+        # binary (a fork loop) finds its tables without a stat() per mapping.
+        self._by_file: dict[tuple[str, str, int], tuple[_SymTable, float]] = {}
         self._by_build: dict[tuple[object, ...], _SymTable] = {}
         self._refresh = 0  # retain() calls so far
         self._last_used: dict[int, int] = {}  # id(table) -> the refresh it last named a frame
@@ -383,6 +462,7 @@ class UserSymbolizer:
             return
         self._by_stat = {k: t for k, t in self._by_stat.items() if id(t) not in idle}
         self._by_build = {k: t for k, t in self._by_build.items() if id(t) not in idle}
+        self._by_file = {k: v for k, v in self._by_file.items() if id(v[0]) not in idle}
         for procmaps in self._procs.values():
             procmaps.stacks.clear()  # they hold the dropped tables
             procmaps.frames.clear()
@@ -397,13 +477,20 @@ class UserSymbolizer:
         used = {id(m.table) for procmaps in self._procs.values() for m in procmaps.maps if m.table}
         self._by_stat = {k: t for k, t in self._by_stat.items() if id(t) in used}
         self._by_build = {k: t for k, t in self._by_build.items() if id(t) in used}
+        self._by_file = {k: v for k, v in self._by_file.items() if id(v[0]) in used}
 
     def resolve(self, pid: int, addresses: Sequence[int]) -> list[UserFrame]:
         procmaps = self._procs.get(pid)
         if procmaps is None:
             procmaps = self._read_maps(pid, None)
-        if procmaps is None:
-            return [UserFrame(f"0x{a:x}", UNKNOWN) for a in addresses]
+        if procmaps is None:  # exited: only what no process could map is known
+            frames = []
+            for a in addresses:
+                if not _plausible(a):
+                    frames.append(not_code(a))
+                    break
+                frames.append(UserFrame(f"0x{a:x}", UNKNOWN))
+            return frames
         key = tuple(addresses)
         cached = procmaps.stacks.get(key)
         if cached is not None:
@@ -418,10 +505,11 @@ class UserSymbolizer:
         frames: list[UserFrame] = []
         tables: list[_SymTable] = []
         for addr in addresses:
-            m = procmaps.find(addr)
+            m = procmaps.find(addr) if _plausible(addr) else None
             if (
                 m is None
                 and not retried
+                and _plausible(addr)
                 and time.monotonic() - procmaps.read_at >= self._maps_retry_interval
             ):
                 # Not covered: maybe a dlopen() since we last looked.
@@ -431,9 +519,10 @@ class UserSymbolizer:
                     procmaps = fresh
                     m = procmaps.find(addr)
             if m is None:
-                unmapped = True
-                frames.append(UserFrame(f"0x{addr:x}", UNKNOWN))
-                continue
+                # Not code, unless a mapping comes later (a dlopen): not kept as named.
+                unmapped = _plausible(addr)
+                frames.append(not_code(addr))
+                break
             frame = procmaps.frames.get(addr)
             if frame is None:
                 if len(procmaps.frames) >= MAX_FRAMES_PER_PROCESS:
@@ -489,6 +578,16 @@ class UserSymbolizer:
         return paths
 
     def _table_for(self, pid: int, m: _Mapping) -> _SymTable:
+        fkey = (m.path, m.dev, m.inode)
+        known = self._by_file.get(fkey)
+        now = time.monotonic()
+        if known is not None and now - known[1] < FILE_RECHECK_S:
+            return known[0]
+        table = self._table_by_stat(pid, m)
+        self._by_file[fkey] = (table, now)
+        return table
+
+    def _table_by_stat(self, pid: int, m: _Mapping) -> _SymTable:
         for candidate in self._candidates(pid, m):
             try:
                 st = os.stat(candidate)
@@ -504,7 +603,7 @@ class UserSymbolizer:
             try:
                 with open(candidate, "rb") as f:
                     try:
-                        table = self._load(f, st.st_size)
+                        table = self._load(f, st.st_size, m.path)
                     except ELF_ERRORS:
                         table = _EMPTY
             except (OSError, ValueError):
@@ -513,14 +612,37 @@ class UserSymbolizer:
             return table
         return _EMPTY
 
-    def _load(self, f: BinaryIO, file_size: int) -> _SymTable:
+    def _load(self, f: BinaryIO, file_size: int, path: str = "") -> _SymTable:
         probe = _ElfProbe(f, file_size)
         bkey = probe.cache_key()
         if bkey is not None:
             table = self._by_build.get(bkey)
             if table is not None:
                 return table
-        table = probe.load()
+        table = self._with_debug_symbols(probe, path)
         if bkey is not None:
             self._by_build[bkey] = table
         return table
+
+    def _with_debug_symbols(self, probe: _ElfProbe, path: str) -> _SymTable:
+        """A stripped binary's .dynsym names its exported functions only: its .symtab, from
+        a separate debug file or its MiniDebugInfo, names the static ones too."""
+        if probe.has_symtab:
+            return probe.load()
+        for candidate in _debug_file_candidates(probe, path, self._debug_root):
+            try:
+                st = os.stat(candidate)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                with open(candidate, "rb") as f:
+                    debug = _ElfProbe(f, st.st_size)
+                    # A debuglink names a file by name only: it must be this build's.
+                    if debug.has_symtab and debug.build_id == probe.build_id:
+                        return probe.load([debug])
+            except (*ELF_ERRORS, lzma.LZMAError):
+                continue
+        try:
+            mini = _minidebuginfo(probe)
+        except (*ELF_ERRORS, lzma.LZMAError):
+            mini = None
+        return probe.load([mini] if mini is not None else [])

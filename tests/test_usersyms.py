@@ -180,18 +180,36 @@ def test_same_build_id_parsed_once(bins: dict[str, Path], tmp_path: Path) -> Non
     assert len(sym._by_stat) == 2
 
 
-def test_unmapped_address_and_special_maps(bins: dict[str, Path], tmp_path: Path) -> None:
+def test_special_executable_maps_are_frames_and_data_maps_are_not_code(
+    bins: dict[str, Path], tmp_path: Path
+) -> None:
     lines = _maps_lines(bins["pie"], PIE_BASE) + _special_lines()
     root = _fake_proc(tmp_path / "proc", 11, lines)
-    frames = UserSymbolizer(str(root)).resolve(
-        11, [0x1000, 0x555555A00010, 0x7F0000000010, 0x7FFFF7FC1100, 0x7FFFFFFFE000]
-    )
+    sym = UserSymbolizer(str(root))
+    assert sym.resolve(11, [0x7FFFF7FC1100]) == [UserFrame("[unknown]", "[vdso]")]
+    # Heap, anonymous data, the stack, a small number: each ends the stack as one marker.
+    for garbage in (0x555555A00010, 0x7F0000000010, 0x7FFFFFFFE000, 0x1000, 0):
+        assert sym.resolve(11, [0x7FFFF7FC1100, garbage, 0x7FFFF7FC1100]) == [
+            UserFrame("[unknown]", "[vdso]"),
+            UserFrame(f"[not code {garbage:#x}]", "[not code]"),
+        ]
+
+
+def test_a_frame_pointer_walk_through_data_ends_at_one_not_code_marker(
+    bins: dict[str, Path], tmp_path: Path
+) -> None:
+    """As a Python built without frame pointers gives: the leaf in its text, then a value
+    read from its data segment, then garbage."""
+    syms = _symbols(bins["pie"])
+    lines = _maps_lines(bins["pie"], PIE_BASE)
+    data = next(ln for ln in lines if ln.split()[1].startswith("rw"))
+    in_data = int(data.split("-")[0], 16) + 0x20
+    root = _fake_proc(tmp_path / "proc", 12, lines)
+    leaf = PIE_BASE + syms["ktop_test_leaf"][0] + 4
+    frames = UserSymbolizer(str(root)).resolve(12, [leaf, in_data, 0x58, 0x5F687361685F5F00])
     assert frames == [
-        UserFrame("0x1000", "[unknown]"),
-        UserFrame("[unknown]", "[heap]"),
-        UserFrame("[unknown]", "[anon]"),
-        UserFrame("[unknown]", "[vdso]"),
-        UserFrame("[unknown]", "[stack]"),
+        UserFrame("ktop_test_leaf+0x4", str(bins["pie"])),
+        UserFrame(f"[not code {in_data:#x}]", "[not code]"),
     ]
 
 
@@ -237,7 +255,7 @@ def test_missing_maps_gives_hex_frames(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
     assert UserSymbolizer(str(tmp_path / "proc")).resolve(123, [0x7F00DEADBEEF, 0x10]) == [
         UserFrame("0x7f00deadbeef", "[unknown]"),
-        UserFrame("0x10", "[unknown]"),
+        UserFrame("[not code 0x10]", "[not code]"),  # no process maps code there
     ]
     # A pid above the largest possible pid_max, through the real /proc.
     frames = UserSymbolizer().resolve(4_194_304 + 17, [0x400000])
@@ -318,9 +336,11 @@ def test_fuzzed_binaries_never_raise(bins: dict[str, Path], tmp_path: Path) -> N
         lines += _maps_lines(bins["pie"], base, shown_as=str(path))
         addrs += [base + leaf + 4, base + 0x10, base + 0x2FFF]
     root = _fake_proc(tmp_path / "proc", 41, lines)
-    frames = UserSymbolizer(str(root)).resolve(41, addrs)
+    sym = UserSymbolizer(str(root))
+    frames = [frame for a in addrs for frame in sym.resolve(41, [a])]
     assert len(frames) == len(addrs)
-    assert all(isinstance(f.symbol, str) and f.module.startswith(str(tmp_path)) for f in frames)
+    assert all(isinstance(f.symbol, str) for f in frames)
+    assert all(f.module.startswith(str(tmp_path)) for f in frames if f.module != "[not code]")
 
 
 def test_new_mapping_is_found_after_maps_reread(bins: dict[str, Path], tmp_path: Path) -> None:
@@ -329,7 +349,7 @@ def test_new_mapping_is_found_after_maps_reread(bins: dict[str, Path], tmp_path:
     sym = UserSymbolizer(str(root))
     sym._maps_retry_interval = 0.0
     addr = PIE_BASE + leaf
-    assert sym.resolve(51, [addr])[0].module == "[unknown]"
+    assert sym.resolve(51, [addr])[0].module == "[not code]"
     # As if the program had dlopen()ed it since.
     _fake_proc(root, 51, _special_lines() + _maps_lines(bins["pie"], PIE_BASE))
     assert sym.resolve(51, [addr])[0].symbol == "ktop_test_leaf+0x0"
@@ -431,7 +451,7 @@ def test_live_process(bins: dict[str, Path]) -> None:
         assert frames == [
             UserFrame("ktop_test_leaf+0x4", str(bins["pie"])),
             UserFrame("ktop_test_caller+0x8", str(bins["pie"])),
-            UserFrame("0x10", "[unknown]"),
+            UserFrame("[not code 0x10]", "[not code]"),
         ]
     finally:
         proc.kill()
@@ -475,8 +495,155 @@ def test_libc_1000_addresses_cached_is_fast(capsys: pytest.CaptureFixture[str]) 
             and s["p_offset"] <= int(text[2], 16) < s["p_offset"] + s["p_filesz"]
         )
         tables = [elf.get_section_by_name(n) for n in (".symtab", ".dynsym")]
-        for address, frame in named[::25]:
-            name, _, off = frame.symbol.rpartition("+0x")
-            vaddr = address - lo + int(text[2], 16) - load["p_offset"] + load["p_vaddr"]
-            values = {s["st_value"] for t in tables if t for s in t.get_symbol_by_name(name) or []}
-            assert vaddr - int(off, 16) in values, frame
+        values: dict[str, set[int]] = {}
+        for t in tables:
+            for s in t.iter_symbols() if t else ():
+                values.setdefault(s.name, set()).add(s["st_value"])
+        build_id = next(n["n_desc"] for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE"
+                        for n in seg.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID")
+    # libc6-dbg's .symtab names libc's static functions too, as perf and gdb find it.
+    debug = Path(f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug")
+    if debug.exists():
+        with open(debug, "rb") as f:
+            for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols():
+                values.setdefault(s.name, set()).add(s["st_value"])
+    for address, frame in named[::25]:
+        name, _, off = frame.symbol.rpartition("+0x")
+        vaddr = address - lo + int(text[2], 16) - load["p_offset"] + load["p_vaddr"]
+        assert vaddr - int(off, 16) in values.get(name, ()), frame
+
+
+# ---- symbols a stripped binary keeps elsewhere: debug files and MiniDebugInfo ----------
+
+
+def _build_id_of(path: Path) -> str:
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        return next(n["n_desc"] for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE"
+                    for n in seg.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID")
+
+
+@pytest.fixture(scope="module")
+def stripped_kinds(bins: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The PIE stripped of every symbol table, then given them back as distributions do."""
+    import lzma
+
+    d = tmp_path_factory.mktemp("debug")
+    pie = bins["pie"]
+    debug = d / "prog.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(pie), str(debug)], check=True)
+    out = {"debug_file": debug}
+    # MiniDebugInfo: an xz-compressed ELF holding .symtab, in the stripped file's .gnu_debugdata.
+    mini = d / "mini"
+    subprocess.run(["strip", "--strip-debug", "-o", str(mini), str(pie)], check=True)
+    (d / "mini.xz").write_bytes(lzma.compress(mini.read_bytes()))
+    out["minidebuginfo"] = d / "prog_minidebuginfo"
+    subprocess.run(["strip", "--strip-all", "-o", str(out["minidebuginfo"]), str(pie)], check=True)
+    subprocess.run(["objcopy", "--add-section", f".gnu_debugdata={d / 'mini.xz'}",
+                    str(out["minidebuginfo"])], check=True)
+    # A .gnu_debuglink to prog.debug, found beside the binary.
+    linked = d / "linked"
+    linked.mkdir()
+    shutil.copy(debug, linked / "prog.debug")
+    out["debuglink"] = linked / "prog_debuglink"
+    subprocess.run(["strip", "--strip-all", "-o", str(out["debuglink"]), str(pie)], check=True)
+    subprocess.run(["objcopy", f"--add-gnu-debuglink={debug}", str(out["debuglink"])], check=True)
+    return out
+
+
+def _resolve_leaf(binary: Path, root: Path, debug_root: Path, leaf: int) -> UserFrame:
+    _fake_proc(root, 77, _maps_lines(binary, PIE_BASE))
+    return UserSymbolizer(str(root), debug_root=str(debug_root)).resolve(77, [PIE_BASE + leaf + 4])[0]
+
+
+def test_minidebuginfo_names_what_the_stripped_binary_lost(
+    bins: dict[str, Path], stripped_kinds: dict[str, Path], tmp_path: Path
+) -> None:
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    binary = stripped_kinds["minidebuginfo"]
+    with open(binary, "rb") as f:
+        names = {s.name for s in ELFFile(f).iter_sections()}
+    assert ".gnu_debugdata" in names and ".symtab" not in names
+    frame = _resolve_leaf(binary, tmp_path / "proc", tmp_path / "no-debug", leaf)
+    assert frame == UserFrame("ktop_test_leaf+0x4", str(binary))
+    # Without it, the same stripped binary names nothing.
+    frame = _resolve_leaf(bins["stripped"], tmp_path / "proc2", tmp_path / "no-debug", leaf)
+    assert frame.symbol == "[unknown]"
+
+
+def test_debug_file_by_build_id_names_a_stripped_binary(
+    bins: dict[str, Path], stripped_kinds: dict[str, Path], tmp_path: Path
+) -> None:
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    build_id = _build_id_of(bins["stripped"])
+    where = tmp_path / "debug" / ".build-id" / build_id[:2]
+    where.mkdir(parents=True)
+    shutil.copy(stripped_kinds["debug_file"], where / f"{build_id[2:]}.debug")
+    frame = _resolve_leaf(bins["stripped"], tmp_path / "proc", tmp_path / "debug", leaf)
+    assert frame == UserFrame("ktop_test_leaf+0x4", str(bins["stripped"]))
+
+
+def test_debuglink_beside_the_binary_names_it_only_if_the_build_matches(
+    bins: dict[str, Path], stripped_kinds: dict[str, Path], tmp_path: Path
+) -> None:
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    binary = stripped_kinds["debuglink"]
+    frame = _resolve_leaf(binary, tmp_path / "proc", tmp_path / "no-debug", leaf)
+    assert frame == UserFrame("ktop_test_leaf+0x4", str(binary))
+    # Another build's debug file under the linked name: its symbols would lie.
+    other = tmp_path / "other"
+    other.mkdir()
+    src = other / "other.c"
+    src.write_text(C_SOURCE.replace("y ^= 5;", "y ^= 6; y += x;"))
+    _gcc(other / "prog", src, "-pie", "-fPIE")
+    subprocess.run(["objcopy", "--only-keep-debug", str(other / "prog"), str(other / "prog.debug")],
+                   check=True)
+    assert _build_id_of(other / "prog") != _build_id_of(bins["pie"])
+    impostor = tmp_path / "impostor"
+    impostor.mkdir()
+    shutil.copy(binary, impostor / binary.name)
+    shutil.copy(other / "prog.debug", impostor / "prog.debug")
+    frame = _resolve_leaf(impostor / binary.name, tmp_path / "proc2", tmp_path / "no-debug", leaf)
+    assert frame.symbol == "[unknown]"
+
+
+def test_debian_python_names_its_interpreter_loop() -> None:
+    """Debian's /usr/bin/python3.11 is stripped, non-PIE: .dynsym names what it exports."""
+    python = Path("/usr/bin/python3.11")
+    if not python.exists():
+        pytest.skip("no /usr/bin/python3.11 here")
+    with open(python, "rb") as f:
+        elf = ELFFile(f)
+        (symbol,) = elf.get_section_by_name(".dynsym").get_symbol_by_name("_PyEval_EvalFrameDefault")
+    proc = subprocess.Popen([str(python), "-c", "import time; time.sleep(30)"])
+    try:
+        _wait_for_mapping(proc.pid, python)
+        frame = UserSymbolizer().resolve(proc.pid, [symbol["st_value"] + 0x10])[0]
+        assert frame == UserFrame("_PyEval_EvalFrameDefault+0x10", str(python))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_new_processes_of_a_binary_share_its_names_without_a_stat_each(
+    bins: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork loop: every process of the same file (device, inode) finds its table at once."""
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    root = tmp_path / "proc"
+    for pid in range(100, 110):
+        _fake_proc(root, pid, _maps_lines(bins["pie"], PIE_BASE + pid * 0x100000))
+    sym = UserSymbolizer(str(root))
+    assert sym.resolve(100, [PIE_BASE + 100 * 0x100000 + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(usersyms.os, "stat", lambda p, *a, **k: stats.append(p) or real_stat(p, *a, **k))
+    for pid in range(101, 110):
+        frame = sym.resolve(pid, [PIE_BASE + pid * 0x100000 + leaf])[0]
+        assert frame == UserFrame("ktop_test_leaf+0x0", str(bins["pie"]))
+    assert stats == []
+    # Later, the file is looked at again: a rebuilt binary is not named by the old table.
+    monkeypatch.setattr(usersyms, "FILE_RECHECK_S", 0.0)
+    _fake_proc(root, 111, _maps_lines(bins["pie"], PIE_BASE))
+    sym.resolve(111, [PIE_BASE + leaf])
+    assert stats
