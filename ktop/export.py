@@ -35,7 +35,7 @@ ROUNDING: dict[type, dict[str, int]] = {
     Snapshot: {"duration_s": 3},
     CpuProfile: {"window_s": 3},
     CpuTimes: {"user": 2, "kernel": 2, "idle": 2, "steal": 2},
-    HotFunction: {"percent": 3},
+    HotFunction: {"percent": 3, "children_percent": 3},
     LockProfile: {"window_s": 3},
     BlockProfile: {"window_s": 3},
     DiskStats: {"avg_lat_ms": 4},

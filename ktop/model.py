@@ -115,6 +115,9 @@ class HotFunction:
     samples: int
     percent: float  # samples / (hz x window x cpus) x 100: a share of the machine's CPU time
     idle: bool = False
+    # Samples whose stack holds the function anywhere (perf's Children), and their share.
+    children: int = 0
+    children_percent: float = 0.0
 
 
 @dataclass(frozen=True)

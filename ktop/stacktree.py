@@ -7,7 +7,8 @@ the root, each level what it called, down to where the samples landed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,11 +110,20 @@ def unique_stacks(function: str, stacks: Iterable[StackSample]) -> list[StackSam
     return sorted(hits, key=lambda s: -s.samples)
 
 
+# A function that only calls (no sample landed in it) is listed when at least this share of
+# the expected samples passed through it: at 4000 Hz a stack's every caller would otherwise
+# be a row, each refresh.
+CALLER_MIN_SHARE = 0.001
+
+
 def hot_functions(stacks: Iterable[StackSample], expected_samples: float) -> tuple[HotFunction, ...]:
     """Samples folded by the function they landed in (the innermost kernel frame), most first;
-    percent is the share of `expected_samples` (Hz x window x CPUs): of machine CPU time."""
+    percent is the share of `expected_samples` (Hz x window x CPUs): of machine CPU time.
+    Children counts the samples whose kernel stack holds the function anywhere (perf's
+    --children), once per stack however often it recurs."""
     totals: dict[tuple[str, str], int] = {}
     idle: set[tuple[str, str]] = set()
+    passed: dict[frozenset, list[int]] = {}  # a stack's functions -> [all samples, idle samples]
     for stack in stacks:
         if not stack.frames:
             continue
@@ -121,20 +131,66 @@ def hot_functions(stacks: Iterable[StackSample], expected_samples: float) -> tup
         totals[key] = totals.get(key, 0) + stack.samples
         if stack.idle:
             idle.add(key)
-    return ranked_functions(totals, idle, expected_samples)
+        counts = passed.setdefault(kernel_functions(stack.frames, stack.modules), [0, 0])
+        counts[0] += stack.samples
+        counts[1] += stack.samples if stack.idle else 0
+    return ranked_functions(totals, idle, expected_samples, *inclusive_counts(passed))
+
+
+def kernel_functions(frames: Sequence[str], modules: Sequence[str]) -> frozenset:
+    """The distinct (function, module) of a stack's kernel frames."""
+    if not modules:
+        modules = ("",) * len(frames)
+    return frozenset((function_name(f), m) for f, m in zip(frames, modules))
+
+
+def inclusive_counts(passed: dict[Any, list[int]]) -> tuple[Counter, Counter]:
+    """Samples, and idle samples, through each function, from [samples, idle samples] of each
+    distinct set of functions a stack holds (many stacks share a set: counting sets first
+    is cheaper)."""
+    children: Counter = Counter()
+    idle: Counter = Counter()
+    for functions, (samples, idle_samples) in passed.items():
+        for function in functions:
+            children[function] += samples
+        if idle_samples:
+            for function in functions:
+                idle[function] += idle_samples
+    return children, idle
 
 
 def ranked_functions(
-    totals: dict[tuple[str, str], int], idle: set[tuple[str, str]], expected_samples: float
+    totals: dict[tuple[str, str], int],
+    idle: set[tuple[str, str]],
+    expected_samples: float,
+    children: Mapping[tuple[str, str], int] | None = None,
+    idle_children: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[HotFunction, ...]:
-    """HotFunctions from samples by (function, module), most first."""
+    """HotFunctions from samples by (function, module), most first; with `children` (samples
+    through each function, `idle_children` those of the idle task idling), the functions
+    samples only passed through too (Self 0), those with CALLER_MIN_SHARE of the expected
+    samples or more."""
+    children = children or {}
+    idle_children = idle_children or {}
+    rows = dict(totals)
+    floor = CALLER_MIN_SHARE * expected_samples
+    callers = {key for key, n in children.items() if key not in totals and n >= floor}
+    rows.update((key, 0) for key in callers)
+    # A caller is idle when every sample through it was the idle task idling.
+    idle = idle | {key for key in callers if children[key] == idle_children.get(key, 0)}
+    scale = 100.0 / expected_samples if expected_samples else 0.0
     return tuple(
         HotFunction(
             symbol=symbol,
             module=module,
             samples=samples,
-            percent=100.0 * samples / expected_samples if expected_samples else 0.0,
+            percent=samples * scale,
             idle=(symbol, module) in idle,
+            children=inclusive,
+            children_percent=inclusive * scale,
         )
-        for (symbol, module), samples in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
+        for (symbol, module), samples, inclusive in sorted(
+            ((key, n, max(children.get(key, n), n)) for key, n in rows.items()),
+            key=lambda row: (-row[1], -row[2], row[0]),
+        )
     )

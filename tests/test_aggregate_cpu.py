@@ -62,7 +62,7 @@ def test_percent_is_a_share_of_the_machines_cpu_time(kallsyms, stacks):
     assert functions["chacha_permute"].percent == pytest.approx(100 * 150 / machine)
     assert functions["_copy_to_iter"].percent == pytest.approx(100 * 40 / machine)
     assert profile.expected_samples == round(machine)
-    assert [f.symbol for f in profile.functions] == ["chacha_permute", "_copy_to_iter"]
+    assert [f.symbol for f in profile.functions if f.samples] == ["chacha_permute", "_copy_to_iter"]
 
 
 def test_under_sampled_idle_cpus_do_not_inflate_shares(kallsyms, stacks):
@@ -98,7 +98,7 @@ def test_user_mode_samples_count_as_user_time_not_functions(kallsyms, stacks):
     assert profile.user_samples == 80
     assert profile.kernel_samples == 20
     assert profile.total_samples == 100
-    assert [f.symbol for f in profile.functions] == ["_copy_to_iter"]
+    assert [f.symbol for f in profile.functions if f.samples] == ["_copy_to_iter"]
     assert all(s.frames for s in profile.stacks)
 
 
@@ -238,3 +238,46 @@ def test_the_stacks_of_a_profile_are_read_as_a_tuple_and_saved_as_one(kallsyms, 
     unread = agg.profile()
     agg.add(drain(101.0, 1.0, count(4242, "dd", 99, stacks["copy"])))  # the next interval
     assert tuple(unread.stacks) == built  # read later, it holds what it was made from
+
+
+def test_children_counts_every_stack_through_a_function_once(kallsyms, stacks, addr):
+    """perf top -g's Children: the samples whose stack holds the function anywhere, Self
+    those that landed in it; a recursive function counts once per stack."""
+    recursive = (addr("_copy_to_iter") + 0x1B0, addr("get_random_bytes_user") + 0x9C,
+                 addr("get_random_bytes_user") + 0x74, addr("do_syscall_64") + 0x71)
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5)
+    agg.add(drain(0.0, 1.0, count(4242, "dd", 150, stacks["urandom"]),
+                  count(4242, "dd", 40, stacks["copy"]), count(4243, "dd", 10, recursive),
+                  count(0, "swapper/0", 90, stacks["halt"]), user_mode(31, "python3", 80)))
+    functions = by_symbol(agg.profile())
+    machine = HZ * 1.0 * CPUS
+    assert {name: (f.samples, f.children) for name, f in functions.items()} == {
+        "chacha_permute": (150, 150),
+        "chacha_block_generic": (0, 150),
+        "get_random_bytes_user": (0, 150 + 40 + 10),
+        "do_syscall_64": (0, 150 + 10),
+        "_copy_to_iter": (50, 50),
+        "pv_native_safe_halt": (90, 90),
+        "default_idle": (0, 90),
+    }
+    assert functions["get_random_bytes_user"].children_percent == pytest.approx(100 * 200 / machine)
+    assert all(f.children >= f.samples for f in functions.values())
+    # A caller only the idle task passed through is idle too; one the busy passed is not.
+    assert functions["default_idle"].idle and not functions["do_syscall_64"].idle
+    # The replay's path from named stacks agrees with the live one.
+    from ktop.stacktree import hot_functions
+
+    profile = agg.profile()
+    assert hot_functions(profile.stacks, machine) == profile.functions
+
+
+def test_functions_samples_only_passed_through_are_listed_from_a_share_up(kallsyms, stacks, addr):
+    """At high rates every caller of every stack would be a row: a caller is listed once
+    0.1% of the expected samples passed through it (a leaf always is)."""
+    agg = CpuAggregator(kallsyms, 4000, CPUS, window_s=5)
+    agg.add(drain(0.0, 1.0, count(4242, "dd", 7999, stacks["copy"]),
+                  count(4242, "dd", 1, stacks["urandom"])))
+    functions = by_symbol(agg.profile())
+    assert functions["chacha_permute"].samples == 1  # a leaf, however small
+    assert "get_random_bytes_user" in functions  # 8000 samples through it
+    assert "chacha_block_generic" not in functions  # 1 of 8000 expected

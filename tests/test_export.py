@@ -112,9 +112,12 @@ def test_a_live_profile_round_trips_within_rounding(recorded_snapshot, kallsyms,
     agg.add(CpuDrain(0.0, 1.0137, (StackCount(77, "dd", 61, stack, (), False),), {}, CpuTicks(1, 2, 3)))
     snapshot = replace(recorded_snapshot, cpu=agg.profile(), duration_s=1.0137)
     back = from_json(json.loads(json.dumps(to_json(snapshot))))
-    (before,), (after,) = snapshot.cpu.functions, back.cpu.functions
-    assert (after.symbol, after.samples) == (before.symbol, before.samples)
-    assert after.percent == pytest.approx(before.percent, abs=1e-3)
+    assert len(back.cpu.functions) == len(snapshot.cpu.functions) == 2  # the leaf, its caller
+    for before, after in zip(snapshot.cpu.functions, back.cpu.functions):
+        assert (after.symbol, after.samples, after.children) == (before.symbol, before.samples,
+                                                                 before.children)
+        assert after.percent == pytest.approx(before.percent, abs=1e-3)
+        assert after.children_percent == pytest.approx(before.children_percent, abs=1e-3)
     assert back.cpu.stacks[0].frames == ("chacha_permute+0xda", "get_random_bytes_user+0x74")
     assert back.cpu.times.kernel == pytest.approx(snapshot.cpu.times.kernel, abs=0.01)
 
@@ -130,7 +133,8 @@ def full_snapshot() -> Snapshot:
     cpu = CpuProfile(
         sample_hz=99, cpus=2, window_s=5 + THIRD, cumulative=True, total_samples=990,
         idle_samples=10, kernel_samples=900, user_samples=80, lost={"kstack_collision": 1},
-        functions=(HotFunction("vfs_read", "[kernel.kallsyms]", 7, 12 + THIRD, idle=True),),
+        functions=(HotFunction("vfs_read", "[kernel.kallsyms]", 7, 12 + THIRD, idle=True,
+                               children=9, children_percent=14 + THIRD),),
         stacks=(StackSample(
             pid=42, comm="app", samples=7, frames=("vfs_read+0x10", "ksys_read+0x5"),
             modules=("[kernel.kallsyms]", "[ext4]"), user_frames=(frame,), truncated=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -13,7 +13,7 @@ from ktop.aggregate.window import Window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import BuiltOnRead, CpuProfile, StackSample, UserFrame
-from ktop.stacktree import function_name, ranked_functions
+from ktop.stacktree import function_name, inclusive_counts, kernel_functions, ranked_functions
 from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
@@ -50,6 +50,10 @@ class _StackIds:
         self.keys: dict[int, _StackKey] = {}
         self._identities: dict[int, tuple] = {}
         self._next = 0
+        # The functions of each stack's kernel frames, named once (for Children): one set
+        # object for all the stacks that hold the same functions.
+        self.functions: dict[int, frozenset] = {}
+        self._sets: dict[frozenset, frozenset] = {}
 
     def add(self, identity: tuple, key: _StackKey) -> int:
         number = self.numbers[identity] = self._next
@@ -65,6 +69,17 @@ class _StackIds:
         """Forget the numbers no counter holds any more (folded, or out of the window)."""
         for gone in [n for n in self.keys if n not in used]:
             del self.keys[gone], self.numbers[self._identities.pop(gone)]
+            self.functions.pop(gone, None)
+        if len(self._sets) > 2 * len(self.keys) + 1024:
+            self._sets = {s: s for s in self.functions.values()}
+
+    def functions_of(self, number: int, name: Callable[[int], tuple[str, str]]) -> frozenset:
+        found = self.functions.get(number)
+        if found is None:
+            named = [name(a) for a in self.keys[number].kernel]
+            functions = kernel_functions([n[0] for n in named], [n[1] for n in named])
+            found = self.functions[number] = self._sets.setdefault(functions, functions)
+        return found
 
 
 @dataclass
@@ -73,16 +88,24 @@ class _Samples:
 
     stacks: Counter = field(default_factory=Counter)
     ticks: CpuTicks = field(default_factory=CpuTicks)
+    # Samples through each (function, module) of the kernel stacks, and the idle task's
+    # idling among them: counted per interval, so a refresh only sums the window's.
+    children: Counter = field(default_factory=Counter)
+    idle_children: Counter = field(default_factory=Counter)
 
     def merge(self, other: _Samples) -> None:
         self.stacks.update(other.stacks)
         self.ticks = self.ticks + other.ticks
+        self.children.update(other.children)
+        self.idle_children.update(other.idle_children)
 
     def subtract(self, other: _Samples) -> None:
-        self.stacks.subtract(other.stacks)
-        for key in other.stacks:
-            if self.stacks[key] <= 0:
-                del self.stacks[key]
+        for mine, theirs in ((self.stacks, other.stacks), (self.children, other.children),
+                             (self.idle_children, other.idle_children)):
+            mine.subtract(theirs)
+            for key in theirs:
+                if mine[key] <= 0:
+                    del mine[key]
         self.ticks = self.ticks - other.ticks
 
 
@@ -128,8 +151,28 @@ class CpuAggregator:
             if number is None:
                 number = ids.add(raw, self._stack_key(row))
             stacks[number] += row.samples
-        self._window.add(drain.start, drain.end, _Samples(stacks, drain.ticks))
+        children, idle_children = self._children(stacks)
+        self._window.add(drain.start, drain.end,
+                         _Samples(stacks, drain.ticks, children, idle_children))
         self._lost = dict(drain.lost)
+
+    def _children(self, stacks: Counter) -> tuple[Counter, Counter]:
+        """One interval's samples through each kernel function (perf's Children)."""
+        ids, keys = self._ids, self._ids.keys
+        known = ids.functions.get
+        passed: dict[frozenset, list[int]] = {}  # the functions of a stack -> [samples, idle]
+        for number, n in stacks.items():
+            functions = known(number)
+            if functions is None:
+                functions = ids.functions_of(number, self._frame)
+            counts = passed.get(functions)
+            idle = n if keys[number].idle else 0
+            if counts is None:
+                passed[functions] = [n, idle]
+            else:
+                counts[0] += n
+                counts[1] += idle
+        return inclusive_counts(passed)
 
     def _stack_key(self, row) -> _StackKey:
         kernel = row.kernel
@@ -180,7 +223,7 @@ class CpuAggregator:
             samples, window_s = self._window.counts(cumulative)
         return build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
                              samples.ticks, cumulative, self._ids.keys, self._frame,
-                             self.line_info)
+                             self.line_info, samples.children, samples.idle_children)
 
 
 def _stack_samples(
@@ -217,10 +260,13 @@ def build_profile(
     keys: dict[int, _StackKey],
     name: Callable[[int], tuple[str, str]],
     line_info: str = "",
+    children: Mapping[tuple[str, str], int] | None = None,
+    idle_children: Mapping[tuple[str, str], int] | None = None,
 ) -> CpuProfile:
     """stacks: samples by stack number; keys: the key of each number; name: a kernel
-    address's (symbol+0xoff, module). The hot functions are counted now; the StackSamples
-    are built when first read, from the keys and counts taken here."""
+    address's (symbol+0xoff, module); children, idle_children: samples through each kernel
+    function, and the idle task's idling among them. The hot functions are counted now; the
+    StackSamples are built when first read, from the keys and counts taken here."""
     idle = user = 0
     totals: dict[tuple[str, str], int] = {}
     idle_functions: set[tuple[str, str]] = set()
@@ -248,7 +294,8 @@ def build_profile(
         kernel_samples=total - idle - user,
         user_samples=user,
         lost=dict(lost),
-        functions=ranked_functions(totals, idle_functions, hz * window_s * cpus),
+        functions=ranked_functions(totals, idle_functions, hz * window_s * cpus,
+                                   children, idle_children),
         stacks=BuiltOnRead(lambda: _stack_samples(counted, name)),
         times=ticks.shares(),
         line_info=line_info,
