@@ -13,7 +13,7 @@ from ktop.aggregate.window import Window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import BuiltOnRead, CpuProfile, StackSample, UserFrame
-from ktop.stacktree import function_name, inclusive_counts, kernel_functions, ranked_functions
+from ktop.stacktree import function_name, inclusive_counts, ranked_functions
 from ktop.symbols import IdleClassifier, Kallsyms
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
@@ -53,6 +53,7 @@ class _StackIds:
         # The functions of each stack's kernel frames, named once (for Children): one set
         # object for all the stacks that hold the same functions.
         self.functions: dict[int, frozenset] = {}
+        self.idle: set[int] = set()  # the numbers of the idle task's stacks in idle functions
         self._sets: dict[frozenset, frozenset] = {}
 
     def add(self, identity: tuple, key: _StackKey) -> int:
@@ -70,15 +71,17 @@ class _StackIds:
         for gone in [n for n in self.keys if n not in used]:
             del self.keys[gone], self.numbers[self._identities.pop(gone)]
             self.functions.pop(gone, None)
+            self.idle.discard(gone)
         if len(self._sets) > 2 * len(self.keys) + 1024:
             self._sets = {s: s for s in self.functions.values()}
 
-    def functions_of(self, number: int, name: Callable[[int], tuple[str, str]]) -> frozenset:
+    def functions_of(self, number: int, function_at: Callable[[int], tuple[str, str]]) -> frozenset:
         found = self.functions.get(number)
         if found is None:
-            named = [name(a) for a in self.keys[number].kernel]
-            functions = kernel_functions([n[0] for n in named], [n[1] for n in named])
+            functions = frozenset(map(function_at, self.keys[number].kernel))
             found = self.functions[number] = self._sets.setdefault(functions, functions)
+            if self.keys[number].idle:
+                self.idle.add(number)
         return found
 
 
@@ -130,6 +133,11 @@ class CpuAggregator:
         self._ids = _StackIds()
         self._lost: dict[str, int] = {}
 
+    def _function_at(self, address: int) -> tuple[str, str]:
+        """(function, module) of a kernel address, as a stack's leaf is named."""
+        resolved = self._kallsyms.lookup(address)  # memoized there
+        return (resolved.name, resolved.module) if resolved else (f"{address:#x}", "[unknown]")
+
     def _frame(self, address: int) -> tuple[str, str]:
         resolved = self._kallsyms.lookup(address)  # memoized there
         return (str(resolved), resolved.module) if resolved else (f"{address:#x}", "[unknown]")
@@ -158,20 +166,18 @@ class CpuAggregator:
 
     def _children(self, stacks: Counter) -> tuple[Counter, Counter]:
         """One interval's samples through each kernel function (perf's Children)."""
-        ids, keys = self._ids, self._ids.keys
+        ids = self._ids
         known = ids.functions.get
         passed: dict[frozenset, list[int]] = {}  # the functions of a stack -> [samples, idle]
         for number, n in stacks.items():
-            functions = known(number)
-            if functions is None:
-                functions = ids.functions_of(number, self._frame)
+            functions = known(number) or ids.functions_of(number, self._function_at)
             counts = passed.get(functions)
-            idle = n if keys[number].idle else 0
             if counts is None:
-                passed[functions] = [n, idle]
+                passed[functions] = [n, 0]
             else:
                 counts[0] += n
-                counts[1] += idle
+        for number in ids.idle & stacks.keys():
+            passed[ids.functions[number]][1] += stacks[number]
         return inclusive_counts(passed)
 
     def _stack_key(self, row) -> _StackKey:
