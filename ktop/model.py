@@ -71,6 +71,10 @@ class BuiltOnRead(Sequence[T], Generic[T]):
         return tuple, (self._built(),)
 
 
+# The module of a user "frame" at an address no code can be at (the stack walk went astray).
+NOT_CODE = "[not code]"
+
+
 @dataclass(frozen=True)
 class UserFrame:
     """A user-space frame, symbolized while its process was alive."""

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ktop.model import HotFunction, StackSample
+from ktop.model import NOT_CODE, HotFunction, StackSample, UserFrame
 
 TRUNCATED = "[truncated: deeper than the collected depth]"
 
@@ -55,7 +55,9 @@ def _chain(stack: StackSample) -> list[tuple[str, bool]]:
     if stack.truncated:
         chain.append((TRUNCATED, False))
     for frame in stack.user_frames:
-        if "+" in frame.symbol:
+        if frame.module == NOT_CODE:  # one node for every stack walk that went astray
+            chain.append((NOT_CODE, True))
+        elif "+" in frame.symbol:
             chain.append((frame.symbol.split("+", 1)[0], True))
         else:  # unnamed: say in which file, so "[unknown]" is not all the user learns
             module = frame.module if frame.module.startswith("[") else f"[{frame.module}]"
@@ -194,3 +196,53 @@ def ranked_functions(
             key=lambda row: (-row[1], -row[2], row[0]),
         )
     )
+
+
+def user_function(frame: UserFrame) -> tuple[str, str]:
+    """(function, module) of a user frame; an unnamed one is its file's [unknown]."""
+    if "+" in frame.symbol:
+        return function_name(frame.symbol), frame.module
+    return "[unknown]", frame.module
+
+
+def user_functions(stacks: Iterable[StackSample], expected_samples: float) -> tuple[HotFunction, ...]:
+    """Hot user-space functions, as perf top shows them beside kernel ones: Self the samples
+    taken while running in the function (no kernel frames), Children those whose user stack
+    holds it anywhere (a system call's caller too)."""
+    totals: dict[tuple[str, str], int] = {}
+    passed: dict[frozenset, list[int]] = {}
+    for stack in stacks:
+        frames = [f for f in stack.user_frames if f.module != NOT_CODE]
+        if not frames:
+            continue
+        if not stack.frames:
+            key = user_function(frames[0])
+            totals[key] = totals.get(key, 0) + stack.samples
+        counts = passed.setdefault(frozenset(map(user_function, frames)), [0, 0])
+        counts[0] += stack.samples
+    return ranked_functions(totals, set(), expected_samples, *inclusive_counts(passed))
+
+
+def comm_functions(
+    stacks: Iterable[StackSample], expected_samples: float
+) -> list[tuple[str, HotFunction]]:
+    """(comm, function) rows, as `perf top --sort comm,sym`: where each command's samples
+    landed, in the kernel or in user space; most samples first."""
+    totals: dict[tuple[str, str, str], list] = {}
+    for stack in stacks:
+        if stack.frames:
+            function = (function_name(stack.frames[0]), stack.modules[0] if stack.modules else "")
+        elif stack.user_frames and stack.user_frames[0].module != NOT_CODE:
+            function = user_function(stack.user_frames[0])
+        else:
+            continue
+        row = totals.setdefault((stack.comm, *function), [0, stack.idle])
+        row[0] += stack.samples
+        row[1] = row[1] and stack.idle
+    scale = 100.0 / expected_samples if expected_samples else 0.0
+    return [
+        (comm, HotFunction(symbol, module, n, n * scale, idle, n, n * scale))
+        for (comm, symbol, module), (n, idle) in sorted(
+            totals.items(), key=lambda kv: (-kv[1][0], kv[0])
+        )
+    ]

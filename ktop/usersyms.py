@@ -20,14 +20,13 @@ from elftools.common.exceptions import ELFError
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
-from ktop.model import UserFrame
+from ktop.model import NOT_CODE, UserFrame
 
 UNKNOWN = "[unknown]"
 # A "frame" whose address no code can be at: 0 or a small number, an address in the kernel's
 # half, or in no executable mapping (data, heap, stack): a frame-pointer walk through code
 # built without frame pointers reads such values. It ends the stack as one marker: whatever
 # the walk found after it is garbage too.
-NOT_CODE = "[not code]"
 MIN_CODE_ADDRESS = 0x10000  # vm.mmap_min_addr's default: nothing is mapped below
 USER_ADDRESS_END = 1 << 47  # x86-64 user space ends here (4-level page tables)
 DEBUG_ROOT = "/usr/lib/debug"  # separate debug files: .build-id/xx/yyyy.debug, debuglink

@@ -1,15 +1,30 @@
-"""Hot kernel functions, as perf top shows them: Overhead  Samples  Symbol  Module."""
+"""Hot functions, as perf top -g shows them: Children  Self  Samples  Symbol  Module, in the
+kernel (its own samples, counted by the aggregator), in user space, or by command."""
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 from ktop.model import PANE_FUNCTIONS, HotFunction, Snapshot
 from ktop.screens.stacks import FunctionScreen
-from ktop.stacktree import hot_functions
+from ktop.stacktree import comm_functions, hot_functions, user_functions
 from ktop.units import format_span
-from ktop.widgets.pane import Display, Drill, Pane, PaneRow, View
+from ktop.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
 from ktop.widgets.table import Cell, Column, num
+
+_SHARES = (
+    Column("children", "Children", 9, right=True),
+    Column("overhead", "Self", 8, right=True),
+    Column("samples", "Samples", 8, right=True, shown_from=WIDE),
+)
+_NAMES = (
+    Column("symbol", "Symbol", None, descending=False),
+    Column("module", "Module", None, descending=False),
+)
+# v cycles these; the subtitle says which.
+_VIEW_TITLES = {"kernel": "1 Hot kernel functions", "user": "1 Hot user functions",
+                "comm": "1 Hot functions by command"}
 
 
 class FunctionsPane(Pane):
@@ -17,13 +32,15 @@ class FunctionsPane(Pane):
     TITLE = "1 Hot kernel functions"
     KEY_LABEL = "Hot functions"  # in the help screen, beside its number key
     VIEWS = (
+        View("kernel", (*_SHARES, *_NAMES), "overhead"),
+        View("user", (*_SHARES, *_NAMES), "overhead"),
         View(
-            "functions",
+            "comm",
             (
-                Column("overhead", "Overhead", 9, right=True),
-                Column("samples", "Samples", 8, right=True),
-                Column("symbol", "Symbol", None, descending=False),
-                Column("module", "Module", None, descending=False),
+                Column("overhead", "Self", 8, right=True),
+                Column("samples", "Samples", 8, right=True, shown_from=WIDE),
+                Column("comm", "Command", 16, descending=False),
+                *_NAMES,
             ),
             "overhead",
         ),
@@ -33,44 +50,82 @@ class FunctionsPane(Pane):
         super().__init__(**kwargs)
         self._made: dict[tuple, PaneRow] = {}  # a function's figures -> its row last time
 
+    def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
+        view = super().cycle_view(snapshot, display)
+        self.border_title = _VIEW_TITLES[view]
+        return view
+
     def rows(self, snapshot: Snapshot, display: Display):
         cpu = snapshot.cpu
         if cpu is None:
             return [], "waiting for the first samples...", ""
-        functions = cpu.functions
-        if display.filtered:  # the sampler's data for that process or cgroup alone
-            functions = hot_functions(
-                (s for s in cpu.stacks if display.shows(s.pid, s.cgroup)),
-                cpu.sample_hz * cpu.window_s * cpu.cpus,
-            )
-        # At 4000 Hz hundreds of functions: a row whose figures did not move keeps its cells.
+        expected = cpu.sample_hz * cpu.window_s * cpu.cpus
         made, self._made = self._made, {}
+        mode = "cumulative" if cpu.cumulative else "last"
+        hidden = "" if display.show_idle else "  idle hidden (i)"
+        subtitle = f"{self.view} (v)  {mode} {format_span(cpu.window_s)}{hidden}"
+        if self.view == "kernel":
+            functions = cpu.functions
+            # A file written before Children was counted: derive them from its stacks.
+            stale = bool(functions) and functions[0].children < functions[0].samples
+            if display.filtered or stale:  # the sampler's data for that process or cgroup alone
+                functions = hot_functions(
+                    (s for s in cpu.stacks if display.shows(s.pid, s.cgroup)), expected)
+            rows = self._function_rows(functions, display, made)
+            empty = f"no kernel samples in the {mode} {format_span(cpu.window_s)}"
+        else:
+            # Read from the whole stacks: built only while one of these views is shown.
+            stacks = [s for s in cpu.stacks if display.shows(s.pid, s.cgroup)]
+            if self.view == "user":
+                rows = self._function_rows(user_functions(stacks, expected), display, made)
+                empty = f"no user-space stacks in the {mode} {format_span(cpu.window_s)}"
+            else:
+                rows = []
+                for comm, function in comm_functions(stacks, expected):
+                    rows += self._function_rows((function,), display, made, comm)
+                empty = f"no samples in the {mode} {format_span(cpu.window_s)}"
+        return rows, empty, subtitle
+
+    def _function_rows(self, functions, display: Display, made: dict[tuple, PaneRow],
+                       comm: str = "") -> list[PaneRow]:
+        """Rows of these functions; at 4000 Hz hundreds: a row whose figures did not move
+        keeps the cells it had last time (`made`)."""
         rows = []
         for f in functions:
             if f.idle and not display.show_idle:
                 continue
-            seen = (f.symbol, f.module, f.samples, f.percent, f.idle)
+            seen = (self.view, comm, f.symbol, f.module, f.samples, f.children, f.percent, f.idle)
             row = made.get(seen)
             if row is None:
+                module = os.path.basename(f.module) if f.module.startswith("/") else f.module
+                shares = (
+                    num(f"{f.percent:.2f}%", f.percent, _heat(f.percent)),
+                    num(str(f.samples), f.samples),
+                )
+                if self.view != "comm":
+                    shares = (num(f"{f.children_percent:.2f}%", f.children_percent,
+                                  _heat(f.children_percent)), *shares)
                 row = (
-                    f"{f.symbol} {f.module}",
+                    f"{comm}|{f.symbol} {f.module}" if comm else f"{f.symbol} {f.module}",
                     (
-                        num(f"{f.percent:.2f}%", f.percent, _heat(f.percent)),
-                        num(str(f.samples), f.samples),
+                        *shares,
+                        *((Cell(comm),) if self.view == "comm" else ()),
                         Cell(f.symbol, style="dim" if f.idle else ""),
-                        Cell(f.module, style="dim"),
+                        Cell(module, f.module.lower(), style="dim"),
                     ),
-                    f,
+                    f if not comm else (comm, f),
                 )
             self._made[seen] = row
             rows.append(row)
-        mode = "cumulative" if cpu.cumulative else "last"
-        hidden = "" if display.show_idle else "  idle hidden (i)"
-        subtitle = f"{mode} {format_span(cpu.window_s)}{hidden}"
-        return rows, f"no kernel samples in the {mode} {format_span(cpu.window_s)}", subtitle
+        return rows
 
-    def drill_row(self, row: HotFunction) -> Drill:
-        return partial(FunctionScreen, row.symbol, self._snapshot)
+    def drill_row(self, row: HotFunction | tuple[str, HotFunction]) -> Drill:
+        function = row[1] if isinstance(row, tuple) else row
+        if self.view == "user" or (self.view == "comm" and function.module.startswith("/")):
+            self.notify("callers are drilled into from kernel functions: their stacks run down "
+                        "to user space (v back to the kernel view)")
+            return None
+        return partial(FunctionScreen, function.symbol, self._snapshot)
 
 
 def _heat(percent: float) -> str:
