@@ -14,13 +14,15 @@ from ktop.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
 from ktop.widgets.table import Cell, Column, num
 
 _SHARES = (
-    Column("children", "Children", 9, right=True),
-    Column("overhead", "Self", 8, right=True),
+    Column("children", "Children", 8, right=True),
+    Column("overhead", "Self", 7, right=True),
     Column("samples", "Samples", 8, right=True, shown_from=WIDE),
 )
+# In a pane of an 80-column terminal the symbol needs the room more than its module does.
+NARROW = 60
 _NAMES = (
     Column("symbol", "Symbol", None, descending=False),
-    Column("module", "Module", None, descending=False),
+    Column("module", "Module", None, descending=False, shown_from=NARROW),
 )
 # v cycles these; the subtitle says which.
 _VIEW_TITLES = {"kernel": "1 Hot kernel functions", "user": "1 Hot user functions",
@@ -37,7 +39,7 @@ class FunctionsPane(Pane):
         View(
             "comm",
             (
-                Column("overhead", "Self", 8, right=True),
+                Column("overhead", "Self", 7, right=True),
                 Column("samples", "Samples", 8, right=True, shown_from=WIDE),
                 Column("comm", "Command", 16, descending=False),
                 *_NAMES,
