@@ -49,7 +49,7 @@ BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
 URANDOM = ["dd", "if=/dev/urandom", "of=/dev/null", "bs=1M", "status=none"]
 
 PERF_HOT_ROW = re.compile(r"^\s*\d+\.\d+%\s+\S+\s+\[k\]\s+\S+")
-KTOP_HOT_ROW = re.compile(r"\d+\.\d\d%\s+\d+\s+\S+")  # Overhead  Samples  Symbol
+KTOP_HOT_ROW = re.compile(r"\d+\.\d\d%\s+\d+\.\d\d%\s+\S+")  # Children  Self  Symbol
 # PID USER S CPU% SYS% THR
 KTOP_PROCESS_ROW = re.compile(r"\d+\s+\S+\s+[A-Z]\s+\d+\.\d\s+\d+\.\d\s+\d+")
 PANE_BOTTOM = "╰┗└"  # a pane's bottom-left corner: round, heavy (focused), plain

@@ -133,7 +133,9 @@ def to_json(snapshot: Snapshot, include_idle: bool = False) -> dict[str, Any]:
         data["cpu"]["expected_samples"] = cpu.expected_samples
         for function, written in zip(cpu.functions, data["cpu"]["functions"]):
             # percent in the tree is the share of this function's samples, as perf top -g
-            written["callers"] = callers_tree(function.symbol, cpu.stacks).to_json(function.samples)
+            # (a function samples only passed through has none: no walk over the stacks)
+            stacks = cpu.stacks if function.samples else ()
+            written["callers"] = callers_tree(function.symbol, stacks).to_json(function.samples)
     if snapshot.locks is not None:
         for caller, written in zip(snapshot.locks.callers, data["locks"]["callers"]):
             written["avg_wait_ns"] = caller.avg_wait_ns

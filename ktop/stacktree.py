@@ -7,6 +7,7 @@ the root, each level what it called, down to where the samples landed.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -198,6 +199,7 @@ def ranked_functions(
     )
 
 
+@functools.lru_cache(maxsize=16384)  # the same frames come back in every stack, each refresh
 def user_function(frame: UserFrame) -> tuple[str, str]:
     """(function, module) of a user frame; an unnamed one is its file's [unknown]."""
     if "+" in frame.symbol:
@@ -212,14 +214,19 @@ def user_functions(stacks: Iterable[StackSample], expected_samples: float) -> tu
     totals: dict[tuple[str, str], int] = {}
     passed: dict[frozenset, list[int]] = {}
     for stack in stacks:
-        frames = [f for f in stack.user_frames if f.module != NOT_CODE]
+        frames = stack.user_frames
+        if frames and frames[-1].module == NOT_CODE:
+            frames = frames[:-1]  # the marker, always last
         if not frames:
             continue
         if not stack.frames:
             key = user_function(frames[0])
             totals[key] = totals.get(key, 0) + stack.samples
-        counts = passed.setdefault(frozenset(map(user_function, frames)), [0, 0])
-        counts[0] += stack.samples
+        counts = passed.get(functions := frozenset(map(user_function, frames)))
+        if counts is None:
+            passed[functions] = [stack.samples, 0]
+        else:
+            counts[0] += stack.samples
     return ranked_functions(totals, set(), expected_samples, *inclusive_counts(passed))
 
 

@@ -95,7 +95,7 @@ def test_text_snapshot_is_the_screen_without_escapes(snapshots):
     lines = text.splitlines()
     assert len(lines) == 50 and max(len(line) for line in lines) <= 160
     assert socket.gethostname() in lines[0]
-    assert "Overhead" in text and "COMMAND" in text
+    assert "Children" in text and "Self" in text and "COMMAND" in text
 
 
 def test_svg_snapshot_parses_and_shows_the_panes(snapshots):
@@ -104,7 +104,7 @@ def test_svg_snapshot_parses_and_shows_the_panes(snapshots):
     words = " ".join("".join(root.itertext()).replace("\xa0", " ").split())
     for title in PANE_TITLES:
         assert title in words
-    assert "Overhead" in words
+    assert "Children" in words and "Self" in words
 
 
 def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):

@@ -196,7 +196,8 @@ class SnapshotMetrics:
             "samples; the rest as function=\"other\")", labels=["function", "module"])
         totals = {
             (f.symbol, f.module): (float(f.samples),)
-            for f in cpu.functions if self.include_idle or not f.idle
+            # (not the callers listed for their Children: no sample landed in them)
+            for f in cpu.functions if f.samples and (self.include_idle or not f.idle)
         }
         top, (other,) = self._top("functions", totals, 1)
         rows = [((label_value(symbol), label_value(module)), values[0])

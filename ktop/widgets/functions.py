@@ -82,18 +82,19 @@ class FunctionsPane(Pane):
                 rows = self._function_rows(user_functions(stacks, expected), display, made)
                 empty = f"no user-space stacks in the {mode} {format_span(cpu.window_s)}"
             else:
-                rows = []
-                for comm, function in comm_functions(stacks, expected):
-                    rows += self._function_rows((function,), display, made, comm)
+                rows = self._function_rows(comm_functions(stacks, expected), display, made)
                 empty = f"no samples in the {mode} {format_span(cpu.window_s)}"
         return rows, empty, subtitle
 
-    def _function_rows(self, functions, display: Display, made: dict[tuple, PaneRow],
-                       comm: str = "") -> list[PaneRow]:
-        """Rows of these functions; at 4000 Hz hundreds: a row whose figures did not move
-        keeps the cells it had last time (`made`)."""
+    def _function_rows(self, functions, display: Display,
+                       made: dict[tuple, PaneRow]) -> list[PaneRow]:
+        """Rows of these functions (or (comm, function) pairs); at 4000 Hz hundreds: a row
+        whose figures did not move keeps the cells it had last time (`made`)."""
         rows = []
         for f in functions:
+            comm = ""
+            if isinstance(f, tuple):
+                comm, f = f
             if f.idle and not display.show_idle:
                 continue
             seen = (self.view, comm, f.symbol, f.module, f.samples, f.children, f.percent, f.idle)
