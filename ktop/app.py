@@ -28,7 +28,7 @@ from ktop.screens.stacks import DrillScreen
 from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
-from ktop.widgets.header import HeaderBar
+from ktop.widgets.header import Badge, HeaderBar, loss_lines
 from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import CgroupFilter, Display, Pane
 from ktop.widgets.processes import ProcessesPane
@@ -92,6 +92,7 @@ class KtopApp(App[None]):
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
         Binding("R", "record", "Record"),
+        Binding("L", "losses", "Losses", show=False),
         # A replayed recording's timeline (check_action: only there, and only on the panes).
         Binding("left", "timeline_step(-1)", "replay: one interval back", show=False, priority=True),
         Binding("right", "timeline_step(1)", "replay: one interval on", show=False, priority=True),
@@ -229,14 +230,10 @@ class KtopApp(App[None]):
 
     def refresh_panes(self) -> None:
         snapshot = self.snapshot
-        pid = self.display_settings.pid
-        pid_note = f"showing pid {pid} only (Esc shows all)" if pid is not None else ""
-        self.note = "   ".join(n for n in (self.source_note, pid_note, self._cgroup_note()) if n)
         try:
-            header = self.header_bar()
+            self._show_header()
         except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
             return
-        header.show(snapshot, self.paused, self.note, self._recording_badge())
         if self.timeline is not None:
             self.main_screen.query_one("#timeline").show(self.timeline.view())
         if snapshot is None:
@@ -244,6 +241,50 @@ class KtopApp(App[None]):
         with self.batch_update():
             for name in PANE_ORDER:
                 self.pane(name).show(snapshot, self.display_settings)
+
+    def _badges(self) -> list[Badge]:
+        """What the screen shows, if not everything live: first on the header's top line."""
+        badges = []
+        recording = self._recording_badge()
+        if recording:
+            badges.append(Badge(recording, "bold reverse red"))
+        if self.paused:
+            badges.append(Badge("PAUSED (space)"))
+        if self.source_note.startswith("replay of "):
+            name = os.path.basename(self.source_note.removeprefix("replay of "))
+            badges.append(Badge(f"replay of {name}", "bold reverse cyan"))
+        elif self.source_note:
+            badges.append(Badge(self.source_note, "bold reverse cyan"))
+        pid = self.display_settings.pid
+        if pid is not None:
+            badges.append(Badge(f"pid {pid} only (Esc: all)"))
+        cgroup = self._cgroup_note()
+        if cgroup:
+            badges.append(Badge(cgroup))
+        for name in PANE_ORDER:
+            try:
+                pane = self.pane(name)
+            except NoMatches:
+                continue
+            if pane.table.filter_text:
+                badges.append(Badge(f"{pane.TITLE[0]}: /{pane.table.filter_text}"))
+        return badges
+
+    def _show_header(self) -> None:
+        badges = self._badges()
+        self.note = "   ".join(b.text for b in badges)
+        self.header_bar().show(self.snapshot, badges, filtered=self.display_settings.filtered,
+                               idle_hidden=not self.display_settings.show_idle)
+
+    def action_losses(self) -> None:
+        """L: each loss the header's total folds, with why it happens."""
+        if self.screen is not self.main_screen:
+            return
+        from ktop.screens.losses import LossesScreen  # noqa: PLC0415 - on the first L only
+        from ktop.units import format_span  # noqa: PLC0415
+
+        window = format_span(self.snapshot.duration_s) if self.snapshot else "0s"
+        self.push_screen(LossesScreen(loss_lines(self.snapshot), window))
 
     def _cgroup_note(self) -> str:
         """What the cgroup filter shows; a live cgroup removed since is said so."""
@@ -254,8 +295,8 @@ class KtopApp(App[None]):
         if gone != self.display_settings.cgroup_gone:
             self.display_settings = replace(self.display_settings, cgroup_gone=gone)
         if gone:
-            return f"cgroup {cgroup} removed (Esc shows all)"
-        return f"showing cgroup {cgroup} only (Esc shows all)"
+            return f"cgroup {cgroup} removed (Esc: all)"
+        return f"cgroup {cgroup} only (Esc: all)"
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -286,7 +327,7 @@ class KtopApp(App[None]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+        self._show_header()
         for screen in self.screen_stack[1:]:
             if isinstance(screen, DrillScreen):
                 screen.show_paused()
@@ -318,7 +359,7 @@ class KtopApp(App[None]):
             return
         pane = self.focused_pane()
         view = pane.cycle_view(self.snapshot, self.display_settings)
-        self.notify(f"{pane.TITLE[2:]}: {view}")
+        self.notify(f"{pane.KEY_LABEL}: {view}" if view else f"{pane.KEY_LABEL}: one view only")
 
     def action_sort(self, step: int) -> None:
         if self.screen is not self.main_screen:
@@ -338,6 +379,7 @@ class KtopApp(App[None]):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
             self._filter_target.table.set_filter(event.value)
+            self._show_header()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
@@ -485,13 +527,13 @@ class KtopApp(App[None]):
                 return
             self.notify(f"recording to {printable(os.path.abspath(path))} (R stops)", timeout=8,
                         markup=False)
-        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+        self._show_header()
 
     def on_recording_stopped(self, message: RecordingStopped) -> None:
         if self.recorder is message.recorder:
             self.recorder = None
         self.notify(message.recorder.error, severity="error", markup=False, timeout=15)
-        self.header_bar().show(self.snapshot, self.paused, self.note, self._recording_badge())
+        self._show_header()
 
     def action_timeline_step(self, records: int) -> None:
         self.timeline.step(records)

@@ -23,8 +23,9 @@ from ktop import __version__
 from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.processes import ProcessCollector, task_exists
+from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Snapshot, UserFrame
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, CpuTimes, Snapshot, UserFrame
 from ktop.symbols import Kallsyms
 from ktop.units import format_span
 
@@ -152,6 +153,7 @@ class LiveSource:
         self._specs = [spec for spec in specs if spec.name in options.panes]
         self._processes = ProcessCollector()
         self._self_cost = SelfCost()
+        self._ticks = CpuTicks()  # /proc/stat at the last collect without a CPU profile
         self.started_at = 0.0
         self._patient = False
         self._kallsyms: Kallsyms | None = None
@@ -313,10 +315,12 @@ class LiveSource:
         # Without CPU samples, a record's span is the time since the last collect.
         self._last_span = now - (self._last_collect or self.started_at)
         self._last_collect = now
+        cpu_times = None
         if cpu_profile:
             duration = cpu_profile.window_s
         else:
             duration = self._last_span if latest else now - self.started_at
+            cpu_times = self._proc_stat_split()
         if self._collects % TRIM_EVERY == 0:
             trim_heap()
         with self._lock:
@@ -337,7 +341,18 @@ class LiveSource:
             loading=loading,
             cost=self._self_cost.measure(),
             tasks=self._processes.tasks,
+            cpu_times=cpu_times,
         )
+
+    def _proc_stat_split(self) -> CpuTimes | None:
+        """The CPU split since the last collect, from /proc/stat: without root (or while the
+        sampler loads) the header still has it."""
+        try:
+            ticks = read_cpu_ticks()
+        except (OSError, ValueError):
+            return None
+        before, self._ticks = self._ticks, ticks
+        return (ticks - before).shares()
 
     def interval_snapshot(self, shown: Snapshot) -> Snapshot:
         """The newest interval alone, for recording the live session (`R`): called right after

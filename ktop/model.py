@@ -362,4 +362,6 @@ class Snapshot:
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live
     tasks: TaskCounts | None = None  # beside processes, from the same refresh
+    # The /proc/stat split (needs no root) when there is no CpuProfile to carry it.
+    cpu_times: CpuTimes | None = None
     paused: bool = False

@@ -157,7 +157,7 @@ async def _g_filters(recorded_snapshot):
         table = app.pane("processes").table
         assert {table.get_row_at(i)[0].text for i in range(table.row_count)} == {
             str(snapshot.processes[0].pid), str(snapshot.processes[1].pid)}
-        assert "showing cgroup /ktop-test only" in app.note
+        assert "cgroup /ktop-test only (Esc: all)" in app.note
         await pilot.press("v")
         await pilot.pause(0.1)
         assert table is not app.pane("processes").table
@@ -180,7 +180,7 @@ async def _removed(recorded_snapshot):
     app = build_app(source, interval_s=0.2, cgroup="/ktop-test")
     async with app.run_test(size=SCREEN_SIZE) as pilot:
         await wait_for_data(pilot)
-        assert "cgroup /ktop-test removed (Esc shows all)" in app.note
+        assert "cgroup /ktop-test removed (Esc: all)" in app.note
         assert app.display_settings.cgroup_gone
         await pilot.press("3")
         await pilot.pause(0.1)

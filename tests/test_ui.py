@@ -120,7 +120,7 @@ def test_header_shows_the_machine_and_the_sample_accounting(recorded_snapshot):
     assert f"{cpu.cpus} CPUs" in header and f"{cpu.sample_hz} Hz" in header
     assert "11:50:45" in header  # taken_at in UTC, as conftest pins the zone
     assert f"samples {cpu.total_samples}/{cpu.expected_samples}" in header
-    assert "kstack_collision 1" in header  # every loss is shown
+    assert "lost 1 (L lists)" in header  # every loss counted; L lists each
     assert recorded_snapshot.headers in header
 
 

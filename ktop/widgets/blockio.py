@@ -167,10 +167,12 @@ class BlockIoPane(Pane):
                         )
                     )
         lost = sum(block.lost.values())
-        subtitle = f"{self.view} (v)  last {format_span(block.window_s)}"
+        window = format_span(snapshot.duration_s)
+        scope = "  all processes" if display.filtered and self.view == "histogram" else ""
+        subtitle = f"{self.view} (v)  last {window}{scope}"
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no block I/O in the last {format_span(block.window_s)}", subtitle
+        return rows, f"no block I/O in the last {window}", subtitle
 
     def note(self, snapshot: Snapshot, display: Display) -> str:
         share = writeback_share(snapshot.blockio) if snapshot.blockio else None
@@ -178,6 +180,11 @@ class BlockIoPane(Pane):
             return ""
         return (f"{share:.0%} of the bytes written were sent by writeback threads (kworker): "
                 "who wrote them shows as DISK W/s in 4 Processes (z)")
+
+    def view_description(self) -> str:
+        return {"processes": "per process, as biotop", "requests": "each request, as biosnoop",
+                "histogram": "latency per disk", "commands": "grouped by command"}.get(
+                    self.view, self.view)
 
     def drill_row(self, row: IoProcess | IoRequest | DiskStats) -> Drill:
         if isinstance(row, IoRequest):  # a request opens its process

@@ -65,7 +65,8 @@ class FunctionsPane(Pane):
         made, self._made = self._made, {}
         mode = "cumulative" if cpu.cumulative else "last"
         hidden = "" if display.show_idle else "  idle hidden (i)"
-        subtitle = f"{self.view} (v)  {mode} {format_span(cpu.window_s)}{hidden}"
+        window = format_span(snapshot.duration_s)  # the one window label the header shows too
+        subtitle = f"{self.view} (v)  {mode} {window}{hidden}"
         if self.view == "kernel":
             functions = cpu.functions
             # A file written before Children was counted: derive them from its stacks.
@@ -74,16 +75,16 @@ class FunctionsPane(Pane):
                 functions = hot_functions(
                     (s for s in cpu.stacks if display.shows(s.pid, s.cgroup)), expected)
             rows = self._function_rows(functions, display, made)
-            empty = f"no kernel samples in the {mode} {format_span(cpu.window_s)}"
+            empty = f"no kernel samples in the {mode} {window}"
         else:
             # Read from the whole stacks: built only while one of these views is shown.
             stacks = [s for s in cpu.stacks if display.shows(s.pid, s.cgroup)]
             if self.view == "user":
                 rows = self._function_rows(user_functions(stacks, expected), display, made)
-                empty = f"no user-space stacks in the {mode} {format_span(cpu.window_s)}"
+                empty = f"no user-space stacks in the {mode} {window}"
             else:
                 rows = self._function_rows(comm_functions(stacks, expected), display, made)
-                empty = f"no samples in the {mode} {format_span(cpu.window_s)}"
+                empty = f"no samples in the {mode} {window}"
         return rows, empty, subtitle
 
     def _function_rows(self, functions, display: Display,

@@ -1,8 +1,11 @@
-"""The header bar: the machine, the CPU time split, samples against expected, every loss."""
+"""The header bar: what the screen shows (filters, pause, replay, recording) first, then the
+machine, the CPU time split, samples against expected, and the losses (details on L)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from rich.style import Style
 from rich.text import Text
@@ -15,7 +18,43 @@ from ktop.text import printable
 from ktop.units import format_span
 
 
-def _losses(snapshot: Snapshot) -> dict[str, int]:
+class Badge(NamedTuple):
+    """A state the user must not miss (a filter, pause, replay, a recording): shown first on
+    the top line, where no width cuts it. The text is escaped here, never markup."""
+
+    text: str
+    style: str = "bold reverse yellow"
+
+
+# Why each loss happens, by the name the collectors give it (bpf/ktop.h's enums).
+LOSS_REASONS = {
+    "kstack_collision": "a kernel stack's bucket in the stack map held another stack: "
+                        "counted without its kernel stack",
+    "kstack_map_full": "the stack map had no room for a kernel stack: counted without it",
+    "ustack_collision": "a user stack's bucket in the stack map held another stack: "
+                        "counted without its user stack",
+    "ustack_map_full": "the stack map had no room for a user stack: counted without it",
+    "counts_map_full": "the counts map was full: the sample is not counted at all",
+    "unpaired_end": "a lock wait ended whose start was not seen: the wait is not counted",
+    "nested_begin": "a wait began inside another: only the outer one is timed",
+    "start_map_full": "the map of waits in progress was full: the wait is not counted",
+    "stale_spin": "a spinning wait whose end never came was replaced",
+    "stacks_map_full": "the per-stack map was full: the wait is missing from the caller view",
+    "locks_map_full": "the per-lock map was full: the wait is missing from the address view",
+    "tasks_map_full": "the per-task map was full: the wait is missing from the task view",
+    "unpaired_complete": "a request completed that was not seen submitted: not counted",
+    "complete_missed": "a request's address was reused while in flight: one completion lost",
+    "inflight_full": "the map of requests in flight was full: the request is not counted",
+    "totals_full": "the per-process counters were full: a completion is not counted",
+    "hist_full": "the latency histogram map was full: a latency is not counted",
+    "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
+    "ringbuf_full": "the request stream dropped one (recent requests); the counters have it",
+}
+_PANE_OF_LOSS = {"cpu": "1 Hot kernel functions", "lock": "2 Lock contention", "io": "3 Block I/O"}
+
+
+def losses(snapshot: Snapshot) -> dict[str, int]:
+    """Every loss in the window, as "cpu.kstack_collision": count (none that counted 0)."""
     lost: dict[str, int] = {}
     for prefix, profile in (("cpu", snapshot.cpu), ("lock", snapshot.locks), ("io", snapshot.blockio)):
         if profile is not None:
@@ -25,18 +64,35 @@ def _losses(snapshot: Snapshot) -> dict[str, int]:
     return lost
 
 
-def header_text(
-    snapshot: Snapshot | None, paused: bool = False, note: str = "", badge: str = ""
-) -> Text:
-    """badge: what must not be missed, first on the top line (a recording under way)."""
+def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str]]:
+    """(pane, loss name, count, why it happens) for each loss in the window."""
     if snapshot is None:
-        return Text("ktop  starting collectors...", style="bold")
+        return []
+    rows = []
+    for key, count in losses(snapshot).items():
+        prefix, name = key.split(".", 1)
+        rows.append((_PANE_OF_LOSS[prefix], name, count,
+                     LOSS_REASONS.get(name, "counted by the BPF program")))
+    return rows
+
+
+def header_text(
+    snapshot: Snapshot | None,
+    badges: Sequence[Badge] = (),
+    *,
+    filtered: bool = False,
+    idle_hidden: bool = True,
+) -> Text:
+    """badges: first on the top line. filtered: the panes show one process or cgroup, while
+    the CPU split and samples here are the whole machine's (said so)."""
     text = Text()
     text.append("ktop ", style="bold")
-    text.append(f"{snapshot.ktop_version}  ")
-    if badge:
-        text.append(f" {badge} ", style="bold reverse red")
-        text.append("  ")
+    for badge in badges:
+        text.append(f" {printable(badge.text)} ", style=badge.style)
+        text.append(" ")
+    if snapshot is None:
+        text.append(" starting collectors...", style="bold")
+        return text
     text.append(printable(snapshot.hostname), style="bold cyan")
     text.append(f"  {snapshot.kernel}  ")
     cpu = snapshot.cpu
@@ -47,35 +103,37 @@ def header_text(
     if cost is not None:  # what the observer costs, so the user can judge it
         bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
         text.append(f"   ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", style="dim")
-    if paused:
-        text.append("  PAUSED (space resumes)", style="bold reverse yellow")
+    text.append(f"  v{snapshot.ktop_version}", style="dim")
     text.append("\n")
+    times = cpu.times if cpu else snapshot.cpu_times
+    if times is not None:
+        text.append("machine " if filtered else "CPU ", style="bold yellow" if filtered else "")
+        text.append(f"kernel {times.kernel:5.1f}%", style="bold red")
+        text.append(f"  user {times.user:5.1f}%", style="green")
+        text.append(f"  idle {times.idle:5.1f}%", style="dim")
+        if times.steal >= 0.05:
+            text.append(f"  steal {times.steal:.1f}%")
     if cpu:
-        t = cpu.times
-        text.append("CPU ")
-        text.append(f"kernel {t.kernel:5.1f}%", style="bold red")
-        text.append(f"  user {t.user:5.1f}%", style="green")
-        text.append(f"  idle {t.idle:5.1f}%", style="dim")
-        if t.steal >= 0.05:
-            text.append(f"  steal {t.steal:.1f}%")
+        # "idle-task", not "idle": beside the idle % above, a count of 0 read as a contradiction
+        # (the cpu-clock event rarely fires on a tickless idle CPU).
+        hidden = " hidden (i)" if idle_hidden else ""
         text.append(
             f"   samples {cpu.total_samples}/{cpu.expected_samples} expected"
-            f" in {format_span(cpu.window_s)}{' (cumulative)' if cpu.cumulative else ''}"
-            f"  kernel {cpu.kernel_samples}  user {cpu.user_samples}  idle {cpu.idle_samples}"
+            f" in {format_span(snapshot.duration_s)}{' (cumulative)' if cpu.cumulative else ''}:"
+            f"  kernel {cpu.kernel_samples}  user {cpu.user_samples}"
+            f"  idle-task {cpu.idle_samples}{hidden}"
         )
     elif PANE_FUNCTIONS in snapshot.loading:
-        text.append(f"CPU sampling: {snapshot.loading[PANE_FUNCTIONS]}", style="dim")
+        text.append(f"   CPU sampling: {snapshot.loading[PANE_FUNCTIONS]}", style="dim")
     else:
-        text.append("CPU sampling unavailable", style="yellow")
+        text.append("   CPU sampling unavailable", style="yellow")
     text.append("\n")
-    lost = _losses(snapshot)
-    if lost:
-        text.append("lost: " + "  ".join(f"{k} {v}" for k, v in lost.items()), style="bold yellow")
+    total = sum(losses(snapshot).values())
+    if total:
+        text.append(f"lost {total} (L lists)", style="bold yellow")
     else:
-        text.append("lost: none", style="dim")
+        text.append("lost none", style="dim")
     text.append(f"   headers: {snapshot.headers}", style="dim")
-    if note:
-        text.append(f"   {note}", style="bold")
     return text
 
 
@@ -103,9 +161,15 @@ class HeaderBar(Widget):
         return cached[1]
 
     def show(
-        self, snapshot: Snapshot | None, paused: bool = False, note: str = "", badge: str = ""
+        self,
+        snapshot: Snapshot | None,
+        badges: Sequence[Badge] = (),
+        *,
+        filtered: bool = False,
+        idle_hidden: bool = True,
     ) -> None:
-        lines = list(header_text(snapshot, paused, note, badge).split("\n"))
+        text = header_text(snapshot, badges, filtered=filtered, idle_hidden=idle_hidden)
+        lines = list(text.split("\n"))
         for y in range(max(len(lines), len(self._lines))):
             old = self._lines[y] if y < len(self._lines) else None
             new = lines[y] if y < len(lines) else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ktop.cgroups import short_name
@@ -72,9 +72,8 @@ class LocksPane(Pane):
             return [], "waiting for lock events...", ""
         if self.view == "callers":
             callers = locks.callers
-            if display.filtered:
-                callers = tuple(c for c in callers
-                                if any(display.shows(t.pid, t.cgroup) for t in c.tasks))
+            if display.filtered:  # each caller's waits by the processes shown, alone
+                callers = tuple(filter(None, (_waits_of(c, display) for c in callers)))
             rows = [
                 (
                     f"{c.caller}|{c.type}",
@@ -126,11 +125,21 @@ class LocksPane(Pane):
                 )
                 for t in tasks
             ]
+        # The count the rows add up to, and the machine's when that differs (a filter, or a
+        # wait no view could keep): a title must not promise rows that are not there.
+        shown = sum(row[2].contended for row in rows)
+        window = format_span(snapshot.duration_s)
+        waits = f"{shown} waits" + (f" of {locks.events}" if shown != locks.events else "")
+        scope = "  all processes" if display.filtered and self.view == "addresses" else ""
+        subtitle = f"by {self.view} (v)  {waits} in {window}{scope}"
         lost = sum(locks.lost.values())
-        subtitle = f"by {self.view} (v)  {locks.events} waits in {format_span(locks.window_s)}"
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no lock contention in the last {format_span(locks.window_s)}", subtitle
+        return rows, f"no lock contention in the last {window}", subtitle
+
+    def view_description(self) -> str:
+        return {"callers": "by caller", "addresses": "by lock address",
+                "tasks": "by waiting task", "commands": "by command"}.get(self.view, self.view)
 
     def row_named(self, what: str) -> str | None:
         """`--drill locks:do_unlinkat` names the caller with or without its `+0x...` offset:
@@ -173,3 +182,20 @@ def waits_by_command(tasks: tuple[LockTask, ...]) -> list[LockCommand]:
     ]
     rows.sort(key=lambda c: (-c.total_wait_ns, c.comm))
     return rows
+
+
+def _waits_of(caller: LockCaller, display: Display) -> LockCaller | None:
+    """The caller's waits by the tasks the filter shows (None if none waited here): the row's
+    figures then add up to what the filtered process did, not the machine."""
+    tasks = tuple(t for t in caller.tasks if display.shows(t.pid, t.cgroup))
+    if not tasks:
+        return None
+    if len(tasks) == len(caller.tasks):
+        return caller
+    return replace(
+        caller,
+        contended=sum(t.contended for t in tasks),
+        total_wait_ns=sum(t.total_wait_ns for t in tasks),
+        max_wait_ns=max(t.max_wait_ns for t in tasks),
+        tasks=tasks,
+    )

@@ -94,8 +94,15 @@ class Pane(Vertical):
     def table(self) -> KeyedTable:
         return self.query_one(f"#{self.PANE}-{self.view}", KeyedTable)
 
+    def view_description(self) -> str:
+        """What the current view shows, said when `v` switches to it."""
+        return self.view
+
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
+        """The next view; what `v` should say about it ("" when there is no other view)."""
         names = [v.name for v in self.VIEWS]
+        if len(names) == 1:
+            return ""
         had_focus = self.table.has_focus
         self.table.display = False
         self.view = names[(names.index(self.view) + 1) % len(names)]
@@ -104,7 +111,7 @@ class Pane(Vertical):
             self.table.focus()
         if snapshot is not None:
             self.show(snapshot, display)
-        return self.view
+        return self.view_description()
 
     def show(self, snapshot: Snapshot, display: Display) -> None:
         self._snapshot = snapshot

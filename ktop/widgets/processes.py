@@ -106,7 +106,7 @@ class ProcessesPane(Pane):
         processes = snapshot.processes
         if display.filtered:
             processes = tuple(p for p in processes if display.shows(p.parent or p.pid, p.cgroup))
-        subtitle = task_summary(snapshot)
+        subtitle = task_summary(snapshot, processes if display.filtered else None)
         if self.view == "commands":
             commands = by_command(processes)
             rows = [(f"{c.exited}|{c.command}", _command_cells(c), c) for c in commands]
@@ -143,6 +143,10 @@ class ProcessesPane(Pane):
             rows.append(row)
         return rows, "no such process (it may have exited)", subtitle
 
+    def view_description(self) -> str:
+        return {"processes": "one row per process", "cgroups": "grouped by cgroup",
+                "commands": "grouped by command"}.get(self.view, self.view)
+
     def drill_row(self, row: ProcessRow | CgroupRow | CommandRow) -> Drill:
         if isinstance(row, CgroupRow):
             return CgroupFilter(row.cgroup) if row.cgroup else None
@@ -152,15 +156,21 @@ class ProcessesPane(Pane):
         return row.parent or row.pid  # every pane shows this process (the exited's parent) alone
 
 
-def task_summary(snapshot: Snapshot) -> str:
+def task_summary(snapshot: Snapshot, shown: tuple[ProcessRow, ...] | None = None) -> str:
     """Processes and threads listed, and the kernel's own count of runnable tasks (a scan of
     process states finds none under fork churn: the tasks that run exit before they are
-    read), with tasks started a second."""
+    read), with tasks started a second. Under a filter, the rows shown are counted, "of" the
+    machine's: the kernel's counts are the machine's, so the running ones are the rows'."""
     processes = threads = 0
     for p in snapshot.processes:
         if p.pid != EXITED_PID:
             processes += 1
             threads += p.threads
+    if shown is not None:
+        listed = [p for p in shown if p.pid != EXITED_PID]
+        running = sum(1 for p in listed if p.state == "R")
+        return (f"{len(listed)} of {processes} tasks, {sum(p.threads for p in listed)} thr;"
+                f" {running} running")
     tasks = snapshot.tasks
     if tasks is None:  # a recording from before ktop kept the kernel's counts
         running = sum(1 for p in snapshot.processes if p.state == "R")
