@@ -33,6 +33,7 @@ from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import CgroupFilter, Display, Pane
 from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
+from ktop.widgets.tabs import PaneTabs
 from ktop.writer import SnapshotError, write_atomically
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: sampl
 LOADING_REFRESH_S = 0.25
 # Keys of the panes alone: a drill-down's footer and help do not offer them.
 PANES_ONLY_ACTIONS = frozenset({"toggle_idle", "filter", "filter_cgroup", "zoom", "sort"})
+# Below this size four panes cannot be read (at 80x24 a symbol had 7 columns, the lock caller
+# none): one pane at a time, with tabs, as htop and btop do.
+COMPACT_WIDTH = 100
+COMPACT_HEIGHT = 22
 
 
 class SnapshotReady(Message):
@@ -122,6 +127,8 @@ class KtopApp(App[None]):
         self.snapshot: Snapshot | None = None
         self.paused = False
         self.zoomed: str | None = None
+        self.compact = False  # one pane at a time, with tabs (a small terminal)
+        self.compact_pane = PANE_ORDER[0]  # the pane shown then
         self.note = ""
         self.source_note = source_note  # "replay of FILE": the data is not live
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
@@ -141,6 +148,8 @@ class KtopApp(App[None]):
             from ktop.widgets.timeline import TimelineBar  # noqa: PLC0415
 
             yield TimelineBar(self.timeline.view(), id="timeline")
+        yield PaneTabs([(p.PANE, f"{i} {p.KEY_LABEL}") for i, p in enumerate(PANE_WIDGETS, 1)],
+                      id="tabs")
         with Grid(id="panes"):
             for pane in PANE_WIDGETS:
                 yield pane()
@@ -151,6 +160,7 @@ class KtopApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
+        self._fit_layout(self.size.width, self.size.height, first=True)
         if self.timeline is not None:
             self.query_one("#timeline-prompt", Input).display = False
             if self.timeline.recording.dropped:
@@ -243,18 +253,9 @@ class KtopApp(App[None]):
                 self.pane(name).show(snapshot, self.display_settings)
 
     def _badges(self) -> list[Badge]:
-        """What the screen shows, if not everything live: first on the header's top line."""
+        """What the screen shows, if not everything live: first on the header's top line,
+        the shortest and most easily missed first (a recording's file name is long)."""
         badges = []
-        recording = self._recording_badge()
-        if recording:
-            badges.append(Badge(recording, "bold reverse red"))
-        if self.paused:
-            badges.append(Badge("PAUSED (space)"))
-        if self.source_note.startswith("replay of "):
-            name = os.path.basename(self.source_note.removeprefix("replay of "))
-            badges.append(Badge(f"replay of {name}", "bold reverse cyan"))
-        elif self.source_note:
-            badges.append(Badge(self.source_note, "bold reverse cyan"))
         pid = self.display_settings.pid
         if pid is not None:
             badges.append(Badge(f"pid {pid} only (Esc: all)"))
@@ -268,6 +269,16 @@ class KtopApp(App[None]):
                 continue
             if pane.table.filter_text:
                 badges.append(Badge(f"{pane.TITLE[0]}: /{pane.table.filter_text}"))
+        if self.paused:
+            badges.append(Badge("PAUSED"))
+        if self.source_note.startswith("replay of "):
+            name = os.path.basename(self.source_note.removeprefix("replay of "))
+            badges.append(Badge(f"replay of {name}", "bold reverse cyan"))
+        elif self.source_note:
+            badges.append(Badge(self.source_note, "bold reverse cyan"))
+        recording = self._recording_badge()
+        if recording:
+            badges.append(Badge(recording, "bold reverse red"))
         return badges
 
     def _show_header(self) -> None:
@@ -314,6 +325,9 @@ class KtopApp(App[None]):
             return
         if self.zoomed and self.zoomed != name:
             self._set_zoom(name)
+        elif self.compact and self.compact_pane != name:
+            self.compact_pane = name
+            self._show_layout()
         self.pane(name).table.focus()
 
     def action_focus_pane_step(self, step: int) -> None:
@@ -425,10 +439,32 @@ class KtopApp(App[None]):
 
     def _set_zoom(self, name: str | None) -> None:
         self.zoomed = name
-        grid = self.main_screen.query_one("#panes", Grid)
-        grid.set_class(name is not None, "zoomed")
+        if name is not None:
+            self.compact_pane = name  # leaving the zoom on a small screen keeps this pane
+        self._show_layout()
+
+    def on_resize(self, event) -> None:
+        self._fit_layout(event.size.width, event.size.height)
+
+    def _fit_layout(self, width: int, height: int, first: bool = False) -> None:
+        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
+        if compact != self.compact or first:
+            self.compact = compact
+            if compact:
+                self.compact_pane = self.focused_pane().PANE
+            self._show_layout()
+
+    def _show_layout(self) -> None:
+        """The zoomed pane alone; on a small screen the chosen pane alone, under tabs; else
+        all four."""
+        alone = self.zoomed or (self.compact_pane if self.compact else None)
+        screen = self.main_screen
+        screen.query_one("#panes", Grid).set_class(alone is not None, "zoomed")
+        tabs = screen.query_one("#tabs", PaneTabs)
+        tabs.display = self.compact
+        tabs.show(alone or self.compact_pane)
         for pane_name in PANE_ORDER:
-            self.pane(pane_name).display = name is None or pane_name == name
+            self.pane(pane_name).display = alone is None or pane_name == alone
 
     # ---- drill-down ---------------------------------------------------------------------
 

@@ -153,7 +153,9 @@ class LiveSource:
         self._specs = [spec for spec in specs if spec.name in options.panes]
         self._processes = ProcessCollector()
         self._self_cost = SelfCost()
-        self._ticks = CpuTicks()  # /proc/stat at the last collect without a CPU profile
+        # /proc/stat at the start, then at each collect without a CPU profile to split it.
+        self._ticks = CpuTicks()
+        self._proc_stat_split()
         self.started_at = 0.0
         self._patient = False
         self._kallsyms: Kallsyms | None = None

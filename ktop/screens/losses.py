@@ -21,13 +21,15 @@ class LossesScreen(ModalScreen[None]):
         self._window = window
 
     def compose(self) -> ComposeResult:
-        table = Table(box=None, padding=(0, 1), expand=True)
-        table.add_column("pane", no_wrap=True)
-        table.add_column("lost", justify="right", style="bold yellow", no_wrap=True)
-        table.add_column("what", no_wrap=True, style="bold")
-        table.add_column("why")
+        # Two columns: the count, then the name and pane over the reason (readable at 80).
+        table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
+        table.add_column(justify="right", style="bold yellow", no_wrap=True)
+        table.add_column(ratio=1)
         for pane, name, count, why in self._losses:
-            table.add_row(Text(pane), Text(str(count)), Text(name), Text(why))
+            what = Text(name, style="bold")
+            what.append(f"  in {pane}\n", style="dim")
+            what.append(why)
+            table.add_row(Text(str(count)), what)
         with VerticalScroll(id="losses-box") as box:
             box.border_title = f"lost in the last {self._window} (Esc closes)"
             yield Static(table if self._losses else Text("nothing lost: every event was counted"))

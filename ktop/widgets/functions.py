@@ -14,15 +14,15 @@ from ktop.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
 from ktop.widgets.table import Cell, Column, num
 
 _SHARES = (
-    Column("children", "Children", 8, right=True),
-    Column("overhead", "Self", 7, right=True),
-    Column("samples", "Samples", 8, right=True, shown_from=WIDE),
+    Column("children", "Children", 8, right=True, priority=8),
+    Column("overhead", "Self", 7, right=True, priority=9),
+    Column("samples", "Samples", 8, right=True, shown_from=WIDE, priority=4),
 )
-# In a pane of an 80-column terminal the symbol needs the room more than its module does.
-NARROW = 60
+# In a narrow pane the symbol needs the room more than its module does: the module goes
+# first, the symbol keeps 20 cells.
 _NAMES = (
-    Column("symbol", "Symbol", None, descending=False),
-    Column("module", "Module", None, descending=False, shown_from=NARROW),
+    Column("symbol", "Symbol", None, descending=False, priority=9, min_width=20),
+    Column("module", "Module", 17, descending=False, priority=3),  # [kernel.kallsyms]
 )
 # v cycles these; the subtitle says which.
 _VIEW_TITLES = {"kernel": "1 Hot kernel functions", "user": "1 Hot user functions",
@@ -39,9 +39,9 @@ class FunctionsPane(Pane):
         View(
             "comm",
             (
-                Column("overhead", "Self", 7, right=True),
-                Column("samples", "Samples", 8, right=True, shown_from=WIDE),
-                Column("comm", "Command", 16, descending=False),
+                Column("overhead", "Self", 7, right=True, priority=9),
+                Column("samples", "Samples", 8, right=True, shown_from=WIDE, priority=4),
+                Column("comm", "Command", 16, descending=False, priority=7),
                 *_NAMES,
             ),
             "overhead",

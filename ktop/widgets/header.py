@@ -94,7 +94,7 @@ def header_text(
         text.append(" starting collectors...", style="bold")
         return text
     text.append(printable(snapshot.hostname), style="bold cyan")
-    text.append(f"  {snapshot.kernel}  ")
+    text.append("  ")
     cpu = snapshot.cpu
     if cpu:
         text.append(f"{cpu.cpus} CPUs  {cpu.sample_hz} Hz  ")
@@ -133,7 +133,7 @@ def header_text(
         text.append(f"lost {total} (L lists)", style="bold yellow")
     else:
         text.append("lost none", style="dim")
-    text.append(f"   headers: {snapshot.headers}", style="dim")
+    text.append(f"   kernel {snapshot.kernel}  headers: {snapshot.headers}", style="dim")
     return text
 
 

@@ -15,11 +15,11 @@ from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 _WAIT_COLUMNS = (
-    Column("contended", "contended", 9, right=True),
-    Column("total", "total wait", 11, right=True),
-    Column("max", "max wait", 9, right=True),
-    Column("avg", "avg wait", 9, right=True),
-    Column("type", "type", 9, descending=False),
+    Column("contended", "contended", 9, right=True, priority=7),
+    Column("total", "total wait", 11, right=True, priority=8),
+    Column("max", "max wait", 9, right=True, priority=3),
+    Column("avg", "avg wait", 9, right=True, priority=4),
+    Column("type", "type", 9, descending=False, priority=5),
 )
 
 
@@ -39,19 +39,20 @@ class LocksPane(Pane):
     TITLE = "2 Lock contention"
     KEY_LABEL = "Lock contention"  # in the help screen, beside its number key
     VIEWS = (
-        View("callers", (*_WAIT_COLUMNS, Column("caller", "caller", None, descending=False)), "total"),
+        View("callers", (*_WAIT_COLUMNS, Column("caller", "caller", None, descending=False, priority=9, min_width=20)), "total"),
         View(
             "addresses",
-            (*_WAIT_COLUMNS, Column("lock", "address / symbol", None, descending=False)),
+            (*_WAIT_COLUMNS, Column("lock", "address / symbol", None, descending=False, priority=9,
+                   min_width=20)),
             "total",
         ),
         View(
             "tasks",
             (
                 *_WAIT_COLUMNS[:4],
-                Column("pid", "pid", 7, right=True, descending=False),
+                Column("pid", "pid", 7, right=True, descending=False, priority=8),
                 Column("cgroup", "cgroup", 14, descending=False, shown_from=WIDER),
-                Column("comm", "comm", None, descending=False),
+                Column("comm", "comm", None, descending=False, priority=9, min_width=15),
             ),
             "total",
         ),

@@ -60,6 +60,10 @@ class Column:
     right: bool = False
     descending: bool = True  # the natural order for this column when chosen for sorting
     shown_from: int = 0  # drawn only in a table at least this wide (a zoomed or wide pane)
+    # When the table is too narrow for every column, the lowest priority goes first (as perf
+    # and htop drop theirs); the sort column stays. A name column keeps min_width to be read.
+    priority: int = 5
+    min_width: int = 0
 
 
 Row = tuple[str, Sequence[Cell]]
@@ -158,6 +162,7 @@ class KeyedTable(ScrollView, can_focus=True):
         # rich_style by walking the ancestors on every call, and drops its own cache of
         # component styles on every refresh (a third of drawing a changed line).
         self._style_cache: dict[str, Style] = {}
+        self._widths_cache: dict[tuple[int, str], list[int | None]] = {}
         # Said in place of rows when there are none (why the pane is empty or unavailable):
         # drawn by the table, so it coming and going costs no layout pass of the screen.
         self.message = ""
@@ -254,29 +259,58 @@ class KeyedTable(ScrollView, can_focus=True):
         self.sort_descending = self._column(self.sort_column).descending
         self._header_cache = None
         self.show_rows(self._all_rows)
+        # The arrow moves in the same frame as the rows (show_rows repaints rows alone).
+        self.refresh(Region(0, 0, self.size.width, 1))
         return self._column(self.sort_column).label
 
     def set_filter(self, text: str) -> None:
+        """Only rows with a cell holding `text`; the first match on the top line."""
         self.filter_text = text.lower()
         self.cursor_row = 0
+        self.scroll_to(y=0, animate=False, immediate=True)
         self.show_rows(self._all_rows)
 
     # ---- geometry ---------------------------------------------------------------------------
 
     def _is_shown(self, column: Column) -> bool:
-        return not column.shown_from or self.size.width >= column.shown_from
+        return self._widths(self.size.width)[self.table_columns.index(column)] is not None
 
-    def _widths(self, total: int) -> list[int]:
-        """Each column's width; 0 for a column the table is too narrow to show."""
-        shown = [c.shown_from <= total for c in self.table_columns]
-        fixed = [c.width for c in self.table_columns]
-        used = sum(w + 2 * _PAD for w, on in zip(fixed, shown) if on and w is not None)
-        flexible = [i for i, (w, on) in enumerate(zip(fixed, shown)) if on and w is None]
-        widths = [w or 0 for w in fixed]
-        if flexible:
-            share = max(_MIN_FLEX, (total - used) // len(flexible) - 2 * _PAD)
-            for i in flexible:
-                widths[i] = share
+    def _widths(self, total: int) -> list[int | None]:
+        """Each column's width; None for a column the table has no room for: too narrow for
+        its shown_from, or dropped (lowest priority first) so the rest fit and each flexible
+        column keeps its min_width. Kept per width and sort column: every line asks."""
+        key = (total, self.sort_column)
+        cached = self._widths_cache.get(key)
+        if cached is not None:
+            return cached
+        columns = self.table_columns
+        shown = [c.shown_from <= total for c in columns]
+        while True:
+            widths = self._fit(total, shown)
+            if widths is not None:
+                break
+            droppable = [i for i, c in enumerate(columns)
+                         if shown[i] and c.key != self.sort_column and sum(shown) > 1]
+            if not droppable:  # nothing left to drop: squeeze what is there
+                widths = self._fit(total, shown, squeeze=True)
+                break
+            # The lowest priority, the rightmost of equals.
+            shown[min(droppable, key=lambda i: (columns[i].priority, -i))] = False
+        self._widths_cache[key] = widths
+        return widths
+
+    def _fit(self, total: int, shown: list[bool], squeeze: bool = False) -> list[int | None] | None:
+        """The widths of the shown columns in `total` cells; None if they do not fit."""
+        columns = self.table_columns
+        used = sum(c.width + 2 * _PAD for c, on in zip(columns, shown) if on and c.width is not None)
+        flexible = [i for i, (c, on) in enumerate(zip(columns, shown)) if on and c.width is None]
+        share = (total - used) // len(flexible) - 2 * _PAD if flexible else 0
+        fits = used <= total and all(share >= (columns[i].min_width or 1) for i in flexible)
+        if not fits and not squeeze:
+            return None
+        widths: list[int | None] = [c.width if on else None for c, on in zip(columns, shown)]
+        for i in flexible:
+            widths[i] = max(_MIN_FLEX, share)
         return widths
 
     def on_resize(self, event: events.Resize) -> None:
@@ -322,9 +356,8 @@ class KeyedTable(ScrollView, can_focus=True):
         style over the base. Built from segments directly: a Rich Text per row cost 3x more."""
         pad = Segment(" " * _PAD, base)
         segments = []
-        for (content, right, style), column_width, column in zip(
-                cells, self._widths(width), self.table_columns):
-            if column.shown_from > width:
+        for (content, right, style), column_width in zip(cells, self._widths(width)):
+            if column_width is None:
                 continue
             if cell_len(content) > column_width:
                 content = set_cell_size(content, max(0, column_width - 1)) + "…" if column_width else ""

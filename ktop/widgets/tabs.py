@@ -1,0 +1,42 @@
+"""The pane tabs of the narrow layout: one pane at a time, its number and name lit, as htop's
+and btop's tabs (1-4 or Tab switch)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.style import Style
+from rich.text import Text
+from textual.strip import Strip
+from textual.widget import Widget
+
+
+class PaneTabs(Widget):
+    """One line, drawn with the line API: it changes only when the user switches panes."""
+
+    def __init__(self, labels: Sequence[tuple[str, str]], *, id: str | None = None) -> None:
+        """labels: (pane name, label) in screen order; the label starts with its key."""
+        super().__init__(id=id)
+        self._labels = list(labels)
+        self.active = labels[0][0]
+
+    def show(self, active: str) -> None:
+        if active != self.active:
+            self.active = active
+            self.refresh()
+
+    def tabs_text(self) -> Text:
+        text = Text()
+        for name, label in self._labels:
+            text.append(f" {label} ", style="bold reverse" if name == self.active else "")
+            text.append(" ")
+        text.append(" Tab/1-4 switch", style="dim")
+        return text
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if y:
+            return Strip.blank(width, base)
+        strip = Strip(list(self.tabs_text().render(self.app.console))).apply_style(base)
+        return strip.crop(0, width).adjust_cell_length(width, Style(bgcolor=base.bgcolor))
