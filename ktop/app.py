@@ -97,7 +97,7 @@ class KtopApp(App[None]):
         Binding("z", "zoom", "Zoom"),
         Binding("s", "save", "Save SVG"),
         Binding("R", "record", "Record"),
-        Binding("L", "losses", "Losses", show=False),
+        Binding("L", "losses", "list each loss the header counts, and why", show=False),
         # A replayed recording's timeline (check_action: only there, and only on the panes).
         Binding("left", "timeline_step(-1)", "replay: one interval back", show=False, priority=True),
         Binding("right", "timeline_step(1)", "replay: one interval on", show=False, priority=True),
@@ -128,6 +128,7 @@ class KtopApp(App[None]):
         self.paused = False
         self.zoomed: str | None = None
         self.compact = False  # one pane at a time, with tabs (a small terminal)
+        self._panes: dict[str, Pane] = {}
         self.compact_pane = PANE_ORDER[0]  # the pane shown then
         self.note = ""
         self.source_note = source_note  # "replay of FILE": the data is not live
@@ -180,7 +181,10 @@ class KtopApp(App[None]):
         return self.screen_stack[0]
 
     def pane(self, name: str) -> Pane:
-        return self.main_screen.query_one(f"#pane-{name}", Pane)
+        pane = self._panes.get(name)
+        if pane is None:  # a DOM query walks the screen: once, not several times a refresh
+            pane = self._panes[name] = self.main_screen.query_one(f"#pane-{name}", Pane)
+        return pane
 
     def header_bar(self) -> HeaderBar:
         return self.main_screen.query_one(HeaderBar)
