@@ -295,9 +295,12 @@ def merge(snapshots: Sequence[Snapshot]) -> Snapshot:
         return fold(profiles) if profiles else None
 
     cpu = merged("cpu", merge_cpu)
+    # Without CPU samples (recorded without root) the /proc/stat split is the window's too.
+    split = [(s.cpu_times, s.duration_s) for s in snapshots if s.cpu_times is not None]
     return dataclasses.replace(
         newest,
         cpu=cpu,
+        cpu_times=merge_times(*zip(*split)) if split else None,
         locks=merged("locks", merge_locks),
         blockio=merged("blockio", merge_blockio),
         duration_s=cpu.window_s if cpu else sum(s.duration_s for s in snapshots),

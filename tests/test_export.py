@@ -181,6 +181,8 @@ def full_snapshot() -> Snapshot:
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD), paused=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
+        cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
+                           ticks=300),
     )
 
 

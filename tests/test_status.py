@@ -368,3 +368,17 @@ def test_without_cpu_sampling_the_header_keeps_the_proc_stat_split(recorded_snap
     run_app(app_for(snapshot), scenario, size=(180, 50))
     assert "CPU kernel   7.5%  user  12.5%  idle  80.0%" in seen["line"]
     assert "CPU sampling unavailable" in seen["line"]
+
+
+def test_a_replay_window_without_cpu_samples_splits_the_cpu_over_all_its_records(
+        recorded_snapshot):
+    from ktop.replay import merge
+
+    records = [
+        replace(recorded_snapshot, cpu=None, duration_s=1.0,
+                cpu_times=CpuTimes(user=10.0, kernel=10.0, idle=80.0, ticks=200)),
+        replace(recorded_snapshot, cpu=None, duration_s=1.0,
+                cpu_times=CpuTimes(user=30.0, kernel=50.0, idle=20.0, ticks=200)),
+    ]
+    times = merge(records).cpu_times
+    assert (times.user, times.kernel, times.idle) == (20.0, 30.0, 50.0)
