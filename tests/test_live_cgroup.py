@@ -61,7 +61,7 @@ def test_a_workload_in_a_transient_cgroup_is_filtered_and_named(transient_cgroup
     assert ours and {s.pid for s in ours} == {workload.pid}
     text = asyncio.run(render_screen(RecordedSource([snapshot]), (200, 50), "txt",
                                      cgroup=relative))
-    assert f"showing cgroup {relative} only" in text
+    assert f"cgroup {relative} only (Esc: all)" in text.splitlines()[0]
     assert "get_random" in text or "chacha" in text  # urandom's kernel functions, its own
     assert f"ktop-test-{relative[-8:]}" in text  # the CGROUP column of its process
     assert "swapper" not in text and "kworker" not in text
