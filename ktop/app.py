@@ -298,8 +298,11 @@ class KtopApp(App[None]):
         from ktop.screens.losses import LossesScreen  # noqa: PLC0415 - on the first L only
         from ktop.units import format_span  # noqa: PLC0415
 
-        window = format_span(self.snapshot.duration_s) if self.snapshot else "0s"
-        self.push_screen(LossesScreen(loss_lines(self.snapshot), window))
+        def latest():  # what the header shows now (paused: the paused frame)
+            snapshot = self.snapshot
+            return loss_lines(snapshot), format_span(snapshot.duration_s if snapshot else 0)
+
+        self.push_screen(LossesScreen(latest, min(self.interval_s, 1.0)))
 
     def _cgroup_note(self) -> str:
         """What the cgroup filter shows; a live cgroup removed since is said so."""

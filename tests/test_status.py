@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from conftest import PANE_TITLES, run_app
 from painted import PaintedScreen
-from test_ui import INTERVAL, SwitchableSource, app_for, toasts
+from test_ui import INTERVAL, SwitchableSource, app_for, next_frames, toasts
 
 from ktop.app import build_app
 from ktop.engine import RecordedSource
@@ -318,19 +318,26 @@ def test_one_window_label_in_the_header_panes_and_the_saved_picture(recorded_sna
     assert set(re.findall(r"(?:in|last|cumulative) (\d+s)", picture)) == {"5s"}
 
 
+async def toast_saying(pilot, words: str, seconds: float = 5.0) -> str:
+    """The toasts on the screen once one says `words` (a loaded machine draws late)."""
+    for _ in range(int(seconds / 0.05)):
+        shown = toasts(screen_text(pilot.app))
+        if words in shown:
+            break
+        await pilot.pause(0.05)
+    return shown
+
+
 def test_v_says_what_each_view_shows(recorded_snapshot):
     seen = []
 
     async def scenario(pilot):
         await pilot.press("4", "v")
-        await pilot.pause(0.1)
-        seen.append(toasts(screen_text(pilot.app)))
+        seen.append(await toast_saying(pilot, "Processes: grouped by cgroup"))
         await pilot.press("v")
-        await pilot.pause(0.1)
-        seen.append(toasts(screen_text(pilot.app)))
+        seen.append(await toast_saying(pilot, "Processes: one row per process"))
         await pilot.press("1", "v")
-        await pilot.pause(0.1)
-        seen.append(toasts(screen_text(pilot.app)))
+        seen.append(await toast_saying(pilot, "Hot functions: one view only"))
 
     run_app(app_for(recorded_snapshot), scenario, size=(180, 50), notifications=True)
     assert "Processes: grouped by cgroup" in seen[0]
@@ -382,3 +389,36 @@ def test_a_replay_window_without_cpu_samples_splits_the_cpu_over_all_its_records
     ]
     times = merge(records).cpu_times
     assert (times.user, times.kernel, times.idle) == (20.0, 30.0, 50.0)
+
+
+def test_the_loss_list_follows_the_header_while_open(recorded_snapshot):
+    source = SwitchableSource(recorded_snapshot)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("L")
+        await pilot.pause(0.1)
+        seen["before"] = " ".join(screen_text(app).split())
+        source.current = replace(
+            recorded_snapshot, cpu=replace(recorded_snapshot.cpu, lost={"kstack_collision": 9}))
+        await next_frames(pilot, source)
+        await pilot.pause(0.3)
+        seen["header"] = header(app)[2]
+        seen["after"] = " ".join(screen_text(app).split())
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    assert "1 kstack_collision" in seen["before"]
+    assert seen["header"].startswith(" lost 9 (L lists)")
+    assert "9 kstack_collision" in seen["after"]
+
+
+def test_a_sampler_attached_but_not_yet_drained_is_not_called_unavailable(recorded_snapshot):
+    seen = {}
+
+    async def scenario(pilot):
+        seen["line"] = header(pilot.app)[1]
+
+    run_app(app_for(replace(recorded_snapshot, cpu=None)), scenario, size=(180, 50))
+    assert "CPU sampling: waiting for the first samples" in seen["line"]
+    assert "unavailable" not in seen["line"]

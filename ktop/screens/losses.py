@@ -1,6 +1,9 @@
-"""`L`: each loss the header folds into one total, with the pane it hurts and why it happens."""
+"""`L`: each loss the header folds into one total, with the pane it hurts and why it happens.
+It follows the header's window while open, as the total beside it does."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from rich.table import Table
 from rich.text import Text
@@ -10,29 +13,45 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+# (pane, loss name, count, why), as header.loss_lines gives them, and the window's label.
+Losses = tuple[list[tuple[str, str, int, str]], str]
+
 
 class LossesScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,L,backspace", "dismiss", "close")]
 
-    def __init__(self, losses: list[tuple[str, str, int, str]], window: str) -> None:
-        """losses: (pane, loss name, count, why), as header.loss_lines gives them."""
+    def __init__(self, latest: Callable[[], Losses], interval_s: float = 1.0) -> None:
         super().__init__()
-        self._losses = losses
-        self._window = window
+        self._latest = latest
+        self._interval_s = interval_s
+        self._shown: Losses | None = None
 
     def compose(self) -> ComposeResult:
+        with VerticalScroll(id="losses-box"):
+            yield Static(id="losses-list")
+
+    def on_mount(self) -> None:
+        self._update()
+        self.set_interval(self._interval_s, self._update)
+
+    def _update(self) -> None:
+        losses = self._latest()
+        if losses == self._shown:
+            return
+        self._shown = losses
+        rows, window = losses
         # Two columns: the count, then the name and pane over the reason (readable at 80).
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
         table.add_column(ratio=1)
-        for pane, name, count, why in self._losses:
+        for pane, name, count, why in rows:
             what = Text(name, style="bold")
             what.append(f"  in {pane}\n", style="dim")
             what.append(why)
             table.add_row(Text(str(count)), what)
-        with VerticalScroll(id="losses-box") as box:
-            box.border_title = f"lost in the last {self._window} (Esc closes)"
-            yield Static(table if self._losses else Text("nothing lost: every event was counted"))
+        self.query_one("#losses-box").border_title = f"lost in the last {window} (Esc closes)"
+        self.query_one("#losses-list", Static).update(
+            table if rows else Text("nothing lost: every event was counted"))
 
     def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

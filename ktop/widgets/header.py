@@ -125,8 +125,10 @@ def header_text(
         )
     elif PANE_FUNCTIONS in snapshot.loading:
         text.append(f"   CPU sampling: {snapshot.loading[PANE_FUNCTIONS]}", style="dim")
-    else:
+    elif PANE_FUNCTIONS in snapshot.unavailable:
         text.append("   CPU sampling unavailable", style="yellow")
+    else:  # attached, its first drain not yet in
+        text.append("   CPU sampling: waiting for the first samples", style="dim")
     text.append("\n")
     total = sum(losses(snapshot).values())
     if total:
