@@ -47,7 +47,7 @@ FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
 # Keys of the panes alone: a drill-down's footer and help do not offer them.
-PANES_ONLY_ACTIONS = frozenset({"toggle_idle", "filter", "filter_cgroup", "zoom", "sort"})
+PANES_ONLY_ACTIONS = frozenset({"toggle_idle", "filter", "filter_cgroup", "zoom", "sort", "losses"})
 # Below this size four panes cannot be read (at 80x24 a symbol had 7 columns, the lock caller
 # none): one pane at a time, with tabs, as htop and btop do.
 COMPACT_WIDTH = 100
