@@ -450,6 +450,9 @@ class KtopApp(App[None]):
             self.compact_pane = name  # leaving the zoom on a small screen keeps this pane
         self._show_layout()
 
+    def on_pane_tabs_selected(self, message: PaneTabs.Selected) -> None:
+        self.action_focus_pane(message.pane)
+
     def on_resize(self, event) -> None:
         self._fit_layout(event.size.width, event.size.height)
 

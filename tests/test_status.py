@@ -422,3 +422,20 @@ def test_a_sampler_attached_but_not_yet_drained_is_not_called_unavailable(record
     run_app(app_for(replace(recorded_snapshot, cpu=None)), scenario, size=(180, 50))
     assert "CPU sampling: waiting for the first samples" in seen["line"]
     assert "unavailable" not in seen["line"]
+
+
+def test_a_click_on_a_tab_shows_its_pane(recorded_snapshot):
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        tabs = app.main_screen.query_one("#tabs")
+        column = tabs.tabs_text().plain.index("3 Block I/O") + 1  # the padding's cell
+        await pilot.click("#tabs", offset=(column + 2, 0))
+        await pilot.pause(0.1)
+        seen["shown"] = [n for n in ("functions", "locks", "blockio", "processes")
+                         if app.pane(n).display]
+        seen["focus"] = app.focused_pane().PANE
+
+    run_app(app_for(recorded_snapshot), scenario, size=(80, 24))
+    assert seen["shown"] == ["blockio"] and seen["focus"] == "blockio"

@@ -7,12 +7,21 @@ from collections.abc import Sequence
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
 
 class PaneTabs(Widget):
     """One line, drawn with the line API: it changes only when the user switches panes."""
+
+    class Selected(Message):
+        """A click on a tab: show that pane."""
+
+        def __init__(self, pane: str) -> None:
+            super().__init__()
+            self.pane = pane
 
     def __init__(self, labels: Sequence[tuple[str, str]], *, id: str | None = None) -> None:
         """labels: (pane name, label) in screen order; the label starts with its key."""
@@ -27,8 +36,11 @@ class PaneTabs(Widget):
 
     def tabs_text(self) -> Text:
         text = Text()
+        self._spans = []  # (first cell, end, pane) of each tab, for clicks
         for name, label in self._labels:
+            start = text.cell_len
             text.append(f" {label} ", style="bold reverse" if name == self.active else "")
+            self._spans.append((start, text.cell_len, name))
             text.append(" ")
         text.append(" Tab/1-4 switch", style="dim")
         return text
@@ -40,3 +52,12 @@ class PaneTabs(Widget):
             return Strip.blank(width, base)
         strip = Strip(list(self.tabs_text().render(self.app.console))).apply_style(base)
         return strip.crop(0, width).adjust_cell_length(width, Style(bgcolor=base.bgcolor))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        self.tabs_text()
+        for start, end, name in self._spans:
+            if start <= offset.x < end:
+                self.post_message(self.Selected(name))
