@@ -141,7 +141,7 @@ def test_pane_counts_add_up_to_the_rows_under_a_pid_filter(recorded_snapshot):
     run_app(app_for(recorded_snapshot, pid=4243), scenario, size=(180, 50))
     assert seen["contended"] == ["500"]
     assert "500 waits of 1489 in 3s" in seen["locks"]
-    assert seen["processes"] == "1 of 44 tasks, 1 running"
+    assert seen["processes"] == "1 of 44 tasks, 1 thr; 1 running"
 
 
 def test_unfiltered_counts_are_the_rows_too(recorded_snapshot):
@@ -226,8 +226,8 @@ def test_a_narrow_table_drops_its_least_useful_columns_first(recorded_snapshot):
 
     run_app(app_for(recorded_snapshot), scenario, size=(100, 30))
     labels = seen["labels"].split()
-    assert labels[:3] == ["│", "PID", "CPU%▼"] and "COMMAND" in labels
-    assert "THR" not in labels and "RES" not in labels  # htop's least read, gone first
+    assert labels[:2] == ["│", "PID"] and "CPU%▼" in labels and "COMMAND" in labels
+    assert "USER" not in labels and "RES" not in labels  # htop's least read, gone first
 
 
 def test_growing_the_terminal_goes_back_to_four_panes(recorded_snapshot):
@@ -268,7 +268,7 @@ def test_the_sort_arrow_moves_in_the_same_frame_as_the_rows(recorded_snapshot):
         seen["painted_first"] = painted.lines()[box.y + 2][box.x:box.right]
 
     run_app(app_for(recorded_snapshot), scenario)
-    assert "SYS%▼" in seen["painted"] and "CPU%▼" not in seen["painted"]
+    assert "USR%▼" in seen["painted"] and "CPU%▼" not in seen["painted"]
     assert seen["painted_first"].split()[1] == seen["first"]
 
 
@@ -335,15 +335,18 @@ def test_v_says_what_each_view_shows(recorded_snapshot):
         await pilot.press("4", "v")
         seen.append(await toast_saying(pilot, "Processes: grouped by cgroup"))
         await pilot.press("v")
+        seen.append(await toast_saying(pilot, "Processes: grouped by command"))
+        await pilot.press("v")
         seen.append(await toast_saying(pilot, "Processes: one row per process"))
         await pilot.press("1", "v")
         seen.append(await toast_saying(pilot, "Hot functions: one view only"))
 
     run_app(app_for(recorded_snapshot), scenario, size=(180, 50), notifications=True)
     assert "Processes: grouped by cgroup" in seen[0]
-    assert "Processes: one row per process" in seen[1]
+    assert "Processes: grouped by command" in seen[1]
+    assert "Processes: one row per process" in seen[2]
     assert "Processes: processes" not in " ".join(seen)
-    assert "Hot functions: one view only" in seen[2]
+    assert "Hot functions: one view only" in seen[3]
 
 
 def test_idle_task_samples_cannot_be_read_as_the_idle_share(recorded_snapshot):
