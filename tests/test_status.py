@@ -339,14 +339,14 @@ def test_v_says_what_each_view_shows(recorded_snapshot):
         await pilot.press("v")
         seen.append(await toast_saying(pilot, "Processes: one row per process"))
         await pilot.press("1", "v")
-        seen.append(await toast_saying(pilot, "Hot functions: one view only"))
+        seen.append(await toast_saying(pilot, "Hot functions: user-space functions"))
 
     run_app(app_for(recorded_snapshot), scenario, size=(180, 50), notifications=True)
     assert "Processes: grouped by cgroup" in seen[0]
     assert "Processes: grouped by command" in seen[1]
     assert "Processes: one row per process" in seen[2]
     assert "Processes: processes" not in " ".join(seen)
-    assert "Hot functions: one view only" in seen[3]
+    assert "Hot functions: user-space functions" in seen[3]
 
 
 def test_idle_task_samples_cannot_be_read_as_the_idle_share(recorded_snapshot):

@@ -53,9 +53,13 @@ class FunctionsPane(Pane):
         self._made: dict[tuple, PaneRow] = {}  # a function's figures -> its row last time
 
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
-        view = super().cycle_view(snapshot, display)
-        self.border_title = _VIEW_TITLES[view]
-        return view
+        said = super().cycle_view(snapshot, display)
+        self.border_title = _VIEW_TITLES[self.view]
+        return said
+
+    def view_description(self) -> str:
+        return {"kernel": "kernel functions", "user": "user-space functions",
+                "comm": "functions by command, as perf top --sort comm,sym"}[self.view]
 
     def rows(self, snapshot: Snapshot, display: Display):
         cpu = snapshot.cpu
