@@ -54,7 +54,9 @@ class _StackIds:
         # object for all the stacks that hold the same functions.
         self.functions: dict[int, frozenset] = {}
         self.idle: set[int] = set()  # the numbers of the idle task's stacks in idle functions
-        self._sets: dict[frozenset, frozenset] = {}
+        # Kernel addresses -> their functions: ~6 stacks (pids, user stacks) share each kernel
+        # stack at 4000 Hz, so each is named once, not once per stack that holds it.
+        self._by_kernel: dict[tuple[int, ...], frozenset] = {}
 
     def add(self, identity: tuple, key: _StackKey) -> int:
         number = self.numbers[identity] = self._next
@@ -72,14 +74,17 @@ class _StackIds:
             del self.keys[gone], self.numbers[self._identities.pop(gone)]
             self.functions.pop(gone, None)
             self.idle.discard(gone)
-        if len(self._sets) > 2 * len(self.keys) + 1024:
-            self._sets = {s: s for s in self.functions.values()}
+        if len(self._by_kernel) > 2 * len(self.keys) + 1024:
+            self._by_kernel = {self.keys[n].kernel: f for n, f in self.functions.items()}
 
     def functions_of(self, number: int, function_at: Callable[[int], tuple[str, str]]) -> frozenset:
         found = self.functions.get(number)
         if found is None:
-            functions = frozenset(map(function_at, self.keys[number].kernel))
-            found = self.functions[number] = self._sets.setdefault(functions, functions)
+            kernel = self.keys[number].kernel
+            found = self._by_kernel.get(kernel)
+            if found is None:
+                found = self._by_kernel[kernel] = frozenset(map(function_at, kernel))
+            self.functions[number] = found
             if self.keys[number].idle:
                 self.idle.add(number)
         return found
@@ -170,7 +175,9 @@ class CpuAggregator:
         known = ids.functions.get
         passed: dict[frozenset, list[int]] = {}  # the functions of a stack -> [samples, idle]
         for number, n in stacks.items():
-            functions = known(number) or ids.functions_of(number, self._function_at)
+            functions = known(number)
+            if functions is None:  # (an empty set, of a stack with no kernel frames, is known)
+                functions = ids.functions_of(number, self._function_at)
             counts = passed.get(functions)
             if counts is None:
                 passed[functions] = [n, 0]
