@@ -641,3 +641,48 @@ def test_the_scrollbar_follows_the_row_count_without_a_full_repaint(recorded_sna
     no_stale_line = seen["60 rows"] == seen["repainted"]
     assert thumb_grew
     assert no_stale_line, "the scrollbar kept lines of the old thumb"
+
+
+class StartedSource(SwitchableSource):
+    """A live source the CLI started before Textual loaded (its first interval is ready)."""
+
+    def __init__(self, snapshot) -> None:
+        super().__init__(snapshot)
+        self.started_at = time.monotonic() - 0.5
+        self.collected_at: list[float] = []
+
+    def collect(self):
+        self.collected_at.append(time.monotonic())
+        return super().collect()
+
+
+def test_a_source_started_before_the_screen_fills_its_first_frame(recorded_snapshot):
+    """The first frame the terminal is sent shows the processes, not empty panes with the
+    data a frame later; the next collect comes a whole interval after, not a moment later
+    (a CPU% over a few ms)."""
+    from painted import PaintedScreen
+
+    source = StartedSource(recorded_snapshot)
+    top = max(recorded_snapshot.processes, key=lambda p: p.cpu_percent)
+    seen = {}
+
+    async def main():
+        app = build_app(source, interval_s=1.0)
+        painted = PaintedScreen(app, SCREEN_SIZE)
+        apply = painted._apply
+
+        def first_frame_kept(update) -> None:
+            apply(update)
+            seen.setdefault("first frame", "\n".join(painted.lines()))
+
+        painted._apply = first_frame_kept
+        async with app.run_test(size=SCREEN_SIZE) as pilot:
+            await pilot.pause(1.4)
+            seen["collected at"] = list(source.collected_at)
+            await pilot.exit(None)
+
+    asyncio.run(main())
+    assert f"{top.pid} " in seen["first frame"] and top.comm[:8] in seen["first frame"]
+    assert "starting collectors" not in seen["first frame"]
+    first, second = seen["collected at"][:2]
+    assert second - first == pytest.approx(1.0, abs=0.15)
