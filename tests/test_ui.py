@@ -686,3 +686,31 @@ def test_a_source_started_before_the_screen_fills_its_first_frame(recorded_snaps
     assert "starting collectors" not in seen["first frame"]
     first, second = seen["collected at"][:2]
     assert second - first == pytest.approx(1.0, abs=0.15)
+
+
+def test_a_table_that_scrolled_keeps_its_scrollbar_when_its_rows_fit_again(recorded_snapshot):
+    """A row count going to and fro across the table's height must not show and hide the
+    scrollbar each second (each time a layout pass of the whole screen, and a blink)."""
+    template = recorded_snapshot.processes[0]
+
+    def with_processes(count: int):
+        return replace(recorded_snapshot, processes=tuple(
+            replace(template, pid=10_000 + i, cpu_percent=round(50 - i * 0.1, 1)) for i in range(count)))
+
+    source = SwitchableSource(with_processes(300))
+    seen = {}
+
+    async def scenario(pilot):
+        table = pilot.app.pane("processes").table
+        await next_frames(pilot, source)
+        seen["scrollbar with 300"] = table.show_vertical_scrollbar
+        source.current = with_processes(5)
+        await next_frames(pilot, source)
+        seen["scrollbar with 5"] = table.show_vertical_scrollbar
+        seen["pids with 5"] = column(pilot.app, "processes", "pid")
+        seen["scroll range"] = table.max_scroll_y
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario)
+    assert seen["scrollbar with 300"] and seen["scrollbar with 5"]
+    assert seen["pids with 5"] == [str(10_000 + i) for i in range(5)]
+    assert seen["scroll range"] == 1  # one blank line, no more
