@@ -92,10 +92,16 @@ def record(
         for pane, reason in sorted(source.unavailable.items()):
             say(f"{pane}: {reason} (recorded without it)")
         source.collect()  # every pane's first interval starts here, together
-        started = next_at = time.monotonic()
+        started = time.monotonic()
         end = started + duration_s if duration_s else math.inf
+        intervals = 0
         while not stop.is_set():
-            next_at = min(next_at + options.interval_s, end)
+            # Counted from the start, not summed: 0.2 added five times can fall short of
+            # 1.0 by a rounding error and record a sixth interval (at large uptimes).
+            intervals += 1
+            next_at = started + intervals * options.interval_s
+            if next_at > end - 1e-6:
+                next_at = end
             if stop.wait(max(0.0, next_at - time.monotonic())):
                 break
             try:
