@@ -611,14 +611,18 @@ def test_rows_showing_the_same_figure_keep_their_places(recorded_snapshot):
     assert seen["moved"] == order[::-1]
 
 
+def many_processes(snapshot, count: int):
+    """The snapshot with `count` processes of distinct CPU figures (pids 10000...)."""
+    template = snapshot.processes[0]
+    return replace(snapshot, processes=tuple(
+        replace(template, pid=10_000 + i, cpu_percent=round(50 - i * 0.1, 1)) for i in range(count)))
+
+
 def test_the_scrollbar_follows_the_row_count_without_a_full_repaint(recorded_snapshot):
     """A table's scrollbar repaints only the lines where its thumb changed; the screen must
     then look exactly as it does after repainting the whole scrollbar."""
-    template = recorded_snapshot.processes[0]
-
     def with_processes(count: int):
-        return replace(recorded_snapshot, processes=tuple(
-            replace(template, pid=10_000 + i, cpu_percent=round(50 - i * 0.1, 1)) for i in range(count)))
+        return many_processes(recorded_snapshot, count)
 
     source = SwitchableSource(with_processes(300))
     seen = {}
@@ -691,11 +695,8 @@ def test_a_source_started_before_the_screen_fills_its_first_frame(recorded_snaps
 def test_a_table_that_scrolled_keeps_its_scrollbar_when_its_rows_fit_again(recorded_snapshot):
     """A row count going to and fro across the table's height must not show and hide the
     scrollbar each second (each time a layout pass of the whole screen, and a blink)."""
-    template = recorded_snapshot.processes[0]
-
     def with_processes(count: int):
-        return replace(recorded_snapshot, processes=tuple(
-            replace(template, pid=10_000 + i, cpu_percent=round(50 - i * 0.1, 1)) for i in range(count)))
+        return many_processes(recorded_snapshot, count)
 
     source = SwitchableSource(with_processes(300))
     seen = {}
