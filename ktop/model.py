@@ -122,6 +122,13 @@ class HotFunction:
     # Samples whose stack holds the function anywhere (perf's Children), and their share.
     children: int = 0
     children_percent: float = 0.0
+    # Of `children`, the idle task's idling: left out of Children while idle is hidden.
+    idle_children: int = 0
+
+    def busy_children(self) -> tuple[int, float]:
+        """Children and their share without the idle task's idling."""
+        busy = self.children - self.idle_children
+        return busy, (self.children_percent * busy / self.children if self.children else 0.0)
 
 
 @dataclass(frozen=True)

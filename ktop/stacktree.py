@@ -191,6 +191,7 @@ def ranked_functions(
             idle=(symbol, module) in idle,
             children=inclusive,
             children_percent=inclusive * scale,
+            idle_children=idle_children.get((symbol, module), 0),
         )
         for (symbol, module), samples, inclusive in sorted(
             ((key, n, max(children.get(key, n), n)) for key, n in rows.items()),

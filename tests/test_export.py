@@ -134,7 +134,7 @@ def full_snapshot() -> Snapshot:
         sample_hz=99, cpus=2, window_s=5 + THIRD, cumulative=True, total_samples=990,
         idle_samples=10, kernel_samples=900, user_samples=80, lost={"kstack_collision": 1},
         functions=(HotFunction("vfs_read", "[kernel.kallsyms]", 7, 12 + THIRD, idle=True,
-                               children=9, children_percent=14 + THIRD),),
+                               children=9, children_percent=14 + THIRD, idle_children=2),),
         stacks=(StackSample(
             pid=42, comm="app", samples=7, frames=("vfs_read+0x10", "ksys_read+0x5"),
             modules=("[kernel.kallsyms]", "[ext4]"), user_frames=(frame,), truncated=True,

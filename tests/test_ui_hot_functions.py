@@ -11,6 +11,7 @@ from test_ui import app_for, column, rows
 
 from ktop.model import NOT_CODE, StackSample, UserFrame
 from ktop.snapshot import screen_text
+from ktop.stacktree import hot_functions
 
 PYTHON = "/usr/bin/python3.11"
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -120,3 +121,54 @@ def test_v_shows_hot_user_functions_then_functions_by_command(recorded_snapshot,
     assert seen["sorted_by"] == "comm"
     assert seen["by_comm"] == sorted(seen["by_comm"], key=str.lower)
     assert seen["back"] == "1 Hot kernel functions"
+
+
+def _with_idle_task(snapshot):
+    """The recorded snapshot with an idle task of a cpuidle driver (names the recording lacks):
+    400 samples idling, and 4 in an interrupt it took while idle (not idling: work the CPU
+    did)."""
+    kernel = "[kernel.kallsyms]"
+    idle_loop = ("cpuidle_enter_state+0x8c", "call_cpuidle+0x1e", "secondary_startup_64+0x16")
+    stacks = (
+        StackSample(pid=0, comm="swapper/0", samples=400, idle=True,
+                    frames=("intel_idle+0x2f", "cpuidle_enter+0x2d", *idle_loop),
+                    modules=(kernel,) * 5),
+        StackSample(pid=0, comm="swapper/0", samples=4,
+                    frames=("handle_edge_irq+0x8a", "common_interrupt+0x81", *idle_loop),
+                    modules=(kernel,) * 5),
+    )
+    cpu = snapshot.cpu
+    stacks = (*cpu.stacks, *stacks)
+    expected = cpu.sample_hz * cpu.window_s * cpu.cpus
+    return replace(snapshot, cpu=replace(cpu, stacks=stacks,
+                                         functions=hot_functions(stacks, expected)))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_idle_hidden_leaves_the_idling_out_of_its_callers_children(recorded_snapshot, size):
+    snapshot = _with_idle_task(recorded_snapshot)
+    cpu = snapshot.cpu
+    share = 100.0 / (cpu.sample_hz * cpu.window_s * cpu.cpus)
+    seen = {}
+
+    def children(app) -> dict[str, float]:
+        names = column(app, "functions", "symbol")
+        return dict(zip(names, map(_percent, column(app, "functions", "children"))))
+
+    async def scenario(pilot):
+        seen["hidden"] = children(pilot.app)
+        await pilot.press("i")
+        await pilot.pause()
+        seen["shown"] = children(pilot.app)
+
+    run_app(app_for(snapshot), scenario, size=size)
+    # Hidden: the idling is nowhere, and the interrupt it took is still under its callers.
+    assert "intel_idle" not in seen["hidden"]
+    assert "cpuidle_enter" not in seen["hidden"]
+    for caller in ("cpuidle_enter_state", "call_cpuidle", "secondary_startup_64"):
+        assert seen["hidden"][caller] == pytest.approx(4 * share, abs=0.006)
+    # Shown (i): the idling counts under its callers too, as perf top -g has it.
+    assert seen["shown"]["intel_idle"] == pytest.approx(400 * share, abs=0.006)
+    assert seen["shown"]["cpuidle_enter"] == pytest.approx(400 * share, abs=0.006)
+    for caller in ("cpuidle_enter_state", "call_cpuidle", "secondary_startup_64"):
+        assert seen["shown"][caller] == pytest.approx(404 * share, abs=0.006)

@@ -102,7 +102,14 @@ class FunctionsPane(Pane):
                 comm, f = f
             if f.idle and not display.show_idle:
                 continue
-            seen = (self.view, comm, f.symbol, f.module, f.samples, f.children, f.percent, f.idle)
+            children, children_percent = f.children, f.children_percent
+            if not display.show_idle and f.idle_children:
+                # The idle task idled under its callers (start_kernel, do_idle...): hidden
+                # with the idling itself, so Children says what ran.
+                children, children_percent = f.busy_children()
+                if not children and not f.samples:
+                    continue
+            seen = (self.view, comm, f.symbol, f.module, f.samples, children, f.percent, f.idle)
             row = made.get(seen)
             if row is None:
                 module = os.path.basename(f.module) if f.module.startswith("/") else f.module
@@ -111,8 +118,8 @@ class FunctionsPane(Pane):
                     num(str(f.samples), f.samples),
                 )
                 if self.view != "comm":
-                    shares = (num(f"{f.children_percent:.2f}%", f.children_percent,
-                                  _heat(f.children_percent)), *shares)
+                    shares = (num(f"{children_percent:.2f}%", children_percent,
+                                  _heat(children_percent)), *shares)
                 row = (
                     f"{comm}|{f.symbol} {f.module}" if comm else f"{f.symbol} {f.module}",
                     (
