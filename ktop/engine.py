@@ -89,10 +89,12 @@ class PaneSpec:
 def _build_functions(source: LiveSource) -> tuple[Collector, Aggregator]:
     from ktop.aggregate.cpu import CpuAggregator  # noqa: PLC0415
     from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
+    from ktop.symbols import IdleClassifier  # noqa: PLC0415
 
     options = source.options
     kallsyms = source.kallsyms()
-    sampler = CpuSampler(options.hz, options.interval_s)
+    sampler = CpuSampler(options.hz, options.interval_s,
+                         idle_code=IdleClassifier(kallsyms).code_ranges())
     lines, line_info = source.kernel_lines()
     return sampler, CpuAggregator(
         kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,

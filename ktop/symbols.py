@@ -129,6 +129,16 @@ class Kallsyms:
             return None
         return lo, hi
 
+    def extent(self, name: str) -> tuple[int, int] | None:
+        """[start, end) of the function `name` (its lowest address, up to the next symbol)."""
+        i = self._names.index(name)
+        if i is None:
+            return None
+        start = self._addresses[i]
+        j = bisect.bisect_right(self._addresses, start)
+        end = self._addresses[j] if j < len(self._addresses) else start + 1
+        return start, min(end, start + MAX_SYMBOL_SPAN)
+
     def exact(self, address: int) -> str | None:
         """The symbol at exactly this address (global locks are named by their variable)."""
         i = bisect.bisect_left(self._addresses, address)
@@ -169,6 +179,21 @@ class IdleClassifier:
     def __init__(self, kallsyms: Kallsyms) -> None:
         self._kallsyms = kallsyms
         self._range = kallsyms.range_of("__cpuidle_text_start", "__cpuidle_text_end")
+
+    def code_ranges(self) -> tuple[tuple[int, int], ...]:
+        """[start, end) of the idle code only the idle loop runs, merged, lowest first: the
+        sampler remembers the idle task's stack by where it was interrupted there. Not
+        idle_cpu(): the scheduler calls it from interrupts too."""
+        spans = [self._range] if self._range else []
+        spans += (span for name in sorted(IDLE_FUNCTIONS - {"idle_cpu"})
+                  if (span := self._kallsyms.extent(name)) is not None)
+        merged: list[tuple[int, int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return tuple(merged)
 
     def is_idle(self, address: int) -> bool:
         if self._range and self._range[0] <= address < self._range[1]:

@@ -134,6 +134,27 @@ def test_idle_classifier(kallsyms, addr):
     assert not idle.is_idle(addr("_raw_spin_lock_irqsave") + 0x20)
 
 
+def test_idle_code_ranges_cover_the_idle_loop_and_not_what_interrupts_call():
+    table = Kallsyms.from_text(
+        "ffffffff81000100 T do_idle\n"
+        "ffffffff81000300 T cpu_startup_entry\n"
+        "ffffffff81000340 T schedule_idle\n"  # not idle code: the idle task switching
+        "ffffffff81000400 T idle_cpu\n"  # the scheduler asks it from interrupts too
+        "ffffffff81000480 T update_rq_clock\n"
+        "ffffffff82000000 t pv_native_safe_halt\n"
+        "ffffffff82000010 T __cpuidle_text_start\n"
+        "ffffffff82000010 T default_idle\n"
+        "ffffffff820000c0 T __cpuidle_text_end\n"
+        "ffffffff820000d0 T __noinstr_text_end\n"
+    )
+    ranges = IdleClassifier(table).code_ranges()
+    # do_idle up to the next symbol and cpu_startup_entry touch: one range; the halt and
+    # the cpuidle section touch too.
+    assert ranges == ((0xFFFFFFFF81000100, 0xFFFFFFFF81000340),
+                      (0xFFFFFFFF82000000, 0xFFFFFFFF820000C0))
+    assert not any(start <= 0xFFFFFFFF81000400 < end for start, end in ranges)
+
+
 @root_only
 def test_real_proc_kallsyms_resolves_a_syscall_entry():
     table = Kallsyms.load()

@@ -19,6 +19,9 @@ PROGRAM = "cpu.bpf.c"
 MAP_COUNTS = ("counts_0", "counts_1")
 MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
+MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> id in MAP_STACKS
+MAP_IDLE_CODE = "idle_code"
+IDLE_RANGES = 16  # as bpf/cpu.bpf.c declares
 LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "kstack_collision",
     "kstack_map_full",
@@ -66,8 +69,12 @@ class CpuSampler:
     pane = "functions"
 
     def __init__(self, hz: int = 99, interval_s: float = 1.0,
-                 cgroups: CgroupNames | None = None) -> None:
+                 cgroups: CgroupNames | None = None,
+                 idle_code: tuple[tuple[int, int], ...] = ()) -> None:
+        """idle_code: [start, end) addresses of the kernel's idle functions, where the idle
+        task's stack is walked once and remembered (bpf/cpu.bpf.c)."""
         self.hz = hz
+        self._idle_code = idle_code
         self.cpus = os.cpu_count() or 1
         self._interval_s = interval_s
         self._program: TwoGenerationProgram | None = None
@@ -88,6 +95,7 @@ class CpuSampler:
             {"on_cpu_sample": "PERF_EVENT"},
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
+        self._write_idle_code()
         try:
             program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
         except OSError as e:
@@ -95,6 +103,13 @@ class CpuSampler:
             raise Unavailable(f"cannot attach the cpu-clock perf event: {e.strerror}") from None
         self._last = time.monotonic()
         self._ticks = read_cpu_ticks()
+
+    def _write_idle_code(self) -> None:
+        table = self._program.table(MAP_IDLE_CODE)
+        code = table.Leaf()
+        for i, (start, end) in enumerate(self._idle_code[:IDLE_RANGES]):
+            code.start[i], code.end[i] = start, end
+        table[0] = code
 
     def drain(self) -> CpuDrain:
         """Swap map generations, then read and empty the one the program just left."""
@@ -119,7 +134,9 @@ class CpuSampler:
                                    cgroup_name(key.cgroup)))
         if len(names) > 4096:  # command names seen lately, decoded once
             names.clear()
-        self._program.stacks.tidy(kernel_stacks)
+        if self._program.stacks.tidy(kernel_stacks):
+            # The ids it remembered for the idle task named stacks just deleted.
+            self._program.table(MAP_IDLE_STACKS[old]).clear()
         self._program.stacks.tidy(user_stacks)
         drain = CpuDrain(self._last, end, tuple(rows), self.lost(), ticks - self._ticks)
         self._last, self._ticks = end, ticks

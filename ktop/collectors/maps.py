@@ -66,8 +66,9 @@ class StackReader:
                 return ()
         return stack
 
-    def tidy(self, table: BpfMap) -> None:
-        """Empty a stack map the programs are not filling now, once crowded or old."""
+    def tidy(self, table: BpfMap) -> bool:
+        """Empty a stack map the programs are not filling now, once crowded or old; True
+        when emptied (ids that named its stacks name nothing now)."""
         now = time.monotonic()
         known = self._known.get(table.fd, {})
         emptied = self._emptied.setdefault(table.fd, now)
@@ -80,6 +81,8 @@ class StackReader:
             table.clear()  # any the program stored after the drain
             known.clear()
             self._emptied[table.fd] = now
+            return True
+        return False
 
 
 # Every collector's program declares these two maps under these names.
