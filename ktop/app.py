@@ -109,6 +109,18 @@ class KtopApp(App[None]):
         Binding("w", "timeline_prompt('window')", "Window length"),
     ]
 
+    def get_driver_class(self):
+        """Textual's own, but on Linux one whose input thread sleeps until a key comes
+        (ktop/driver.py); TEXTUAL_DRIVER still chooses."""
+        driver = super().get_driver_class()
+        from textual.drivers.linux_driver import LinuxDriver  # noqa: PLC0415
+
+        if driver is LinuxDriver:
+            from ktop.driver import QuietLinuxDriver  # noqa: PLC0415
+
+            return QuietLinuxDriver
+        return driver
+
     def __init__(
         self,
         source: DataSource,

@@ -152,3 +152,19 @@ def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal):
     assert stty_state(terminal, "AFTER") == before
     assert not ktop.is_running()
     assert not wait_until_unloaded(ours)
+
+
+def test_keys_reach_the_app_in_a_real_terminal_a_lone_esc_too(terminal):
+    """ktop's driver reads the terminal only when it has input (ktop/driver.py): a key
+    arrives, and so does a lone Esc, which the parser holds until its timeout says it is
+    no escape sequence."""
+    start_ktop(terminal)
+    terminal.send("?")
+    terminal.wait_for("ktop: keys (Esc closes)", timeout=10)
+    terminal.send("Escape")
+    deadline = time.monotonic() + 10
+    while "ktop: keys (Esc closes)" in terminal.screen():
+        assert time.monotonic() < deadline, "Esc never closed the help screen"
+        time.sleep(0.1)
+    terminal.send("q")
+    assert exit_code(terminal) == "0"

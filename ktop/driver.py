@@ -1,0 +1,95 @@
+"""The terminal driver: Textual's Linux driver with an input thread that sleeps until a key.
+
+Textual's input thread wakes ten times a second to look for input it was not told of and
+for the end of the app: 0.13% of a CPU at idle here, which ktop, a tool that must cost
+less than what it watches, cannot afford. This one waits in select() until the terminal
+has input, the app ends (a pipe says so), or an escape sequence it holds is due (the
+parser's own timeout: a lone Esc is a key after a moment, not the start of a sequence).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import threading
+from codecs import getincrementaldecoder
+
+from textual._xterm_parser import XTermParser
+from textual.drivers.linux_driver import LinuxDriver
+
+# How often the thread looks while the parser holds a partial sequence (Textual's figure).
+PENDING_POLL_S = 0.1
+
+
+class _WakingEvent(threading.Event):
+    """The driver's exit event: setting it wakes the input thread's select()."""
+
+    def __init__(self, wake_fd: int) -> None:
+        super().__init__()
+        self.wake_fd: int | None = wake_fd  # None once the driver closed it
+
+    def set(self) -> None:
+        super().set()
+        if self.wake_fd is not None:
+            try:
+                os.write(self.wake_fd, b"x")
+            except BlockingIOError:  # the pipe is full: already woken
+                pass
+
+
+class QuietLinuxDriver(LinuxDriver):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.exit_event = _WakingEvent(self._wake_write)
+
+    def run_input_thread(self) -> None:
+        """Textual's loop (linux_driver.py), waiting without a timeout while nothing is
+        pending."""
+        self._drain_wake_pipe()  # a wake from an earlier stop (suspend and resume)
+        selector = selectors.SelectSelector()
+        selector.register(self.fileno, selectors.EVENT_READ)
+        selector.register(self._wake_read, selectors.EVENT_READ)
+        parser = XTermParser(self._debug)
+        decode = getincrementaldecoder("utf-8")().decode
+
+        def process(events, final: bool = False) -> None:
+            for key, mask in events:
+                if key.fd == self._wake_read or not mask & selectors.EVENT_READ:
+                    continue
+                text = decode(os.read(self.fileno, 1024 * 4), final=final)
+                if text:
+                    for event in parser.feed(text):
+                        self.process_message(event)
+            for event in parser.tick():
+                self.process_message(event)
+
+        try:
+            while not self.exit_event.is_set():
+                pending = getattr(parser, "_timeout_time", 0) is not None
+                process(selector.select(PENDING_POLL_S if pending else None))
+            selector.unregister(self.fileno)
+            process(selector.select(0), final=True)
+        finally:
+            selector.close()
+            try:
+                for _ in parser.feed(""):
+                    pass
+            except Exception:  # a partial sequence at exit: nothing to deliver
+                pass
+
+    def _drain_wake_pipe(self) -> None:
+        try:
+            while os.read(self._wake_read, 64):
+                pass
+        except OSError:  # empty (EAGAIN)
+            pass
+
+    def close(self) -> None:
+        super().close()
+        self.exit_event.wake_fd = None  # its number may name another file from now on
+        for fd in (self._wake_read, self._wake_write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
