@@ -324,3 +324,29 @@ def test_a_childs_disk_bytes_are_not_its_parents_when_it_exits(tmp_path, monkeyp
     proc.tick()
     shell = next(r for r in collector.collect() if r.pid == 100)
     assert shell.disk_write_bps == 0
+
+
+def test_a_quiet_process_row_follows_every_change_of_its_files(tmp_path, monkeypatch):
+    """Rows of processes whose stat and io read as before are kept unparsed (most of an idle
+    machine): any change, and the end of a busy spell, still shows at the next refresh."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "sleeper", b"sleeper\0", io=(0, 0))
+    collector = ProcessCollector(str(tmp_path))
+
+    def refresh():
+        proc.tick()
+        (row,) = collector.collect()
+        return row
+
+    collector.collect()
+    quiet = refresh()
+    assert (quiet.state, quiet.cpu_percent, quiet.disk_write_bps) == ("S", 0.0, 0.0)
+    assert refresh() is quiet  # read byte for byte as before: the same row
+    proc.process(100, "sleeper", b"sleeper\0", io=(0, 0), state="D")
+    assert refresh().state == "D"
+    proc.process(100, "sleeper", b"sleeper\0", io=(0, 4096), state="D")  # io alone moved
+    assert refresh().disk_write_bps == 4096
+    assert refresh().disk_write_bps == 0  # and stopped: the rate falls back
+    proc.process(100, "sleeper", b"sleeper\0", io=(0, 4096), state="D", utime=50)
+    assert refresh().cpu_percent == 50.0
+    assert refresh().cpu_percent == 0.0  # nothing moved since: back to 0, not kept at 50
