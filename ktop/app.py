@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -23,8 +24,6 @@ from textual.worker import get_current_worker
 from ktop.cgroups import cgroup_exists
 from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
-from ktop.screens.help import HelpScreen, bindings_help
-from ktop.screens.stacks import DrillScreen
 from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.functions import FunctionsPane
@@ -71,6 +70,13 @@ class RecordingStopped(Message):
     def __init__(self, recorder: SessionRecorder) -> None:
         super().__init__()
         self.recorder = recorder
+
+
+def _drill_screens(stack) -> list:
+    """The drill-down screens open. Their module is imported when the first one opens (its
+    widgets cost 18 ms on the way to the first screen): none before."""
+    stacks = sys.modules.get("ktop.screens.stacks")
+    return [s for s in stack[1:] if isinstance(s, stacks.DrillScreen)] if stacks else []
 
 
 class KtopApp(App[None]):
@@ -269,9 +275,8 @@ class KtopApp(App[None]):
         first = self.snapshot is None
         self.snapshot = message.snapshot
         self.refresh_panes()
-        for screen in self.screen_stack[1:]:  # a drill-down follows the data as its pane does
-            if isinstance(screen, DrillScreen):
-                screen.follow(message.snapshot)
+        for screen in _drill_screens(self.screen_stack):  # they follow the data as panes do
+            screen.follow(message.snapshot)
         if first:  # drawn at the next frame: the compile can have the CPU now
             self.call_after_refresh(self.source.hurry_loading)
 
@@ -382,9 +387,8 @@ class KtopApp(App[None]):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self._show_header()
-        for screen in self.screen_stack[1:]:
-            if isinstance(screen, DrillScreen):
-                screen.show_paused()
+        for screen in _drill_screens(self.screen_stack):
+            screen.show_paused()
 
     def action_toggle_idle(self) -> None:
         if self.screen is not self.main_screen:
@@ -549,6 +553,8 @@ class KtopApp(App[None]):
         self.refresh_panes()
 
     def action_help(self) -> None:
+        from ktop.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: 7 ms at start)
+
         keys = bindings_help([b for b in self.BINDINGS if self._applies(b.action)]) + [
             ("Up Down PgUp PgDn" + ("" if self.timeline else " Home End"),
              "move in the focused table"),
@@ -567,7 +573,7 @@ class KtopApp(App[None]):
         return self.source.live if action == "record" else True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        drill = next((s for s in self.screen_stack[1:] if isinstance(s, DrillScreen)), None)
+        drill = next(iter(_drill_screens(self.screen_stack)), None)
         if drill is not None:  # open, maybe under its help: the panes' own keys do nothing
             if action in PANES_ONLY_ACTIONS:
                 return False

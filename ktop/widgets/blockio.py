@@ -7,7 +7,6 @@ from functools import partial
 
 from ktop.cgroups import short_name
 from ktop.model import PANE_BLOCKIO, BlockProfile, DiskStats, IoProcess, IoRequest, Snapshot
-from ktop.screens.stacks import IoProcessScreen
 from ktop.text import format_pid, human_bytes
 from ktop.units import format_bucket, format_span
 from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
@@ -190,6 +189,8 @@ class BlockIoPane(Pane):
         if isinstance(row, IoRequest):  # a request opens its process
             row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
         if isinstance(row, IoProcess):
+            from ktop.screens.stacks import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
+
             return partial(IoProcessScreen, row, self._snapshot)
         if isinstance(row, IoCommand):
             self.notify("stacks are kept per process: switch to the process view (v)")

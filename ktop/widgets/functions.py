@@ -7,7 +7,6 @@ import os
 from functools import partial
 
 from ktop.model import PANE_FUNCTIONS, HotFunction, Snapshot
-from ktop.screens.stacks import FunctionScreen
 from ktop.stacktree import comm_functions, hot_functions, user_functions
 from ktop.units import format_span
 from ktop.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
@@ -140,6 +139,8 @@ class FunctionsPane(Pane):
             self.notify("callers are drilled into from kernel functions: their stacks run down "
                         "to user space (v back to the kernel view)")
             return None
+        from ktop.screens.stacks import FunctionScreen  # noqa: PLC0415  (loaded when first opened)
+
         return partial(FunctionScreen, function.symbol, self._snapshot)
 
 

@@ -7,7 +7,6 @@ from functools import partial
 
 from ktop.cgroups import short_name
 from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
-from ktop.screens.stacks import LockCallerScreen
 from ktop.stacktree import function_name
 from ktop.text import format_pid
 from ktop.units import format_ns, format_span
@@ -153,6 +152,8 @@ class LocksPane(Pane):
 
     def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
         if isinstance(row, LockCaller):
+            from ktop.screens.stacks import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
+
             return partial(LockCallerScreen, row, self._snapshot)
         if isinstance(row, LockTask):
             return row.pid  # every pane shows this pid alone

@@ -3,21 +3,19 @@ why the table is empty or the pane unavailable, and what Enter on a row opens.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Region
-from textual.screen import Screen
 from textual.widgets import Static
 
 from ktop.cgroups import in_subtree
 from ktop.model import PANES, Snapshot
-from ktop.screens.stacks import LatestSnapshot
 from ktop.widgets.table import Cell, Column, KeyedTable
 
 # A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
@@ -33,7 +31,16 @@ class CgroupFilter:
 # What Enter on a row opens: a drill-down screen that still wants the app's newest data, a
 # pid every pane then shows alone, a cgroup they then show alone, or None when nothing is
 # behind the row.
-Drill = Callable[[LatestSnapshot], Screen] | int | CgroupFilter | None
+if TYPE_CHECKING:  # the drill-down screens' module loads when the first one opens
+    from collections.abc import Callable
+
+    from textual.screen import Screen
+
+    from ktop.screens.stacks import LatestSnapshot
+
+    Drill = Callable[[LatestSnapshot], Screen] | int | CgroupFilter | None
+else:
+    Drill = object
 
 # Columns that only a zoomed (or very wide) pane has room for.
 WIDE = 100
