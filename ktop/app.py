@@ -147,6 +147,7 @@ class KtopApp(App[None]):
         self.zoomed: str | None = None
         self.compact = False  # one pane at a time, with tabs (a small terminal)
         self._panes: dict[str, Pane] = {}
+        self._header: HeaderBar | None = None
         self.compact_pane = PANE_ORDER[0]  # the pane shown then
         self.note = ""
         self.source_note = source_note  # "replay of FILE": the data is not live
@@ -222,7 +223,9 @@ class KtopApp(App[None]):
         return pane
 
     def header_bar(self) -> HeaderBar:
-        return self.main_screen.query_one(HeaderBar)
+        if self._header is None:  # as pane(): found once
+            self._header = self.main_screen.query_one(HeaderBar)
+        return self._header
 
     def focused_pane(self) -> Pane:
         widget = self.focused

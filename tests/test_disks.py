@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ktop.collectors.disks import DiskNames, bio_based_devices, kernel_dev, split_dev
+from ktop.collectors.disks import DiskNames, bio_based_devices, idle_disks, kernel_dev, split_dev
 
 
 def write(path, text: str = "") -> None:
@@ -124,3 +124,13 @@ def test_real_sysfs_names_its_disks():
         if os.path.exists(f"/sys/block/{disk}/dm/name"):
             continue
         assert names(kernel_dev(major, minor)) == expected
+
+
+def test_idle_disks_are_those_the_kernel_says_have_nothing_in_flight(tmp_path):
+    for name, counts in (("254:0", "       0        0\n"), ("254:16", "       0        3\n"),
+                         ("8:0", "       1        0\n")):
+        (tmp_path / "dev" / "block" / name).mkdir(parents=True)
+        (tmp_path / "dev" / "block" / name / "inflight").write_text(counts)
+    vda, vdb, sda, gone = kernel_dev(254, 0), kernel_dev(254, 16), kernel_dev(8, 0), kernel_dev(9, 9)
+    # a disk with no inflight file (gone, or never a disk) is not called idle
+    assert idle_disks({vda, vdb, sda, gone}, str(tmp_path)) == {vda}

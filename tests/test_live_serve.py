@@ -36,6 +36,22 @@ def wait_for_metric(port: int, check, seconds: float = 90.0) -> dict:
         time.sleep(0.2)
 
 
+def written_bytes(parsed: dict, disk: str) -> float:
+    family = parsed.get("ktop_disk_io_bytes")
+    return 0.0 if family is None else sum(
+        s.value for s in family.samples
+        if s.name.endswith("_total") and s.labels.get("disk") == disk
+        and s.labels.get("op") == "write")
+
+
+def completions_lost(parsed: dict) -> dict[str, float]:
+    """Requests whose completion ktop never saw, as the page counts them."""
+    family = parsed.get("ktop_blockio_lost_events")
+    return {} if family is None else {
+        s.labels["reason"]: s.value for s in family.samples
+        if s.labels.get("reason") in ("complete_missed", "stale_inflight") and s.value}
+
+
 def test_served_metrics_show_start_up_then_dd_bytes_on_its_disk():
     scratch = tempfile.mkdtemp(dir=SCRATCH_PARENT, prefix="ktop-serve-")
     st_dev = os.stat(scratch).st_dev
@@ -56,7 +72,6 @@ def test_served_metrics_show_start_up_then_dd_bytes_on_its_disk():
         # Before the first collect the page holds ktop_up alone.
         wait_for_metric(port, lambda p: "ktop_pane_up" in p
                         and value(p, "ktop_pane_up", pane="blockio") == 1.0)
-        started = time.monotonic()
         dd = subprocess.Popen(
             ["dd", "if=/dev/zero", f"of={scratch}/direct", "bs=1M", "count=128", "oflag=direct"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -68,14 +83,23 @@ def test_served_metrics_show_start_up_then_dd_bytes_on_its_disk():
         report = dd.communicate(timeout=30)[1]
         written = int(re.search(r"^(\d+) bytes", report, re.M).group(1))
         assert written >= 1 << 20, report
-        time.sleep(max(0.0, SERVE_S - (time.monotonic() - started)) + 2.5)  # two refreshes
-        parsed = families(scrape(port)[1])
+        # O_DIRECT writes are on the disk when dd exits: all of them show within a few
+        # refreshes, or, where the kernel handed a completion to no program (in bursts,
+        # under load: see bpf/blockio.bpf.c), a loss says so once the disk is idle.
+        def settled(parsed) -> bool:
+            return written_bytes(parsed, disk) >= written or bool(completions_lost(parsed))
+
+        try:
+            parsed = wait_for_metric(port, settled, seconds=20)
+        except AssertionError:
+            parsed = families(scrape(port)[1])
         assert value(parsed, "ktop_up") == 1.0
-        on_disk = value(parsed, "ktop_disk_io_bytes", disk=disk, op="write")
+        on_disk, lost = written_bytes(parsed, disk), completions_lost(parsed)
         print(f"dd wrote {written} bytes; ktop_disk_io_bytes_total{{disk={disk},op=write}} "
-              f"{on_disk:.0f}; {sum(len(f.samples) for f in parsed.values())} series")
-        # O_DIRECT writes are on the disk when dd exits: all of them, and whatever else wrote.
-        assert on_disk >= written
+              f"{on_disk:.0f}; completions lost {lost}; "
+              f"{sum(len(f.samples) for f in parsed.values())} series")
+        assert on_disk >= written or lost, f"{written - on_disk:.0f} bytes short, no loss said"
+        assert on_disk >= written * 0.9  # a burst of unseen completions, not a broken probe
         assert value(parsed, "ktop_function_samples", function="other") >= 0
     finally:
         if dd is not None and dd.poll() is None:

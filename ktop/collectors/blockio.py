@@ -23,7 +23,7 @@ from ktop.collectors.bpfload import (
 )
 from ktop.collectors.bpfsys import RingBuffer
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
-from ktop.collectors.disks import bio_based_devices
+from ktop.collectors.disks import bio_based_devices, idle_disks
 from ktop.collectors.maps import TwoGenerationProgram
 
 PROGRAM = "blockio.bpf.c"
@@ -337,14 +337,21 @@ class BlockCollector:
         return drain
 
     def _sweep_stale(self, now: float) -> None:
-        """Delete in-flight entries that will never complete (their completion went unseen)."""
+        """Delete in-flight entries that will never complete (their completion went unseen):
+        older than STALE_AFTER_S, or older than a sweep on a disk the kernel says has
+        nothing in flight (a dd's missed completions counted within seconds, not a minute
+        later; its bytes read short meanwhile)."""
         self._last_sweep = now
         inflight = self._program.table(MAP_INFLIGHT)
-        cutoff_ns = int((now - STALE_AFTER_S) * 1e9)
-        entries = inflight.snapshot()
-        stale = [key for key, req in entries if req.start_ns < cutoff_ns]
-        for key in stale:
+        entries = inflight.snapshot()  # before the disks are asked: these started before
+        idle = idle_disks({req.dev for _, req in entries}, self._sys_root)
+        old_ns, settled_ns = int((now - STALE_AFTER_S) * 1e9), int((now - SWEEP_EVERY_S) * 1e9)
+        for key, req in entries:
+            if req.start_ns >= old_ns and (req.start_ns >= settled_ns or req.dev not in idle):
+                continue
             try:
+                if inflight[key].start_ns != req.start_ns:
+                    continue  # completed meanwhile, and its address holds a new request
                 del inflight[key]
                 self._stale += 1
             except KeyError:  # completed meanwhile

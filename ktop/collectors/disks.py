@@ -118,3 +118,18 @@ def bio_based_devices(sys_root: str = "/sys") -> set[int]:
                 if part is not None:
                     found.add(part)
     return found
+
+
+def idle_disks(devs: set[int], sys_root: str = "/sys") -> set[int]:
+    """The devices (kernel dev_t) with no request in flight now, as the kernel counts them
+    (/sys/dev/block/MAJ:MIN/inflight); one it cannot tell of is not idle."""
+    idle = set()
+    for dev in devs:
+        try:
+            with open(f"{sys_root}/dev/block/{dev >> 20}:{dev & 0xFFFFF}/inflight", "rb") as f:
+                reads, writes = map(int, f.read().split())
+        except (OSError, ValueError):
+            continue
+        if reads == writes == 0:
+            idle.add(dev)
+    return idle
