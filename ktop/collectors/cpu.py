@@ -21,7 +21,6 @@ MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
 MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> id in MAP_STACKS
 MAP_IDLE_CODE = "idle_code"
-IDLE_RANGES = 16  # as bpf/cpu.bpf.c declares
 LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "kstack_collision",
     "kstack_map_full",
@@ -105,9 +104,11 @@ class CpuSampler:
         self._ticks = read_cpu_ticks()
 
     def _write_idle_code(self) -> None:
+        """The ranges the program remembers idle stacks in; as many as it has room for (the
+        rest are walked each sample, as any other)."""
         table = self._program.table(MAP_IDLE_CODE)
         code = table.Leaf()
-        for i, (start, end) in enumerate(self._idle_code[:IDLE_RANGES]):
+        for i, (start, end) in enumerate(self._idle_code[:len(code.start)]):
             code.start[i], code.end[i] = start, end
         table[0] = code
 

@@ -253,13 +253,16 @@ class ProcessCollector:
             self._unreadable_io.add((pid, start))  # not ours (ptrace rules): ask once
         return counts
 
-    def _quiet(self, pid: int, stat_text: bytes, recheck: bool) -> tuple[_Seen, ProcessRow, bytes | None] | None:
+    def _quiet(self, pid: int, stat_text: bytes,
+               recheck: bool) -> tuple[_Seen, ProcessRow, bytes | None] | None:
         """A process whose row showed nothing moving (no CPU, no disk) and whose stat and io
         files read byte for byte as last time: its row stands as it was, unparsed (most
         processes of an idle machine, ~60 of 72 here)."""
         raw = self._raw.get(pid)
-        if recheck or not self._rates_shown or raw is None or raw[0] != stat_text or self._disk_owed.owes(pid):
+        if raw is None or raw[0] != stat_text:
             return None
+        if recheck or not self._rates_shown or self._disk_owed.owes(pid):
+            return None  # cgroups asked again, no rates yet, or a debt to settle
         seen, kept = self._previous.get(pid), self._rows.get(pid)
         if seen is None or kept is None:
             return None
