@@ -436,6 +436,9 @@ class UserSymbolizer:
         # Minimum seconds between maps re-reads triggered by unmapped addresses,
         # so garbage addresses from broken stack walks do not re-read every sample.
         self._maps_retry_interval = 0.25
+        # Processes whose maps could not be read since the last retain(): each new stack of
+        # an exited process (thousands from ktop's own compilers at 4000 Hz) tried again.
+        self._gone: set[int] = set()
 
     def forget(self, pid: int) -> None:
         self._procs.pop(pid, None)
@@ -446,6 +449,7 @@ class UserSymbolizer:
         alive = set(pids)
         for pid in [p for p in self._procs if p not in alive]:
             del self._procs[pid]
+        self._gone.clear()  # a pid may name a new process now
         if len(self._by_stat) > KEEP_TABLES:
             self._drop_unused_tables()
         self._refresh += 1
@@ -480,8 +484,10 @@ class UserSymbolizer:
 
     def resolve(self, pid: int, addresses: Sequence[int]) -> list[UserFrame]:
         procmaps = self._procs.get(pid)
-        if procmaps is None:
+        if procmaps is None and pid not in self._gone:
             procmaps = self._read_maps(pid, None)
+            if procmaps is None:
+                self._gone.add(pid)
         if procmaps is None:  # exited: only what no process could map is known
             frames = []
             for a in addresses:

@@ -262,6 +262,27 @@ def test_missing_maps_gives_hex_frames(tmp_path: Path) -> None:
     assert frames == [UserFrame("0x400000", "[unknown]")]
 
 
+def test_an_exited_process_is_looked_for_once_per_refresh(
+    bins: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new stack of a process that has exited (ktop's compilers leave thousands at
+    4000 Hz) used to open its maps again; until the next refresh it is known gone. After it,
+    the pid may name a new process, whose maps are read."""
+    root = tmp_path / "proc"
+    root.mkdir()
+    sym = UserSymbolizer(str(root))
+    reads = []
+    monkeypatch.setattr(sym, "_read_maps",
+                        lambda *a, _read=sym._read_maps: reads.append(a[0]) or _read(*a))
+    for stack in range(50):
+        assert sym.resolve(91, [0x7F0000001000 + stack])[0].module == "[unknown]"
+    assert reads == [91]
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    _fake_proc(root, 91, _maps_lines(bins["pie"], PIE_BASE))  # the pid, reused
+    sym.retain([91])
+    assert sym.resolve(91, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+
+
 def _garbage_files(bins: dict[str, Path], d: Path) -> list[Path]:
     rng = random.Random(1234)
     blob = bins["pie"].read_bytes()

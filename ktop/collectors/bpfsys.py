@@ -475,12 +475,25 @@ class _ProgInfo(ct.Structure):
 assert _ProgInfo.recursion_misses.offset == 208, "struct bpf_prog_info changed shape"
 
 
-def recursion_misses(prog_fd: int) -> int:
-    """Times the kernel skipped this program (re-entered on one CPU); 0 if it cannot say."""
+_RUN_TIME_END = _ProgInfo.run_time_ns.offset + 8
+
+
+def program_info(prog_fd: int) -> _ProgInfo | None:
+    """The kernel's struct bpf_prog_info of a program (Linux 5.1+: with run_time_ns); None
+    if prog_fd names none (closed, or reused). The same call on a map or link descriptor
+    succeeds but fills a shorter struct: told apart by the length the kernel wrote. Fields
+    a kernel is too old to fill read as 0."""
     info = _ProgInfo()
     attr = _InfoAttr(bpf_fd=prog_fd, info_len=ct.sizeof(info), info=ct.addressof(info))
     try:
         bpf(OBJ_GET_INFO_BY_FD, attr)
     except OSError:
-        return 0
-    return int(info.recursion_misses) if attr.info_len >= _ProgInfo.recursion_misses.offset + 8 else 0
+        return None
+    return info if attr.info_len >= _RUN_TIME_END else None
+
+
+def recursion_misses(prog_fd: int) -> int:
+    """Times the kernel skipped this program (re-entered on one CPU); 0 if it cannot say."""
+    info = program_info(prog_fd)
+    return 0 if info is None else int(info.recursion_misses)
+

@@ -4,7 +4,7 @@ programs, which the kernel charges to whatever task they interrupted, not to kto
 BPF run time is counted by the kernel only while statistics are enabled: ktop holds a
 BPF_ENABLE_STATS descriptor for its lifetime, as bpftop does (the sysctl
 kernel.bpf_stats_enabled=1 does the same for everyone), and reads each program's
-run_time_ns from /proc/self/fdinfo.
+run_time_ns with BPF_OBJ_GET_INFO_BY_FD.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from ktop.collectors.bpfsys import enable_stats
+from ktop.collectors.bpfsys import enable_stats, program_info
 from ktop.model import SelfCostRow
 
 _STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
@@ -26,38 +26,30 @@ def stats_enabled_by_sysctl(path: str = _STATS_SYSCTL) -> bool:
         return False
 
 
-def parse_run_time_ns(fdinfo: str) -> int | None:
-    """run_time_ns from a BPF program's fdinfo text; None when the kernel shows none."""
-    for line in fdinfo.splitlines():
-        if line.startswith("run_time_ns:"):
-            return int(line.split()[1])
-    return None
-
-
-def bpf_program_fds(proc: str = "/proc/self") -> list[str]:
-    """The descriptors of every BPF program this process holds."""
-    fds = []
-    for fd in os.listdir(f"{proc}/fd"):
+def bpf_programs() -> dict[int, int]:
+    """The BPF programs this process holds: descriptor -> the kernel's program id."""
+    programs = {}
+    for name in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"{proc}/fd/{fd}") == "anon_inode:bpf-prog":
-                fds.append(fd)
+            if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:bpf-prog":
+                continue
         except OSError:  # closed between listing and reading
             continue
-    return fds
+        info = program_info(int(name))
+        if info is not None:
+            programs[int(name)] = int(info.id)
+    return programs
 
 
-def bpf_run_time_ns(fds: list[str], proc: str = "/proc/self") -> int | None:
-    """Run time of these BPF programs, summed (nanoseconds); None if one of them is gone."""
+def bpf_run_time_ns(programs: dict[int, int]) -> int | None:
+    """Run time of these programs (descriptor -> id), summed in nanoseconds; None if one of
+    them is gone (its descriptor closed, or now naming something else)."""
     total = 0
-    for fd in fds:
-        try:
-            with open(f"{proc}/fdinfo/{fd}") as f:
-                run_time = parse_run_time_ns(f.read())
-        except OSError:
+    for fd, prog_id in programs.items():
+        info = program_info(fd)
+        if info is None or info.id != prog_id:
             return None
-        if run_time is None:  # the descriptor now names something else
-            return None
-        total += run_time
+        total += info.run_time_ns
     return total
 
 
@@ -71,7 +63,8 @@ class SelfCost:
         self._stats_fd: int | None = None
         self._counting = False
         self._previous: tuple[float, float, int] | None = None
-        self._fds: list[str] = []  # programs load at start-up, and may stop: listed again then
+        # fd -> program id: programs load at start-up, and may stop: listed again then
+        self._programs: dict[int, int] = {}
 
     def start(self) -> None:
         self._stats_fd = enable_stats()
@@ -84,13 +77,13 @@ class SelfCost:
 
     def programs_changed(self) -> None:
         """A collector attached or stopped: list the programs again at the next measure."""
-        self._fds = []
+        self._programs = {}
 
     def _bpf_ns(self) -> int:
-        total = bpf_run_time_ns(self._fds) if self._fds else None
+        total = bpf_run_time_ns(self._programs) if self._programs else None
         if total is None:
-            self._fds = bpf_program_fds()
-            total = bpf_run_time_ns(self._fds) or 0
+            self._programs = bpf_programs()
+            total = bpf_run_time_ns(self._programs) or 0
         return total
 
     def measure(self) -> SelfCostRow | None:
