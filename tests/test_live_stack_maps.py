@@ -42,16 +42,24 @@ def test_a_stack_kept_across_intervals_still_names_the_same_entry(busy_sampler, 
         return bpfsys.stack_addresses(table, stack_id)
 
     monkeypatch.setattr(maps, "stack_addresses", counted)
-    named, read = [], []
+    decoded = []
+    monkeypatch.setattr(busy_sampler, "_row",
+                        lambda *a, _row=busy_sampler._row: decoded.append(1) or _row(*a))
+    named, read, rows, decodes = [], [], [], []
     for _ in range(4):  # two of each generation
         time.sleep(0.5)
         reads.clear()
+        decoded.clear()
         drain = busy_sampler.drain()
         named.append(len({row.kernel for row in drain.counts if row.kernel}))
         read.append(len(reads))
+        rows.append(len(drain.counts))
+        decodes.append(len(decoded))
     assert named[-1] > 0, "no stacks were sampled"
-    # dd's stacks recur: the later intervals read only the stacks that are new to them.
+    # dd's stacks recur: the later intervals read only the stacks that are new to them,
+    # and decode only the counters' keys new to them.
     assert sum(read[2:]) < sum(named[2:]), (read, named)
+    assert sum(decodes[2:]) < sum(rows[2:]), (decodes, rows)
     # Every id kept names, in the map now, exactly the stack read for it back then.
     reader = busy_sampler._program.stacks
     for generation in (0, 1):
@@ -75,3 +83,5 @@ def test_a_crowded_stack_map_is_emptied_after_its_drain(busy_sampler, monkeypatc
         left = len(list(table.keys()))
         assert left == 0, f"{name} still holds {left} stacks after its drain"
         assert busy_sampler._program.stacks._known[table.fd] == {}
+    # The keys decoded for that generation named stacks by the ids just emptied.
+    assert busy_sampler._rows[drained_generation] == {}

@@ -155,15 +155,17 @@ class CpuAggregator:
         return self._source_line(address if innermost else address - 1) or ""
 
     def add(self, drain: CpuDrain) -> None:
-        stacks: Counter = Counter()
+        counted: dict[int, int] = {}  # (a dict: a Counter's missing keys cost a call each)
         ids = self._ids
         number_of = ids.numbers.get
         for row in drain.counts:
-            raw = (row.pid, row.comm, row.kernel, row.user, row.user_mode, row.cgroup)
+            pid, comm, samples, kernel, user, user_mode, cgroup = row
+            raw = (pid, comm, kernel, user, user_mode, cgroup)
             number = number_of(raw)
             if number is None:
                 number = ids.add(raw, self._stack_key(row))
-            stacks[number] += row.samples
+            counted[number] = counted.get(number, 0) + samples
+        stacks = Counter(counted)
         children, idle_children = self._children(stacks)
         self._window.add(drain.start, drain.end,
                          _Samples(stacks, drain.ticks, children, idle_children))

@@ -42,6 +42,8 @@ ENABLE_STATS = 32
 MAP_TYPE_PERCPU_HASH, MAP_TYPE_PERCPU_ARRAY, MAP_TYPE_LRU_PERCPU_HASH = 5, 6, 10
 MAP_TYPE_RINGBUF = 27
 _PER_CPU_TYPES = {MAP_TYPE_PERCPU_HASH, MAP_TYPE_PERCPU_ARRAY, MAP_TYPE_LRU_PERCPU_HASH}
+# A kernel without the batch commands (before 5.6), or a map type without them.
+_NO_BATCH = (errno.EINVAL, errno.ENOTSUP, errno.ENOSYS, 524)  # 524: ENOTSUPP
 
 
 def bpf(cmd: int, attr: ct.Structure) -> int:
@@ -240,13 +242,19 @@ class BpfMap:
             attr.key = ct.addressof(key)
 
     def items(self) -> list[tuple[Any, Any]]:
+        return [self._decoded(k, v) for k, v in self._items_raw()]
+
+    def _items_raw(self) -> list[tuple[bytes, bytes]]:
         found = []
         for key in list(self.keys()):
             try:
-                found.append((key, self[key]))
+                found.append((bytes(key), self.lookup_bytes(key)))
             except KeyError:  # deleted meanwhile
                 pass
         return found
+
+    def _decoded(self, key: bytes, value: bytes) -> tuple[Any, Any]:
+        return self.Key.from_buffer_copy(key), self._decode(value, 0)
 
     def clear(self) -> None:
         for key in list(self.keys()):
@@ -258,40 +266,47 @@ class BpfMap:
     def drain(self) -> list[tuple[Any, Any]]:
         """Every entry, each deleted as it is read: one system call per batch (Linux 5.6+),
         key by key on older kernels."""
+        return [self._decoded(k, v) for k, v in self.drain_raw()]
+
+    def drain_raw(self) -> list[tuple[bytes, bytes]]:
+        """drain(), undecoded: (key, value) as the kernel's bytes, for a caller that meets the
+        same keys interval after interval and decodes each once."""
         try:
             return self._batch(MAP_LOOKUP_AND_DELETE_BATCH)
         except OSError as e:
-            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOSYS, 524):  # 524: ENOTSUPP
+            if e.errno not in _NO_BATCH:
                 raise
-        items = self.items()
-        for key, _ in items:
+        found = self._items_raw()
+        for key, _ in found:
             try:
-                del self[key]
+                del self[self.Key.from_buffer_copy(key)]
             except KeyError:
                 pass
-        return items
+        return found
 
     def snapshot(self) -> list[tuple[Any, Any]]:
         """Every entry, left in place."""
         try:
-            return self._batch(MAP_LOOKUP_BATCH)
+            raw = self._batch(MAP_LOOKUP_BATCH)
         except OSError as e:
-            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOSYS, 524):
+            if e.errno not in _NO_BATCH:
                 raise
-        return self.items()
+            raw = self._items_raw()
+        return [self._decoded(k, v) for k, v in raw]
 
-    def _batch(self, cmd: int) -> list[tuple[Any, Any]]:
+    def _batch(self, cmd: int) -> list[tuple[bytes, bytes]]:
         # Sized by what the map held last time (the buffers are zeroed each call, and an
         # idle map's 1024 entries of 352 bytes took longer to clear than to read).
         count = min(self.max_entries, max(64, min(1024, self._last_batch)))
         # The kernel's place in the map between calls: a bucket number for hash maps.
         token_size = max(self.key_size, 8)
         in_token, out_token = ct.create_string_buffer(token_size), ct.create_string_buffer(token_size)
-        found: list[tuple[Any, Any]] = []
+        found: list[tuple[bytes, bytes]] = []
+        key_size, value_size = self.key_size, self._value_bytes
         first = True
         while True:
-            keys = ct.create_string_buffer(count * self.key_size)
-            values = ct.create_string_buffer(count * self._value_bytes)
+            keys = ct.create_string_buffer(count * key_size)
+            values = ct.create_string_buffer(count * value_size)
             attr = _BatchAttr(
                 in_batch=0 if first else ct.addressof(in_token), out_batch=ct.addressof(out_token),
                 keys=ct.addressof(keys), values=ct.addressof(values), count=count, map_fd=self.fd,
@@ -306,9 +321,14 @@ class BpfMap:
                 if e.errno != errno.ENOENT:
                     raise
                 done = True  # the last batch: it may still hold entries
-            for i in range(attr.count):
-                key = self.Key.from_buffer_copy(keys, i * self.key_size)
-                found.append((key, self._decode(values, i * self._value_bytes)))
+            got = attr.count
+            key_bytes = ct.string_at(keys, got * key_size)
+            value_bytes = ct.string_at(values, got * value_size)
+            found.extend(
+                (key_bytes[i * key_size:(i + 1) * key_size],
+                 value_bytes[i * value_size:(i + 1) * value_size])
+                for i in range(got)
+            )
             if done:
                 self._last_batch = len(found)
                 return found
