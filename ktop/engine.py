@@ -135,6 +135,11 @@ LOADER_JOIN_S = 2.0
 # The compiler's niceness while the first screen is drawn: a compile competing for the one
 # free CPU made the first screen 0.2 s later, and the compile itself no sooner.
 COMPILE_NICE = 10
+# Building the first pane parses the kernel's symbols: 0.17 s of Python holding the
+# interpreter's lock, which made the screen's imports and first frame 0.15 s later. A patient
+# start builds it once the first frame is drawn (the compiler process starts meanwhile: its
+# own start-up is most of the head start), or after this long without one.
+FIRST_FRAME_WAIT_S = 1.0
 
 # In load order: the first is what a user looks at first.
 BPF_PANES = (
@@ -170,6 +175,7 @@ class LiveSource:
         self._running: dict[str, tuple[Collector, Aggregator]] = {}
         self._closed = False
         self._loaded = threading.Event()
+        self._drawn = threading.Event()  # hurry_loading(): the first screen is up
         self._loader: threading.Thread | None = None
         self._collects = 0
         self._last_collect = 0.0
@@ -185,8 +191,9 @@ class LiveSource:
     def start(self, wait: bool = True, patient: bool = False) -> None:
         """Start the processes pane, then load the BPF panes in a background thread.
         With wait, return once every BPF pane is attached or has said why it cannot be.
-        Patient: the compiler runs niced until hurry_loading() (the CLI starts loading
-        before Textual, and the first screen must not wait for clang).
+        Patient: the compiler runs niced, and the panes are built (kernel symbols parsed),
+        only after hurry_loading() (the CLI starts loading before Textual, and the first
+        screen must wait neither for clang nor for the symbols).
         Once started, starting again only waits."""
         if self.started_at:
             if wait:
@@ -200,6 +207,8 @@ class LiveSource:
             now = time.monotonic()
             for spec in self._specs:
                 self._loading[spec.name] = ("waiting for the panes before it", now)
+            if self._specs:
+                self._loading[self._specs[0].name] = ("starting the BPF compiler", now)
         if self._specs:
             self._loader = threading.Thread(target=self._load_all, name="ktop-loader", daemon=True)
             self._loader.start()
@@ -209,6 +218,7 @@ class LiveSource:
             self._loaded.wait()
 
     def hurry_loading(self) -> None:
+        self._drawn.set()
         if self._patient:
             self._patient = False
             loader.hurry()
@@ -219,6 +229,8 @@ class LiveSource:
     def _load_all(self) -> None:
         try:
             with loader.shared_compiler(COMPILE_NICE if self._patient else 0):
+                if self._patient:
+                    self._drawn.wait(FIRST_FRAME_WAIT_S)
                 for spec in self._specs:
                     if self._closed:
                         return
@@ -381,6 +393,7 @@ class LiveSource:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        self._drawn.set()  # a loader waiting for the first frame: on to its end
         if self._loader is not None:
             loader.cancel()  # quitting during start-up: stop the compile under way
             self._loader.join(timeout=LOADER_JOIN_S)

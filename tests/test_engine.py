@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ktop import engine
 from ktop.collectors.bpfload import Unavailable
 from ktop.engine import LiveSource, Options, PaneSpec
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS
@@ -104,6 +105,40 @@ def test_processes_come_at_once_and_each_pane_says_what_it_is_doing(gates):
     finally:
         source.close()
     assert all(c.closed for c in collectors.values())
+
+
+def test_a_patient_start_builds_the_panes_once_the_first_frame_is_drawn():
+    """Building hot functions parses the kernel's symbols (0.17 s holding the interpreter's
+    lock): the screen's first frame comes first, and the pane says what it waits for."""
+    built = threading.Event()
+    collector = FakeCollector()
+
+    def build(source):
+        built.set()
+        return collector, FakeAggregator(PANE_FUNCTIONS)
+
+    source = LiveSource(Options(panes=ALL), [PaneSpec(PANE_FUNCTIONS, build)])
+    source.start(wait=False, patient=True)
+    try:
+        time.sleep(0.3)
+        assert not built.is_set(), "built before the first frame"
+        assert source.collect().loading[PANE_FUNCTIONS].startswith("starting the BPF compiler")
+        source.hurry_loading()  # the app's first frame is drawn
+        assert built.wait(5)
+        assert source.wait_loaded(5) and collector.started
+    finally:
+        source.close()
+
+
+def test_a_patient_start_without_a_first_frame_builds_anyway(monkeypatch):
+    monkeypatch.setattr(engine, "FIRST_FRAME_WAIT_S", 0.1)
+    collector = FakeCollector()
+    source = LiveSource(Options(panes=ALL), [spec(PANE_FUNCTIONS, collector)])
+    source.start(wait=False, patient=True)
+    try:
+        assert source.wait_loaded(5) and collector.started
+    finally:
+        source.close()
 
 
 def test_a_pane_that_cannot_start_says_why_and_the_others_load(gates):
