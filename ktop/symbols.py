@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import operator
 from array import array
 from dataclasses import dataclass
 
@@ -54,7 +55,7 @@ class Kallsyms:
 
     def __init__(self, entries: list[tuple[int, str, str, str]]) -> None:
         """entries: (address, type letter, name, module) in any order."""
-        entries = sorted((e for e in entries if e[0]), key=lambda e: e[0])
+        entries = sorted((e for e in entries if e[0]), key=operator.itemgetter(0))
         # 120k symbols stay in memory as long as ktop runs: kept compact (7 MiB instead of 30),
         # as addresses in machine words, names in one string, a small number per module.
         self._addresses = array("Q", (e[0] for e in entries))
@@ -70,8 +71,7 @@ class Kallsyms:
     @classmethod
     def from_text(cls, text: str) -> Kallsyms:
         entries = []
-        for line in text.splitlines():
-            parts = line.split()
+        for parts in map(str.split, text.splitlines()):
             if len(parts) < 3:
                 continue
             try:
@@ -152,7 +152,7 @@ class _Strings:
 
     def __init__(self, strings: list[str]) -> None:
         self._text = "".join(strings)
-        self._ends = array("I", itertools.accumulate(len(s) for s in strings))
+        self._ends = array("I", itertools.accumulate(map(len, strings)))
 
     def __len__(self) -> int:
         return len(self._ends)
