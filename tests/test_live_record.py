@@ -16,6 +16,7 @@ from conftest import root_only
 from test_recording_cli import ktop
 
 from ktop.recording import Recording
+from ktop.replay import find_time
 
 pytestmark = [pytest.mark.live, root_only]
 
@@ -67,22 +68,26 @@ def test_dd_is_found_in_the_replay_at_the_time_it_ran(tmp_path):
         snapshot = recording.snapshot(index)
         dd_writes = [p for p in snapshot.blockio.processes if p.pid == dd.pid and p.rw == "W"]
         if dd_writes:
-            with_dd.append((info, sum(p.bytes for p in dd_writes)))
+            with_dd.append((info, sum(p.bytes for p in dd_writes), index))
             assert all(p.comm == "dd" for p in dd_writes)
     assert len(with_dd) >= 2
     # At the right time: each interval overlaps dd's run. A record is stamped once the
     # processes are read too, a moment after the drain (more on a loaded machine, niced).
-    for info, _ in with_dd:
+    for info, _, _ in with_dd:
         assert info.taken_at - info.duration_s <= ended + LAG and info.taken_at >= began
     # Each record counts its own interval: together, what dd wrote, no more, and less only
     # by what ktop says it lost (counted since start: the last record has them all).
     lost = sum(recording.snapshot(len(recording) - 1).blockio.lost.values())
-    recorded = sum(n for _, n in with_dd)
+    recorded = sum(n for _, n, _ in with_dd)
     assert written - lost * BLOCK <= recorded <= written
-    busiest = max(with_dd, key=lambda pair: pair[1])[0]
+    busiest, _, busiest_index = max(with_dd, key=lambda row: row[1])
     assert busiest.io_latency_ms > 0
 
-    at = time.strftime("%H:%M:%S", time.localtime(busiest.taken_at - busiest.duration_s / 2))
+    # A second typed names the first record that holds it, and 1 s records share their
+    # boundary seconds: take a second of the busiest record that names it alone.
+    seconds = {time.strftime("%H:%M:%S", time.localtime(busiest.taken_at - lag))
+               for lag in (busiest.duration_s / 2, 0.0)}
+    at = next(s for s in sorted(seconds) if find_time(recording.records, s) == busiest_index)
     out = tmp_path / "at.txt"
     result = ktop("--replay", path, "--snapshot", str(out), "--at", at, "-w", "1")
     assert result.returncode == 0, result.stderr
