@@ -205,10 +205,9 @@ class LiveSource:
         self._self_cost.start()
         with self._lock:
             now = time.monotonic()
-            for spec in self._specs:
-                self._loading[spec.name] = ("waiting for the panes before it", now)
-            if self._specs:
-                self._loading[self._specs[0].name] = ("starting the BPF compiler", now)
+            for i, spec in enumerate(self._specs):
+                what = "waiting for the panes before it" if i else "starting the BPF compiler"
+                self._loading[spec.name] = (what, now)
         if self._specs:
             self._loader = threading.Thread(target=self._load_all, name="ktop-loader", daemon=True)
             self._loader.start()
