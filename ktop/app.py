@@ -26,6 +26,7 @@ from ktop.engine import DataSource
 from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
 from ktop.text import printable
 from ktop.widgets.blockio import BlockIoPane
+from ktop.widgets.compositor import ChangedRowsScreen
 from ktop.widgets.functions import FunctionsPane
 from ktop.widgets.header import Badge, HeaderBar, loss_lines
 from ktop.widgets.locks import LocksPane
@@ -161,6 +162,9 @@ class KtopApp(App[None]):
         self._prompt_for = ""
 
     # ---- layout -------------------------------------------------------------------------
+
+    def get_default_screen(self) -> ChangedRowsScreen:
+        return ChangedRowsScreen(id="_default")
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
