@@ -27,7 +27,8 @@ static __always_inline int stack_loss(int stack_id, int collision, int full)
 struct cpu_key {
 	u32 pid;			/* tgid; 0 is the idle task */
 	s32 kstack;			/* kernel stack id, or -errno (-EFAULT: sampled in user mode) */
-	s32 ustack;			/* user stack id, or -errno (kernel threads have none) */
+	s32 ustack;			/* user stack id, or -errno (kernel threads have none;
+				   -ENOENT: ktop's own, not walked) */
 	u32 pad;
 	u64 cgroup;			/* bpf_get_current_cgroup_id(): the task's cgroup v2 */
 	char comm[KTOP_COMM_LEN];

@@ -83,6 +83,11 @@ class UserFrame:
     module: str  # mapped file path, "[vdso]"/"[heap]"/"[anon]", or "[unknown]"
 
 
+# ktop's own process: the CPU sampler does not walk its user stacks (bpf/cpu.bpf.c says why);
+# its stacks carry this frame instead, so a drill-down into ktop says so.
+OWN_USER_STACK = UserFrame("[not walked: ktop's own user stack]", "[ktop]")
+
+
 @dataclass(frozen=True)
 class Bucket:
     """One bucket of a log2 histogram: `count` values v with low <= v <= high.

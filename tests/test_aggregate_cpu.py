@@ -11,6 +11,7 @@ import pytest
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors.cpu import CpuDrain, StackCount
 from ktop.collectors.procstat import CpuTicks
+from ktop.model import UserFrame
 
 HZ, CPUS = 99, 2
 
@@ -281,3 +282,30 @@ def test_functions_samples_only_passed_through_are_listed_from_a_share_up(kallsy
     assert functions["chacha_permute"].samples == 1  # a leaf, however small
     assert "get_random_bytes_user" in functions  # 8000 samples through it
     assert "chacha_block_generic" not in functions  # 1 of 8000 expected
+
+
+def test_ktops_own_stacks_say_their_user_stack_was_not_walked(kallsyms, stacks):
+    """The sampler walks no user stack for ktop's own process: its stacks carry the one
+    frame that says so (a drill-down into ktop shows why it has no user frames), with no
+    symbol lookup; another process's user stack is resolved as before."""
+    from ktop.model import OWN_USER_STACK
+
+    asked = []
+
+    def resolve(pid, addresses):
+        asked.append(pid)
+        return [UserFrame("main+0x10", "/usr/bin/other")]
+
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5, resolve_user=resolve, own_pid=4242)
+    agg.add(drain(0.0, 1.0,
+                  count(4242, "ktop", 7, stacks["copy"]),
+                  user_mode(4242, "ktop", 5),
+                  StackCount(77, "other", 3, stacks["copy"], (0x401000,), False)))
+    profile = agg.profile()
+    by_pid = {}
+    for s in profile.stacks:
+        by_pid.setdefault(s.pid, []).append(s)
+    assert sum(s.samples for s in by_pid[4242]) == 12  # kernel-mode and user-mode alike
+    assert all(s.user_frames == (OWN_USER_STACK,) for s in by_pid[4242])
+    assert [s.user_frames for s in by_pid[77]] == [(UserFrame("main+0x10", "/usr/bin/other"),)]
+    assert asked == [77]

@@ -9,6 +9,7 @@ sampler itself from being starved.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -137,3 +138,33 @@ def test_losses_are_counted_not_hidden(live):
     lost = live[0].cpu.lost
     assert {"kstack_collision", "kstack_map_full", "counts_map_full"} <= set(lost)
     assert sum(lost.values()) <= 0.02 * live[0].cpu.total_samples
+
+
+
+def test_ktops_own_user_stacks_are_not_walked_and_others_are():
+    """The sampler counts ktop's own samples with their kernel stacks but walks no user
+    stack for them (each would be a stack never seen before); another Python process
+    beside it, busy in user space too, keeps its user stacks."""
+    from ktop.collectors.cpu import CpuSampler
+
+    sampler = CpuSampler(997)
+    other = None
+    try:
+        sampler.start()
+        other = start(sys.executable, "-c", "while True: pass")
+        sampler.drain()
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:  # ktop's own process, busy in user space
+            pass
+        rows = sampler.drain().counts
+    finally:
+        sampler.close()
+        if other is not None:
+            other.kill()
+            other.wait()
+    own = [r for r in rows if r.pid == os.getpid()]
+    theirs = [r for r in rows if r.pid == other.pid]
+    assert sum(r.samples for r in own) > 50, "ktop's own busy loop was hardly sampled"
+    assert all(r.user == () for r in own), "ktop's own user stacks were walked"
+    assert sum(r.samples for r in theirs) > 50
+    assert sum(r.samples for r in theirs if r.user) > 0.9 * sum(r.samples for r in theirs)

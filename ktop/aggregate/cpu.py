@@ -12,7 +12,7 @@ from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.window import Window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.procstat import CpuTicks
-from ktop.model import BuiltOnRead, CpuProfile, StackSample, UserFrame
+from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
 from ktop.stacktree import function_name, inclusive_counts, ranked_functions
 from ktop.symbols import IdleClassifier, Kallsyms
 
@@ -127,8 +127,11 @@ class CpuAggregator:
         resolve_user: UserResolver | None = None,
         source_line: LineLookup | None = None,
         line_info: str = "",
+        own_pid: int | None = None,
     ) -> None:
+        """own_pid: ktop's, whose user stacks the sampler does not walk."""
         self._kallsyms = kallsyms
+        self._own_pid = own_pid
         self._idle = IdleClassifier(kallsyms)
         self.hz, self.cpus = hz, cpus
         self._resolve_user = resolve_user
@@ -192,7 +195,9 @@ class CpuAggregator:
     def _stack_key(self, row) -> _StackKey:
         kernel = row.kernel
         user_frames: tuple[UserFrame, ...] = ()
-        if row.user and self._resolve_user and row.pid:
+        if row.pid and row.pid == self._own_pid:
+            user_frames = (OWN_USER_STACK,)
+        elif row.user and self._resolve_user and row.pid:
             user_frames = tuple(self._resolve_user(row.pid, row.user))  # memoized per process
         function = None
         if kernel:

@@ -22,6 +22,7 @@ MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
 MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> id in MAP_STACKS
 MAP_IDLE_CODE = "idle_code"
+MAP_OWN_PID = "own_pid"
 LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "kstack_collision",
     "kstack_map_full",
@@ -101,6 +102,7 @@ class CpuSampler:
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
         self._write_idle_code()
+        self._program.table(MAP_OWN_PID)[0] = os.getpid()  # its user stacks are not walked
         try:
             program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
         except OSError as e:
