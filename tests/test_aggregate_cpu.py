@@ -309,3 +309,35 @@ def test_ktops_own_stacks_say_their_user_stack_was_not_walked(kallsyms, stacks):
     assert all(s.user_frames == (OWN_USER_STACK,) for s in by_pid[4242])
     assert [s.user_frames for s in by_pid[77]] == [(UserFrame("main+0x10", "/usr/bin/other"),)]
     assert asked == [77]
+
+
+def test_counts_kept_per_interval_agree_with_the_stacks_as_the_window_slides(kallsyms, stacks):
+    """Self, idle and user samples are summed per interval and kept as intervals come and
+    go: after every interval, in the window and since start, they equal what the window's
+    own stacks and the drains in it add up to."""
+    import random
+
+    from ktop.stacktree import hot_functions
+
+    rng = random.Random(7)
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=3.0)
+    drained = []
+    for second in range(12):
+        rows = [count(rng.choice((100, 200, 300)), "w", rng.randint(1, 40), stacks[name])
+                for name in rng.sample(["urandom", "copy", "stray"], 2)]
+        rows += [count(0, "swapper/0", rng.randint(1, 90) if second < 6 else 0, stacks["halt"]),
+                 count(0, "swapper/1", rng.randint(0, 5), stacks["irq_in_idle"]),
+                 user_mode(300, "w", rng.randint(0, 30))]
+        if second >= 6:  # the idle function, now in a busy task's stack: not idle any more
+            rows.append(count(300, "w", 5, stacks["halt"]))
+        agg.add(drain(float(second), 1.0, *rows))
+        drained.append(rows)
+        for cumulative, intervals in ((False, drained[-3:]), (True, drained)):
+            profile = agg.profile(cumulative=cumulative)
+            idle = sum(r.samples for rows in intervals for r in rows
+                       if r.pid == 0 and r.kernel == stacks["halt"])
+            user = sum(r.samples for rows in intervals for r in rows if r.user_mode)
+            assert (profile.idle_samples, profile.user_samples) == (idle, user)
+            assert profile.total_samples == sum(r.samples for rows in intervals for r in rows)
+            assert profile.functions == hot_functions(profile.stacks,
+                                                      HZ * profile.window_s * CPUS)

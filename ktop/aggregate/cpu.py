@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -100,21 +100,35 @@ class _Samples:
     # idling among them: counted per interval, so a refresh only sums the window's.
     children: Counter = field(default_factory=Counter)
     idle_children: Counter = field(default_factory=Counter)
+    # Samples whose innermost kernel frame is each (function, module) (perf's Self), the idle
+    # task's idling among them, and the user-mode and idling samples: also per interval, so
+    # a refresh does not walk the window's thousands of stacks to count them.
+    selfs: Counter = field(default_factory=Counter)
+    idle_selfs: Counter = field(default_factory=Counter)
+    user: int = 0
+    idle: int = 0
 
     def merge(self, other: _Samples) -> None:
         self.stacks.update(other.stacks)
         self.ticks = self.ticks + other.ticks
         self.children.update(other.children)
         self.idle_children.update(other.idle_children)
+        self.selfs.update(other.selfs)
+        self.idle_selfs.update(other.idle_selfs)
+        self.user += other.user
+        self.idle += other.idle
 
     def subtract(self, other: _Samples) -> None:
         for mine, theirs in ((self.stacks, other.stacks), (self.children, other.children),
-                             (self.idle_children, other.idle_children)):
+                             (self.idle_children, other.idle_children),
+                             (self.selfs, other.selfs), (self.idle_selfs, other.idle_selfs)):
             mine.subtract(theirs)
             for key in theirs:
                 if mine[key] <= 0:
                     del mine[key]
         self.ticks = self.ticks - other.ticks
+        self.user -= other.user
+        self.idle -= other.idle
 
 
 class CpuAggregator:
@@ -170,8 +184,8 @@ class CpuAggregator:
             counted[number] = counted.get(number, 0) + samples
         stacks = Counter(counted)
         children, idle_children = self._children(stacks)
-        self._window.add(drain.start, drain.end,
-                         _Samples(stacks, drain.ticks, children, idle_children))
+        self._window.add(drain.start, drain.end, _Samples(
+            stacks, drain.ticks, children, idle_children, *self._selfs(stacks)))
         self._lost = dict(drain.lost)
 
     def _children(self, stacks: Counter) -> tuple[Counter, Counter]:
@@ -191,6 +205,26 @@ class CpuAggregator:
         for number in ids.idle & stacks.keys():
             passed[ids.functions[number]][1] += stacks[number]
         return inclusive_counts(passed)
+
+    def _selfs(self, stacks: Counter) -> tuple[Counter, Counter, int, int]:
+        """One interval's samples by innermost kernel function (and the idle task's idling
+        among them), and its user-mode and idling samples."""
+        keys = self._ids.keys
+        selfs: dict[tuple[str, str], int] = {}
+        idle_selfs: dict[tuple[str, str], int] = {}
+        user = idle = 0
+        for number, n in stacks.items():
+            key = keys[number]
+            if key.user_mode:
+                user += n
+            elif key.idle:
+                idle += n
+            function = key.function
+            if function is not None:
+                selfs[function] = selfs.get(function, 0) + n
+                if key.idle:
+                    idle_selfs[function] = idle_selfs.get(function, 0) + n
+        return Counter(selfs), Counter(idle_selfs), user, idle
 
     def _stack_key(self, row) -> _StackKey:
         kernel = row.kernel
@@ -241,9 +275,8 @@ class CpuAggregator:
             cumulative = False
         else:
             samples, window_s = self._window.counts(cumulative)
-        return build_profile(samples.stacks, window_s, self.hz, self.cpus, self._lost,
-                             samples.ticks, cumulative, self._ids.keys, self._frame,
-                             self.line_info, samples.children, samples.idle_children)
+        return build_profile(samples, window_s, self.hz, self.cpus, self._lost, cumulative,
+                             self._ids.keys, self._frame, self.line_info)
 
 
 def _stack_samples(
@@ -270,39 +303,23 @@ def _stack_samples(
 
 
 def build_profile(
-    stacks: dict[int, int],
+    samples: _Samples,
     window_s: float,
     hz: int,
     cpus: int,
     lost: dict[str, int],
-    ticks: CpuTicks,
     cumulative: bool,
     keys: dict[int, _StackKey],
     name: Callable[[int], tuple[str, str]],
     line_info: str = "",
-    children: Mapping[tuple[str, str], int] | None = None,
-    idle_children: Mapping[tuple[str, str], int] | None = None,
 ) -> CpuProfile:
-    """stacks: samples by stack number; keys: the key of each number; name: a kernel
-    address's (symbol+0xoff, module); children, idle_children: samples through each kernel
-    function, and the idle task's idling among them. The hot functions are counted now; the
-    StackSamples are built when first read, from the keys and counts taken here."""
-    idle = user = 0
-    totals: dict[tuple[str, str], int] = {}
-    idle_functions: set[tuple[str, str]] = set()
-    counted: list[tuple[_StackKey, int]] = []
-    for number, n in stacks.items():
-        key = keys[number]
-        counted.append((key, n))
-        if key.user_mode:
-            user += n
-        elif key.idle:
-            idle += n
-        function = key.function
-        if function is not None:
-            totals[function] = totals.get(function, 0) + n
-            if key.idle:
-                idle_functions.add(function)
+    """samples: counted by stack number, with the sums per function its intervals made;
+    keys: the key of each number; name: a kernel address's (symbol+0xoff, module). The hot
+    functions are counted now; the StackSamples are built when first read, from the keys
+    and counts taken here (the keys of stacks folded later are gone by then)."""
+    stacks = samples.stacks
+    counted = list(zip(map(keys.__getitem__, stacks), stacks.values()))
+    idle, user = samples.idle, samples.user
     total = sum(stacks.values())
     return CpuProfile(
         sample_hz=hz,
@@ -314,9 +331,9 @@ def build_profile(
         kernel_samples=total - idle - user,
         user_samples=user,
         lost=dict(lost),
-        functions=ranked_functions(totals, idle_functions, hz * window_s * cpus,
-                                   children, idle_children),
+        functions=ranked_functions(samples.selfs, set(samples.idle_selfs), hz * window_s * cpus,
+                                   samples.children, samples.idle_children),
         stacks=BuiltOnRead(lambda: _stack_samples(counted, name)),
-        times=ticks.shares(),
+        times=samples.ticks.shares(),
         line_info=line_info,
     )
