@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import os
 import platform
 import socket
 import threading
@@ -99,7 +98,8 @@ def _build_functions(source: LiveSource) -> tuple[Collector, Aggregator]:
     lines, line_info = source.kernel_lines()
     return sampler, CpuAggregator(
         kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,
-        source_line=lines.lookup if lines else None, line_info=line_info, own_pid=os.getpid(),
+        source_line=lines.lookup if lines else None, line_info=line_info,
+        own_pid=sampler.own_pid,
     )
 
 

@@ -88,6 +88,8 @@ class CpuSampler:
         # generation's stack maps are emptied (their ids then name other stacks).
         self._rows: tuple[dict[bytes, tuple], dict[bytes, tuple]] = ({}, {})
         self._cgroups = cgroups or shared_names()
+        # The process whose user stacks the program does not walk: this one (bpf/cpu.bpf.c).
+        self.own_pid = os.getpid()
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
@@ -102,7 +104,7 @@ class CpuSampler:
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
         self._write_idle_code()
-        self._program.table(MAP_OWN_PID)[0] = os.getpid()  # its user stacks are not walked
+        self._program.table(MAP_OWN_PID)[0] = self.own_pid
         try:
             program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
         except OSError as e:
