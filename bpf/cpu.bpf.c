@@ -31,11 +31,25 @@ BPF_STACK_TRACE(stacks_1, STACK_ENTRIES);
 BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_0, USER_STACK_ENTRIES);
 BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_1, USER_STACK_ENTRIES);
 BPF_PERCPU_ARRAY(lost, u64, CPU_LOST_NR);
-/* ktop's own process (user space writes it): its user stacks are not walked. Each sample
- * of the Python interpreter is a stack never seen before, and at 4000 Hz they were 60% of
- * the new stacks each second, every one read and named in user space: watching itself
- * made ktop's cost grow with the rate. Its samples and kernel stacks are kept. */
-BPF_ARRAY(own_pid, u32, 1);
+/* ktop's own processes (user space writes them): ktop's, and its BPF compiler's while it
+ * runs (0: none). Their user stacks are not walked. Each sample of the Python interpreter
+ * is a stack never seen before, and at 4000 Hz they were 60% of the new stacks each second,
+ * every one read and named in user space: watching itself made ktop's cost grow with the
+ * rate. The compiler's are clang's, in a 100 MiB libLLVM whose symbols took 0.25 s to read,
+ * in the refresh that would show the first hot function. Samples and kernel stacks are
+ * kept. */
+#define OWN_PIDS_NR 2
+BPF_ARRAY(own_pids, u32, OWN_PIDS_NR);
+
+static __always_inline bool is_own(u32 pid)
+{
+	for (u32 i = 0; i < OWN_PIDS_NR; i++) {
+		u32 *own = own_pids.lookup(&i);
+		if (own && *own == pid)
+			return true;
+	}
+	return false;
+}
 
 /* The idle task idling is most samples of an idle machine, and a kernel stack walk costs
  * 18-28 us a sample on these VMs. Its stack is walked once per (CPU, instruction, stack
@@ -113,11 +127,10 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	key.pid = bpf_get_current_pid_tgid() >> 32;
 	key.cgroup = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-	u32 *own = own_pid.lookup(&zero);
 	if (key.pid == 0) {  /* the idle task: no user stack */
 		key.kstack = idle_task_stack(ctx, g);
 		key.ustack = -EFAULT;
-	} else if (own && key.pid == *own) {
+	} else if (is_own(key.pid)) {
 		key.kstack = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
 		key.ustack = -ENOENT;
 	} else if (g == 0) {

@@ -94,12 +94,12 @@ def _build_functions(source: LiveSource) -> tuple[Collector, Aggregator]:
     options = source.options
     kallsyms = source.kallsyms()
     sampler = CpuSampler(options.hz, options.interval_s,
-                         idle_code=IdleClassifier(kallsyms).code_ranges())
+                         idle_code=IdleClassifier(kallsyms).code_ranges(),
+                         compiler_pid=loader.compiler_pid())
     lines, line_info = source.kernel_lines()
     return sampler, CpuAggregator(
         kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,
         source_line=lines.lookup if lines else None, line_info=line_info,
-        own_pid=sampler.own_pid,
     )
 
 
@@ -235,6 +235,7 @@ class LiveSource:
                     if self._closed:
                         return
                     self._load(spec)
+            self._compiler_exited()
             self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
             # as ktop: out of the collector's sight, a full collection no longer walks it
@@ -244,6 +245,13 @@ class LiveSource:
             self._self_cost.start_span()
         finally:
             self._loaded.set()
+
+    def _compiler_exited(self) -> None:
+        """The CPU sampler skipped the compiler's user stacks while it ran; no longer."""
+        with self._lock:  # (close() closes the sampler under it)
+            functions = self._running.get(PANE_FUNCTIONS)
+            if functions is not None:
+                functions[0].compiler_exited()
 
     def _load(self, spec: PaneSpec) -> None:
         with self._lock:

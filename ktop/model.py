@@ -83,8 +83,9 @@ class UserFrame:
     module: str  # mapped file path, "[vdso]"/"[heap]"/"[anon]", or "[unknown]"
 
 
-# ktop's own process: the CPU sampler does not walk its user stacks (bpf/cpu.bpf.c says why);
-# its stacks carry this frame instead, so a drill-down into ktop says so.
+# ktop's own processes (itself, its BPF compiler while it runs): the CPU sampler does not walk
+# their user stacks (bpf/cpu.bpf.c says why); their stacks carry this frame instead, so a
+# drill-down into ktop says so.
 OWN_USER_STACK = UserFrame("[not walked: ktop's own user stack]", "[ktop]")
 
 

@@ -285,9 +285,9 @@ def test_functions_samples_only_passed_through_are_listed_from_a_share_up(kallsy
 
 
 def test_ktops_own_stacks_say_their_user_stack_was_not_walked(kallsyms, stacks):
-    """The sampler walks no user stack for ktop's own process: its stacks carry the one
-    frame that says so (a drill-down into ktop shows why it has no user frames), with no
-    symbol lookup; another process's user stack is resolved as before."""
+    """The sampler walks no user stack for ktop's own processes (itself, its compiler): their
+    stacks carry the one frame that says so (a drill-down into ktop shows why it has no user
+    frames), with no symbol lookup; another process's user stack is resolved as before."""
     from ktop.model import OWN_USER_STACK
 
     asked = []
@@ -296,10 +296,11 @@ def test_ktops_own_stacks_say_their_user_stack_was_not_walked(kallsyms, stacks):
         asked.append(pid)
         return [UserFrame("main+0x10", "/usr/bin/other")]
 
-    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5, resolve_user=resolve, own_pid=4242)
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5, resolve_user=resolve)
     agg.add(drain(0.0, 1.0,
-                  count(4242, "ktop", 7, stacks["copy"]),
-                  user_mode(4242, "ktop", 5),
+                  count(4242, "ktop", 7, stacks["copy"])._replace(own=True),
+                  user_mode(4242, "ktop", 5)._replace(own=True),
+                  count(4250, "python3", 2, stacks["copy"])._replace(own=True),  # compiler
                   StackCount(77, "other", 3, stacks["copy"], (0x401000,), False)))
     profile = agg.profile()
     by_pid = {}
@@ -307,6 +308,7 @@ def test_ktops_own_stacks_say_their_user_stack_was_not_walked(kallsyms, stacks):
         by_pid.setdefault(s.pid, []).append(s)
     assert sum(s.samples for s in by_pid[4242]) == 12  # kernel-mode and user-mode alike
     assert all(s.user_frames == (OWN_USER_STACK,) for s in by_pid[4242])
+    assert [s.user_frames for s in by_pid[4250]] == [(OWN_USER_STACK,)]
     assert [s.user_frames for s in by_pid[77]] == [(UserFrame("main+0x10", "/usr/bin/other"),)]
     assert asked == [77]
 

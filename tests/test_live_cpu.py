@@ -168,3 +168,50 @@ def test_ktops_own_user_stacks_are_not_walked_and_others_are():
     assert all(r.user == () for r in own), "ktop's own user stacks were walked"
     assert sum(r.samples for r in theirs) > 50
     assert sum(r.samples for r in theirs if r.user) > 0.9 * sum(r.samples for r in theirs)
+
+
+def test_the_compilers_user_stacks_are_not_walked_while_it_runs():
+    """ktop's BPF compiler (clang, in a 100 MiB libLLVM) compiles the other panes' programs
+    while the CPU pane already samples: its samples are counted with their kernel stacks, its
+    user stacks are not walked."""
+    from ktop.collectors import bpfload, loader
+    from ktop.collectors.cpu import CpuSampler
+
+    with loader.shared_compiler():
+        compiler = loader.compiler_pid()
+        sampler = CpuSampler(997, compiler_pid=compiler)
+        try:
+            sampler.start()
+            sampler.drain()
+            bpfload.load_program("locks.bpf.c", ["-DUSER_STACKS=1"],
+                                 {"on_contention_begin": "TRACEPOINT"}).close()
+            compiling = [r for r in sampler.drain().counts if r.pid == compiler]
+        finally:
+            sampler.close()
+    assert compiler > 0
+    assert sum(r.samples for r in compiling) > 20, "the compile was hardly sampled"
+    assert all(r.own and r.user == () for r in compiling), "the compiler's user stacks were walked"
+    assert any(r.kernel for r in compiling)  # its kernel stacks are kept
+
+
+def test_once_the_compiler_exits_its_pid_is_walked_again():
+    """The pid may name another process from then on. A busy process stands in for the
+    compiler: skipped while named, walked once the sampler hears the compiler exited."""
+    from ktop.collectors.cpu import CpuSampler
+
+    stand_in = start(sys.executable, "-c", "while True: pass")
+    sampler = CpuSampler(997, compiler_pid=stand_in.pid)
+    try:
+        sampler.start()
+        time.sleep(1.0)
+        before = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
+        sampler.compiler_exited()
+        time.sleep(1.0)
+        after = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
+    finally:
+        sampler.close()
+        stand_in.kill()
+        stand_in.wait()
+    assert sum(r.samples for r in before) > 50 and all(r.own and not r.user for r in before)
+    walked = sum(r.samples for r in after if r.user and not r.own)
+    assert walked > 0.9 * sum(r.samples for r in after) > 0

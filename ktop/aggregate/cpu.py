@@ -141,11 +141,8 @@ class CpuAggregator:
         resolve_user: UserResolver | None = None,
         source_line: LineLookup | None = None,
         line_info: str = "",
-        own_pid: int | None = None,
     ) -> None:
-        """own_pid: ktop's, whose user stacks the sampler does not walk."""
         self._kallsyms = kallsyms
-        self._own_pid = own_pid
         self._idle = IdleClassifier(kallsyms)
         self.hz, self.cpus = hz, cpus
         self._resolve_user = resolve_user
@@ -176,8 +173,8 @@ class CpuAggregator:
         ids = self._ids
         number_of = ids.numbers.get
         for row in drain.counts:
-            pid, comm, samples, kernel, user, user_mode, cgroup = row
-            raw = (pid, comm, kernel, user, user_mode, cgroup)
+            pid, comm, samples, kernel, user, user_mode, cgroup, own = row
+            raw = (pid, comm, kernel, user, user_mode, cgroup, own)
             number = number_of(raw)
             if number is None:
                 number = ids.add(raw, self._stack_key(row))
@@ -229,7 +226,7 @@ class CpuAggregator:
     def _stack_key(self, row) -> _StackKey:
         kernel = row.kernel
         user_frames: tuple[UserFrame, ...] = ()
-        if row.pid and row.pid == self._own_pid:
+        if row.own:  # ktop's own: the sampler walked no user stack
             user_frames = (OWN_USER_STACK,)
         elif row.user and self._resolve_user and row.pid:
             user_frames = tuple(self._resolve_user(row.pid, row.user))  # memoized per process

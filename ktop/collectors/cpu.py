@@ -22,7 +22,7 @@ MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
 MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> id in MAP_STACKS
 MAP_IDLE_CODE = "idle_code"
-MAP_OWN_PID = "own_pid"
+MAP_OWN_PIDS = "own_pids"  # [ktop, its BPF compiler or 0]
 LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "kstack_collision",
     "kstack_map_full",
@@ -45,6 +45,7 @@ class StackCount(NamedTuple):
     user: tuple[int, ...]
     user_mode: bool  # sampled while running user code: no kernel stack
     cgroup: str = ""  # the task's cgroup v2 path
+    own: bool = False  # ktop's own process or its compiler: the user stack was not walked
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,10 @@ class CpuSampler:
 
     def __init__(self, hz: int = 99, interval_s: float = 1.0,
                  cgroups: CgroupNames | None = None,
-                 idle_code: tuple[tuple[int, int], ...] = ()) -> None:
+                 idle_code: tuple[tuple[int, int], ...] = (), compiler_pid: int = 0) -> None:
         """idle_code: [start, end) addresses of the kernel's idle functions, where the idle
-        task's stack is walked once and remembered (bpf/cpu.bpf.c)."""
+        task's stack is walked once and remembered (bpf/cpu.bpf.c). compiler_pid: ktop's BPF
+        compiler process, still compiling the other panes' programs (0: none)."""
         self.hz = hz
         self._idle_code = idle_code
         self.cpus = os.cpu_count() or 1
@@ -88,8 +90,9 @@ class CpuSampler:
         # generation's stack maps are emptied (their ids then name other stacks).
         self._rows: tuple[dict[bytes, tuple], dict[bytes, tuple]] = ({}, {})
         self._cgroups = cgroups or shared_names()
-        # The process whose user stacks the program does not walk: this one (bpf/cpu.bpf.c).
+        # The processes whose user stacks the program does not walk (bpf/cpu.bpf.c).
         self.own_pid = os.getpid()
+        self.compiler_pid = compiler_pid
 
     def start(self) -> None:
         counts, stacks, user_stacks = _map_sizes(self.hz, self.cpus, self._interval_s)
@@ -104,7 +107,8 @@ class CpuSampler:
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
         self._write_idle_code()
-        self._program.table(MAP_OWN_PID)[0] = self.own_pid
+        own_pids = self._program.table(MAP_OWN_PIDS)
+        own_pids[0], own_pids[1] = self.own_pid, self.compiler_pid
         try:
             program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
         except OSError as e:
@@ -112,6 +116,12 @@ class CpuSampler:
             raise Unavailable(f"cannot attach the cpu-clock perf event: {e.strerror}") from None
         self._last = time.monotonic()
         self._ticks = read_cpu_ticks()
+
+    def compiler_exited(self) -> None:
+        """Its pid may now name another process, whose user stacks must be walked."""
+        if self._program is not None and self.compiler_pid:
+            self._program.table(MAP_OWN_PIDS)[1] = 0
+        self.compiler_pid = 0
 
     def _write_idle_code(self) -> None:
         """The ranges the program remembers idle stacks in; as many as it has room for (the
@@ -142,9 +152,9 @@ class CpuSampler:
                 # (A row whose stack was gone is counted, and looked for again next time.)
                 if whole and len(known) < ROWS_KEPT:
                     known[key] = row
-            pid, comm, kernel, user, user_mode, cgroup = row
+            pid, comm, kernel, user, user_mode, cgroup, own = row
             rows.append(StackCount(pid, comm, int.from_bytes(value, sys.byteorder), kernel,
-                                   user, user_mode, cgroup_name(cgroup)))
+                                   user, user_mode, cgroup_name(cgroup), own))
         if self._program.stacks.tidy(kernel_stacks):
             # The ids it remembered for the idle task named stacks just deleted.
             self._program.table(MAP_IDLE_STACKS[old]).clear()
@@ -157,14 +167,15 @@ class CpuSampler:
 
     def _row(self, decoded: Any, kernel_stacks: BpfMap, user_stacks: BpfMap) -> tuple[tuple, bool]:
         """A counter's key with its stacks read: ((pid, comm, kernel, user, user_mode,
-        cgroup id), whether both stacks were there to read)."""
+        cgroup id, own), whether both stacks were there to read)."""
         assert self._program is not None
         reader = self._program.stacks
         missing = reader.missing
         comm = decoded.comm.decode(errors="replace")
-        kstack = decoded.kstack
+        kstack, ustack = decoded.kstack, decoded.ustack
         row = (decoded.pid, comm, reader.read(kernel_stacks, kstack),
-               reader.read(user_stacks, decoded.ustack), kstack == -errno.EFAULT, decoded.cgroup)
+               reader.read(user_stacks, ustack), kstack == -errno.EFAULT, decoded.cgroup,
+               ustack == -errno.ENOENT)
         return row, reader.missing == missing
 
     def lost(self) -> dict[str, int]:

@@ -114,6 +114,10 @@ class Compiler:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
         return f"{how}: {last}" if last else how
 
+    @property
+    def pid(self) -> int:
+        return self._child.pid
+
     def kill(self) -> None:
         """Stop a compile in progress (ktop is quitting); its load() raises CompileFailed."""
         self._child.kill()
@@ -151,6 +155,12 @@ def shared_compiler(nice: int = 0) -> Iterator[None]:
             yield
         finally:
             _shared = None
+
+
+def compiler_pid() -> int:
+    """The shared compiler process's pid (0: none): ktop's own, as the CPU sampler sees it."""
+    compiler = _shared
+    return compiler.pid if compiler is not None else 0
 
 
 def load_in_child(filename: str, source_dir: str, cflags: list[str],
