@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -20,6 +20,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.color import Color
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -167,6 +168,11 @@ class KeyedTable(ScrollView, can_focus=True):
         # component styles on every refresh (a third of drawing a changed line).
         self._style_cache: dict[str, Style] = {}
         self._widths_cache: dict[tuple[int, str], list[int | None]] = {}
+        # render_lines: the background its line filters get, or False to draw through
+        # Textual's styles cache (None: not known since the CSS last changed), as the
+        # styles were when it was found (their cache key).
+        self._plain_background: Color | Literal[False] | None = None
+        self._plain_for = -1
         # Said in place of rows when there are none (why the pane is empty or unavailable):
         # drawn by the table, so it coming and going costs no layout pass of the screen.
         self.message = ""
@@ -216,16 +222,19 @@ class KeyedTable(ScrollView, can_focus=True):
             self.refresh()
             return
         # Repaint only the visible lines whose row changed (a row gone or new counts as
-        # changed); row i is virtual line i + 1. A full repaint re-renders every line.
-        # A run of changed lines is one region: each refresh call costs ~25 us of Textual's
-        # geometry, and a row that moved shifts every row below it.
+        # changed); row i is virtual line i + 1, on screen line i + 1 - top. A full repaint
+        # re-renders every line. A run of changed lines is one region: each refresh call
+        # costs ~25 us of Textual's geometry, and a row that moved shifts every row below
+        # it. The region stops short of the scrollbar (Textual's refresh_lines spans it, and
+        # the scrollbar then redrew those lines too: 120 us a repaint).
         top = self.scroll_offset.y
         end = min(max(len(before), len(ordered)), top + self.size.height)
         changed = [i for i in range(top, end) if i >= len(before) or i >= len(ordered)
                    or _drawn(before[i]) != _drawn(ordered[i])]
+        width = self.scrollable_content_region.width
         for _, run in groupby(enumerate(changed), key=lambda pair: pair[1] - pair[0]):
             lines = [i for _, i in run]
-            self.refresh_lines(lines[0] + 1, len(lines))
+            self.refresh(Region(0, lines[0] + 1 - top, width, len(lines)))
         if len(before) != len(ordered):
             self._size_to_rows(self.size)
 
@@ -367,6 +376,46 @@ class KeyedTable(ScrollView, can_focus=True):
         self._style_cache.clear()
         self._row_cache.clear()
         self._header_cache = None
+        self._plain_background = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The lines as Textual's styles cache would draw them, without it when the table has
+        nothing for it to add (no border, outline, padding, tint, opacity or hatch, as
+        ktop's CSS has it). It re-reads those styles for every line and builds a new strip
+        each time, whose line filter then runs again: 30 of the 37 us a repainted line cost
+        (idle: ~20 lines a second). A style that needs it goes back to Textual's path."""
+        styles_now = self.styles._cache_key  # (changes with any of its styles)
+        if self._plain_background is None or self._plain_for != styles_now:
+            self._plain_background, self._plain_for = self._background_if_plain(), styles_now
+        background = self._plain_background
+        if background is False:
+            return super().render_lines(crop)
+        width = self.size.width
+        base = self._style("base")
+        filters = self.app.get_line_filters()
+        strips = []
+        for y in crop.line_range:
+            strip = self.render_line(y).adjust_cell_length(width, base)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        x1, x2 = crop.column_span
+        if (x1, x2) != (0, width):
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
+
+    def _background_if_plain(self) -> Color | Literal[False]:
+        """The background line filters are given, if the styles cache has nothing to add."""
+        styles = self.styles
+        plain = (  # (links: its cells are plain text, none has a link to style)
+            not self.BLANK
+            and not any(edge for edge, _ in styles.border)
+            and not any(edge for edge, _ in styles.outline)
+            and not any(styles.padding)
+            and not styles.tint.a and self.opacity == 1.0 and styles.text_opacity == 1.0
+            and not (styles.has_rule("hatch") and styles.hatch != "none")
+        )
+        return self.background_colors[1] if plain else False
 
     def _line(self, cells: Sequence[tuple[str, bool, str]], width: int, base: Style) -> Strip:
         """One table line: each cell cut (with an ellipsis) or padded to its column, its
