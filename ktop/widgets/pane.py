@@ -86,10 +86,12 @@ class Pane(Vertical):
         self.border_title = self.TITLE
         self._snapshot: Snapshot | None = None  # what the rows shown were made from
         self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view
+        self._tables: dict[str, KeyedTable] = {}  # view -> its table, made in compose()
 
     def compose(self) -> ComposeResult:
         for index, view in enumerate(self.VIEWS):
             table = KeyedTable(view.columns, view.sort, id=f"{self.PANE}-{view.name}")
+            self._tables[view.name] = table
             table.display = index == 0
             table.message = "starting collectors..."
             yield table
@@ -99,7 +101,8 @@ class Pane(Vertical):
 
     @property
     def table(self) -> KeyedTable:
-        return self.query_one(f"#{self.PANE}-{self.view}", KeyedTable)
+        """The current view's table (asked several times a refresh: no DOM query)."""
+        return self._tables[self.view]
 
     def view_description(self) -> str:
         """What the current view shows, said when `v` switches to it."""

@@ -395,7 +395,7 @@ class KeyedTable(ScrollView, can_focus=True):
         filters = self.app.get_line_filters()
         strips = []
         for y in crop.line_range:
-            strip = self.render_line(y).adjust_cell_length(width, base)
+            strip = self._render_line(y, width).adjust_cell_length(width, base)
             for line_filter in filters:
                 strip = strip.apply_filter(line_filter, background)
             strips.append(strip)
@@ -433,7 +433,11 @@ class KeyedTable(ScrollView, can_focus=True):
         return Strip(segments).crop(0, width).adjust_cell_length(width, base)
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        return self._render_line(y, self.size.width)
+
+    def _render_line(self, y: int, width: int) -> Strip:
+        """Line y of the table `width` cells wide (size is a walk up to the screen: asked
+        once per repaint, not per line)."""
         if y == 0:
             key = (width, self.sort_column, self.sort_descending, self.has_focus)
             if self._header_cache is None or self._header_cache[0] != key:
