@@ -168,11 +168,9 @@ class KeyedTable(ScrollView, can_focus=True):
         # component styles on every refresh (a third of drawing a changed line).
         self._style_cache: dict[str, Style] = {}
         self._widths_cache: dict[tuple[int, str], list[int | None]] = {}
-        # render_lines: the background its line filters get, or False to draw through
-        # Textual's styles cache (None: not known since the CSS last changed), as the
-        # styles were when it was found (their cache key).
-        self._plain_background: Color | Literal[False] | None = None
-        self._plain_for = -1
+        # render_lines: (the styles' cache key when found, the background its line filters
+        # get or False to draw through Textual's styles cache); -1: not known.
+        self._plain: tuple[int, Color | Literal[False]] = (-1, False)
         # Said in place of rows when there are none (why the pane is empty or unavailable):
         # drawn by the table, so it coming and going costs no layout pass of the screen.
         self.message = ""
@@ -376,18 +374,18 @@ class KeyedTable(ScrollView, can_focus=True):
         self._style_cache.clear()
         self._row_cache.clear()
         self._header_cache = None
-        self._plain_background = None
+        self._plain = (-1, False)  # the background may be another colour now
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """The lines as Textual's styles cache would draw them, without it when the table has
         nothing for it to add (no border, outline, padding, tint, opacity or hatch, as
         ktop's CSS has it). It re-reads those styles for every line and builds a new strip
-        each time, whose line filter then runs again: 30 of the 37 us a repainted line cost
-        (idle: ~20 lines a second). A style that needs it goes back to Textual's path."""
+        each time, whose line filter then runs again: 50 -> 11 us a repainted line (idle: ~20
+        lines a second). A style that needs it goes back to Textual's path."""
         styles_now = self.styles._cache_key  # (changes with any of its styles)
-        if self._plain_background is None or self._plain_for != styles_now:
-            self._plain_background, self._plain_for = self._background_if_plain(), styles_now
-        background = self._plain_background
+        if self._plain[0] != styles_now:
+            self._plain = (styles_now, self._background_if_plain())
+        background = self._plain[1]
         if background is False:
             return super().render_lines(crop)
         width = self.size.width
