@@ -235,7 +235,6 @@ class LiveSource:
                     if self._closed:
                         return
                     self._load(spec)
-            self._compiler_exited()
             self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
             # as ktop: out of the collector's sight, a full collection no longer walks it
@@ -245,13 +244,6 @@ class LiveSource:
             self._self_cost.start_span()
         finally:
             self._loaded.set()
-
-    def _compiler_exited(self) -> None:
-        """The CPU sampler skipped the compiler's user stacks while it ran; no longer."""
-        with self._lock:  # (close() closes the sampler under it)
-            functions = self._running.get(PANE_FUNCTIONS)
-            if functions is not None:
-                functions[0].compiler_exited()
 
     def _load(self, spec: PaneSpec) -> None:
         with self._lock:

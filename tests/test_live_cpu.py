@@ -196,16 +196,18 @@ def test_the_compilers_user_stacks_are_not_walked_while_it_runs():
 
 def test_once_the_compiler_exits_its_pid_is_walked_again():
     """The pid may name another process from then on. A busy process stands in for the
-    compiler: skipped while named, walked once the sampler hears the compiler exited."""
+    compiler's pid: skipped while the shared compiler runs, walked once it has exited (the
+    loader tells the sampler)."""
+    from ktop.collectors import loader
     from ktop.collectors.cpu import CpuSampler
 
     stand_in = start(sys.executable, "-c", "while True: pass")
     sampler = CpuSampler(997, compiler_pid=stand_in.pid)
     try:
-        sampler.start()
-        time.sleep(1.0)
-        before = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
-        sampler.compiler_exited()
+        with loader.shared_compiler():
+            sampler.start()
+            time.sleep(1.0)
+            before = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
         time.sleep(1.0)
         after = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
     finally:

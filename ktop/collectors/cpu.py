@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ktop.cgroups import CgroupNames, shared_names
+from ktop.collectors import loader
 from ktop.collectors.bpfload import Unavailable, load_program
 from ktop.collectors.bpfsys import BpfMap, attach_sampling
 from ktop.collectors.maps import TwoGenerationProgram
@@ -109,6 +110,8 @@ class CpuSampler:
         self._write_idle_code()
         own_pids = self._program.table(MAP_OWN_PIDS)
         own_pids[0], own_pids[1] = self.own_pid, self.compiler_pid
+        if self.compiler_pid:
+            loader.when_compiler_exits(self.compiler_exited)
         try:
             program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
         except OSError as e:
@@ -119,9 +122,12 @@ class CpuSampler:
 
     def compiler_exited(self) -> None:
         """Its pid may now name another process, whose user stacks must be walked."""
-        if self._program is not None and self.compiler_pid:
-            self._program.table(MAP_OWN_PIDS)[1] = 0
-        self.compiler_pid = 0
+        program, self.compiler_pid = self._program, 0
+        try:
+            if program is not None:
+                program.table(MAP_OWN_PIDS)[1] = 0
+        except OSError:  # closed meanwhile (ktop quitting): nothing left to clear
+            pass
 
     def _write_idle_code(self) -> None:
         """The ranges the program remembers idle stacks in; as many as it has room for (the

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,16 +145,34 @@ _running: set[Compiler] = set()
 _shared: Compiler | None = None
 
 
+_on_shared_exit: list[Callable[[], None]] = []  # told once the shared compiler has exited
+
+
 @contextlib.contextmanager
 def shared_compiler(nice: int = 0) -> Iterator[None]:
     """Programs loaded inside the block share one compiler process (niced, if asked)."""
     global _shared
-    with Compiler(nice) as compiler:
-        _shared = compiler
-        try:
-            yield
-        finally:
-            _shared = None
+    try:
+        with Compiler(nice) as compiler:
+            _shared = compiler
+            try:
+                yield
+            finally:
+                _shared = None
+    finally:  # the child has been waited for: its pid may name another process from now
+        with _registry_lock:
+            told, _on_shared_exit[:] = list(_on_shared_exit), []
+        for callback in told:
+            callback()
+
+
+def when_compiler_exits(callback: Callable[[], None]) -> None:
+    """callback() once the shared compiler process has exited (at once if none runs)."""
+    with _registry_lock:
+        if _shared is not None:
+            _on_shared_exit.append(callback)
+            return
+    callback()
 
 
 def compiler_pid() -> int:
