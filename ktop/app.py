@@ -291,10 +291,10 @@ class KtopApp(App[None]):
         snapshot = self.snapshot
         try:
             self._show_header()
+            if self.timeline is not None:
+                self.main_screen.query_one("#timeline").show(self.timeline.view())
         except (NoMatches, IndexError):  # before mount or while shutting down: next refresh
             return
-        if self.timeline is not None:
-            self.main_screen.query_one("#timeline").show(self.timeline.view())
         if snapshot is None:
             return
         with self.batch_update():
