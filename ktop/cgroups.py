@@ -161,6 +161,10 @@ class CgroupNames:
                     self._scan()
             return self._names.get(cgroup_id, f"[cgroup {cgroup_id}]")
 
+    def knows(self, cgroup_id: int) -> bool:
+        """Whether name() gives the path (or "" for id 0), not a stand-in."""
+        return not cgroup_id or cgroup_id in self._names
+
     def _scan(self) -> None:
         self.scans += 1
         if len(self._names) >= NAMES_KEPT:

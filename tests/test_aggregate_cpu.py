@@ -35,7 +35,7 @@ def stacks(addr):
 
 def drain(start: float, seconds: float, *counts: StackCount, lost=None,
           ticks: CpuTicks | None = None) -> CpuDrain:
-    return CpuDrain(start, start + seconds, tuple(counts), dict(lost or {}), ticks or CpuTicks())
+    return CpuDrain.of(start, start + seconds, tuple(counts), dict(lost or {}), ticks or CpuTicks())
 
 
 def count(pid, comm, samples, kernel=(), user_mode=False) -> StackCount:
@@ -343,3 +343,38 @@ def test_counts_kept_per_interval_agree_with_the_stacks_as_the_window_slides(kal
             assert profile.total_samples == sum(r.samples for rows in intervals for r in rows)
             assert profile.functions == hot_functions(profile.stacks,
                                                       HZ * profile.window_s * CPUS)
+
+
+def test_rows_met_again_as_new_objects_or_after_a_fold_count_as_the_same_stack(kallsyms, stacks):
+    """The aggregator finds the sampler's rows by identity: the same row object interval
+    after interval, a new object for the same stacks (the sampler empties its maps), a row
+    not met since a sweep of the rows, and a row whose number a fold of exited processes
+    forgot all count where their stacks say."""
+    from ktop.aggregate.cpu import ROWS_FORGOTTEN_EVERY
+    from ktop.collectors.cpu import StackRow
+
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=1)
+    urandom = StackRow(4242, "dd", stacks["urandom"], (), False)
+    copy = StackRow(4243, "dd", stacks["copy"], (), False)
+
+    def add(t, *rows_samples):
+        rows, samples = zip(*rows_samples)
+        agg.add(CpuDrain(float(t), t + 1.0, rows, samples, {}))
+        return by_symbol(agg.profile())
+
+    t = 0
+    for t in range(2 * ROWS_FORGOTTEN_EVERY + 1):  # through two sweeps
+        functions = add(t, (urandom, 10), (copy, 3))
+        assert functions["chacha_permute"].samples == 10
+        assert functions["_copy_to_iter"].samples == 3
+    again = StackRow(*urandom.identity())  # the same stacks, a new object
+    functions = add(t + 1, (again, 7), (urandom, 5))
+    assert functions["chacha_permute"].samples == 12
+    assert len(agg._ids.keys) == 2, "the same stacks were numbered twice"
+    # A fold forgets pid 4243's numbers (it exited); its row met again is counted anew.
+    crowd = [(StackRow(10**5 + n, "sh", stacks["copy"], (), False), 1) for n in range(6000)]
+    add(t + 2, *crowd)  # short-lived processes crowd the totals, so that the fold runs
+    agg.fold_exited(lambda pid: pid == 4242)
+    functions = add(t + 3, (copy, 4), (urandom, 1))
+    assert functions["_copy_to_iter"].samples == 4
+    assert {s.pid for s in agg.profile().stacks} == {4242, 4243}

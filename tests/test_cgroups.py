@@ -108,6 +108,9 @@ def test_ids_are_named_by_the_directory_inode_and_looked_up_again_when_unknown(t
     assert names.name(os.stat(root / "c").st_ino) == "/c"
     assert names.name(1) == "[cgroup 1]"  # unknown, and no second rescan within the second
     assert names.scans == 2
+    # Whether a name is the path (a row of the CPU sampler keeps it) or a stand-in (not kept).
+    assert names.knows(os.stat(root / "c").st_ino) and names.knows(0)
+    assert not names.knows(1)
 
 
 def test_proc_pid_io_gives_the_bytes_iotop_shows():

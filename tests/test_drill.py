@@ -240,7 +240,7 @@ def test_kernel_frames_get_file_and_line_from_a_line_table(kallsyms, addr):
         return {leaf: "lib/crypto/chacha.c:42", caller - 1: "fs/read_write.c:482"}.get(address)
 
     aggregate = CpuAggregator(kallsyms, hz=99, cpus=2, source_line=source_line, line_info="x")
-    aggregate.add(CpuDrain(0.0, 1.0, (StackCount(7, "dd", 3, (leaf, caller), (), False),), {}))
+    aggregate.add(CpuDrain.of(0.0, 1.0, (StackCount(7, "dd", 3, (leaf, caller), (), False),), {}))
     stack = aggregate.profile().stacks[0]
     # the innermost frame is where the sample hit; a caller's return address is one past
     # its call instruction, so the line looked up is that of address - 1

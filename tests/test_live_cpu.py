@@ -217,3 +217,34 @@ def test_once_the_compiler_exits_its_pid_is_walked_again():
     assert sum(r.samples for r in before) > 50 and all(r.own and not r.user for r in before)
     walked = sum(r.samples for r in after if r.user and not r.own)
     assert walked > 0.9 * sum(r.samples for r in after) > 0
+
+
+def test_a_counter_met_again_is_handed_over_as_the_same_row():
+    """A workload's counters come back interval after interval: the sampler decodes each
+    key once and hands over the same row object for it (the aggregator finds it by identity),
+    with that interval's samples beside it."""
+    from ktop.collectors.cpu import CpuSampler
+
+    sampler = CpuSampler(997)
+    dd = None
+    try:
+        sampler.start()
+        dd = start("dd", "if=/dev/urandom", "of=/dev/null", "bs=64k")
+        drains = []
+        for _ in range(3):  # generations 0, 1, 0
+            time.sleep(1.0)
+            drains.append(sampler.drain())
+    finally:
+        sampler.close()
+        if dd is not None:
+            dd.kill()
+            dd.wait()
+    first, _, third = drains
+    assert all(len(d.rows) == len(d.samples) > 0 for d in drains)
+    mine = {id(r): r for r in first.rows if r.pid == dd.pid and r.kernel}
+    again = [r for r in third.rows if id(r) in mine and mine[id(r)] is r]
+    assert again, "no counter of dd's came back as the row it was two intervals before"
+    by_row = dict(zip(third.rows, third.samples))
+    assert sum(by_row[r] for r in again) > 0
+    assert sum(c.samples for c in third.counts if c.pid == dd.pid) == sum(
+        n for r, n in by_row.items() if r.pid == dd.pid)

@@ -75,7 +75,7 @@ def cpu_drains(addr) -> list[CpuDrain]:
         if i % 3 == 0:
             counts.append(StackCount(999, "\x1b[2J sh", 4, copy, (), False))
         ticks = CpuTicks(user=10 + i, kernel=150 + 3 * i, idle=40 - i, steal=i % 2)
-        drains.append(CpuDrain(100.0 + i, 101.0 + i + 0.01 * i, tuple(counts),
+        drains.append(CpuDrain.of(100.0 + i, 101.0 + i + 0.01 * i, tuple(counts),
                                {"kstack_collision": i}, ticks))
     return drains
 

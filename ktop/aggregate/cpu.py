@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.window import Window
-from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
+from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain, StackRow
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
 from ktop.stacktree import function_name, inclusive_counts, ranked_functions
@@ -21,7 +21,8 @@ UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
 # Kernel address -> "file:line" from a debug vmlinux, or None.
 LineLookup = Callable[[int], "str | None"]
 
-
+# Drains between sweeps of the rows an aggregator knows the numbers of (see CpuAggregator).
+ROWS_FORGOTTEN_EVERY = 60
 
 
 class _StackKey(NamedTuple):
@@ -150,6 +151,12 @@ class CpuAggregator:
         self.line_info = line_info
         self._window = Window(window_s, _Samples, _Samples.merge, _Samples.subtract)
         self._ids = _StackIds()
+        # The sampler's rows -> their numbers, by identity (StackRow). Rows not met for
+        # ROWS_FORGOTTEN_EVERY to twice that many drains are dropped: the sampler makes new
+        # ones for the same keys after emptying its maps, and the old would be kept forever.
+        self._rows: dict[StackRow, int] = {}
+        self._rows_before: dict[StackRow, int] = {}
+        self._drained = 0
         self._lost: dict[str, int] = {}
 
     def _function_at(self, address: int) -> tuple[str, str]:
@@ -170,20 +177,33 @@ class CpuAggregator:
 
     def add(self, drain: CpuDrain) -> None:
         counted: dict[int, int] = {}  # (a dict: a Counter's missing keys cost a call each)
-        ids = self._ids
-        number_of = ids.numbers.get
-        for row in drain.counts:
-            pid, comm, samples, kernel, user, user_mode, cgroup, own = row
-            raw = (pid, comm, kernel, user, user_mode, cgroup, own)
-            number = number_of(raw)
+        rows = self._rows
+        number_of = rows.get
+        for row, samples in zip(drain.rows, drain.samples):
+            number = number_of(row)
             if number is None:
-                number = ids.add(raw, self._stack_key(row))
+                number = rows[row] = self._number(row)
             counted[number] = counted.get(number, 0) + samples
+        self._drained += 1
+        if self._drained % ROWS_FORGOTTEN_EVERY == 0:
+            self._rows_before, self._rows = self._rows, {}
         stacks = Counter(counted)
         children, idle_children = self._children(stacks)
         self._window.add(drain.start, drain.end, _Samples(
             stacks, drain.ticks, children, idle_children, *self._selfs(stacks)))
         self._lost = dict(drain.lost)
+
+    def _number(self, row: StackRow) -> int:
+        """The number of a row first met since the last sweep: the one it had before, or that
+        of the stacks it names (the sampler makes new rows for the same keys after emptying
+        its maps, and a test's drains are new rows each time)."""
+        number = self._rows_before.get(row)
+        if number is None:
+            identity = row.identity()
+            number = self._ids.numbers.get(identity)
+            if number is None:
+                number = self._ids.add(identity, self._stack_key(row))
+        return number
 
     def _children(self, stacks: Counter) -> tuple[Counter, Counter]:
         """One interval's samples through each kernel function (perf's Children)."""
@@ -223,7 +243,7 @@ class CpuAggregator:
                     idle_selfs[function] = idle_selfs.get(function, 0) + n
         return Counter(selfs), Counter(idle_selfs), user, idle
 
-    def _stack_key(self, row) -> _StackKey:
+    def _stack_key(self, row: StackRow) -> _StackKey:
         kernel = row.kernel
         user_frames: tuple[UserFrame, ...] = ()
         if row.own:  # ktop's own: the sampler walked no user stack
@@ -263,6 +283,9 @@ class CpuAggregator:
 
             fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
             self._ids.keep_only(set(stacks) | set(self._window.recent().stacks))
+            kept = self._ids.keys
+            self._rows = {row: n for row, n in self._rows.items() if n in kept}
+            self._rows_before = {row: n for row, n in self._rows_before.items() if n in kept}
 
     def profile(self, cumulative: bool = False, latest: bool = False) -> CpuProfile:
         """The window's profile, or the totals since start, or (latest) the newest interval's

@@ -271,6 +271,14 @@ class BpfMap:
     def drain_raw(self) -> list[tuple[bytes, bytes]]:
         """drain(), undecoded: (key, value) as the kernel's bytes, for a caller that meets the
         same keys interval after interval and decodes each once."""
+        keys, values = self.drain_columns()
+        size = self._value_bytes
+        return [(key, values[i * size:(i + 1) * size]) for i, key in enumerate(keys)]
+
+    def drain_columns(self) -> tuple[list[bytes], bytes]:
+        """drain_raw() as two columns: the keys, and the values back to back in the same
+        order; a caller whose values are plain numbers reads them all in one cast, not one
+        slice and conversion each (at 4000 Hz the sampler drains ~450 counters a second)."""
         try:
             return self._batch(MAP_LOOKUP_AND_DELETE_BATCH)
         except OSError as e:
@@ -282,34 +290,38 @@ class BpfMap:
                 del self[self.Key.from_buffer_copy(key)]
             except KeyError:
                 pass
-        return found
+        return [key for key, _ in found], b"".join(value for _, value in found)
 
     def snapshot(self) -> list[tuple[Any, Any]]:
         """Every entry, left in place."""
         try:
-            raw = self._batch(MAP_LOOKUP_BATCH)
+            keys, values = self._batch(MAP_LOOKUP_BATCH)
+            size = self._value_bytes
+            raw = [(key, values[i * size:(i + 1) * size]) for i, key in enumerate(keys)]
         except OSError as e:
             if e.errno not in _NO_BATCH:
                 raise
             raw = self._items_raw()
         return [self._decoded(k, v) for k, v in raw]
 
-    def _batch(self, cmd: int) -> list[tuple[bytes, bytes]]:
+    def _batch(self, cmd: int) -> tuple[list[bytes], bytes]:
         # Sized by what the map held last time (the buffers are zeroed each call, and an
         # idle map's 1024 entries of 352 bytes took longer to clear than to read).
         count = min(self.max_entries, max(64, min(1024, self._last_batch)))
         # The kernel's place in the map between calls: a bucket number for hash maps.
         token_size = max(self.key_size, 8)
         in_token, out_token = ct.create_string_buffer(token_size), ct.create_string_buffer(token_size)
-        found: list[tuple[bytes, bytes]] = []
+        keys: list[bytes] = []
+        values: list[bytes] = []
         key_size, value_size = self.key_size, self._value_bytes
         first = True
         while True:
-            keys = ct.create_string_buffer(count * key_size)
-            values = ct.create_string_buffer(count * value_size)
+            key_buffer = ct.create_string_buffer(count * key_size)
+            value_buffer = ct.create_string_buffer(count * value_size)
             attr = _BatchAttr(
                 in_batch=0 if first else ct.addressof(in_token), out_batch=ct.addressof(out_token),
-                keys=ct.addressof(keys), values=ct.addressof(values), count=count, map_fd=self.fd,
+                keys=ct.addressof(key_buffer), values=ct.addressof(value_buffer), count=count,
+                map_fd=self.fd,
             )
             try:
                 bpf(cmd, attr)
@@ -322,16 +334,12 @@ class BpfMap:
                     raise
                 done = True  # the last batch: it may still hold entries
             got = attr.count
-            key_bytes = ct.string_at(keys, got * key_size)
-            value_bytes = ct.string_at(values, got * value_size)
-            found.extend(
-                (key_bytes[i * key_size:(i + 1) * key_size],
-                 value_bytes[i * value_size:(i + 1) * value_size])
-                for i in range(got)
-            )
+            key_bytes = ct.string_at(key_buffer, got * key_size)
+            keys += [key_bytes[i:i + key_size] for i in range(0, got * key_size, key_size)]
+            values.append(ct.string_at(value_buffer, got * value_size))
             if done:
-                self._last_batch = len(found)
-                return found
+                self._last_batch = len(keys)
+                return keys, b"".join(values)
             ct.memmove(in_token, out_token, token_size)
             first = False
 
