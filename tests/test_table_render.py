@@ -75,3 +75,45 @@ def test_a_table_with_padding_or_a_border_is_drawn_by_textual(recorded_snapshot)
 
     run_app(build_app(source, interval_s=INTERVAL), scenario)
     assert found == []
+
+
+def test_scrollbars_draw_the_lines_textual_draws_as_rows_come_and_go(recorded_snapshot):
+    """A table's scrollbar keeps each distinct line it drew: through row counts that move
+    the thumb, scrolling, the mouse over the bar, and crops, every line is the one Textual's
+    own scrollbar draws at that moment."""
+    from textual.scrollbar import ScrollBar
+
+    source = SwitchableSource(with_changes(recorded_snapshot, 300, 0))
+    found: list = []
+    drawn: list[int] = []
+
+    def bar_differences(app) -> None:
+        for table in app.main_screen.query(KeyedTable):
+            bar = table.vertical_scrollbar
+            if not bar.display or not bar.size.height:
+                continue
+            drawn.append(bar.size.height)
+            width, height = bar.size
+            for crop in (Region(0, 0, width, height), Region(0, 1, width, 1),
+                         Region(0, height - 3, width, 3)):
+                bar._styles_cache.clear()
+                textual = ScrollBar.render_lines(bar, crop)  # (the base class: no lines kept)
+                if cells(bar.render_lines(crop)) != cells(textual):
+                    found.append((table.id, crop, bar.window_virtual_size, bar.position))
+
+    async def scenario(pilot):
+        app = pilot.app
+        steps = [(), ("tab",), ("pagedown",), ("pagedown",), ("end",), ("home",), ("tab",)]
+        for step, keys in enumerate(steps):
+            source.current = with_changes(recorded_snapshot, 300 - 37 * step, step)
+            await pilot.press(*keys)
+            await next_frames(pilot, source)
+            bar_differences(app)
+            bars = [t.vertical_scrollbar for t in app.main_screen.query(KeyedTable)]
+            for bar in bars:  # the mouse over the bar changes its colours
+                bar.mouse_over = not bar.mouse_over
+            bar_differences(app)
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario)
+    assert len(drawn) >= 10, "too few scrollbars were shown to compare"
+    assert found == []

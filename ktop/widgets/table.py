@@ -24,7 +24,7 @@ from textual.color import Color
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
-from textual.scrollbar import ScrollBar
+from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 
 from ktop.text import printable
@@ -101,6 +101,39 @@ def _tell_scrollbar(bar: ScrollBar, virtual_height: int) -> None:
     changed = [y for y, (was, now) in enumerate(zip(before, after)) if was != now]
     if changed:
         bar.refresh(*(Region(0, y, bar.size.width, 1) for y in changed))
+
+
+class _LineCachedScrollBar(ScrollBar):
+    """A vertical scrollbar that draws each distinct line once. Textual renders the whole
+    bar through Rich for any line it repaints (a 1-line repaint of a 20-line bar: ~450 us,
+    each refresh whose row count moves the thumb). A line's look depends only on its
+    segment of the bar (track above or below the thumb, the thumb, or a thumb end), the
+    bar's colours and its size: such a line, drawn by Textual once, is kept."""
+
+    _KEPT = 64  # distinct lines: a few per thumb position and state
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lines: dict[tuple, Strip] = {}
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        renderable = self.render()
+        if not self.vertical or not isinstance(renderable, ScrollBarRender):
+            return super().render_lines(crop)
+        picture = _scrollbar_picture(self, self.window_virtual_size)
+        look = (renderable.style, self.size, crop.x, crop.width, self.styles._cache_key,
+                tuple(map(id, self.app.get_line_filters())))
+        lines = []
+        for y in crop.line_range:
+            key = (picture[y] if y < len(picture) else None, look)
+            line = self._lines.get(key)
+            if line is None:
+                if len(self._lines) >= self._KEPT:
+                    self._lines.clear()
+                line = self._lines[key] = super().render_lines(
+                    Region(crop.x, y, crop.width, 1))[0]
+            lines.append(line)
+        return lines
 
 
 class KeyedTable(ScrollView, can_focus=True):
@@ -359,6 +392,17 @@ class KeyedTable(ScrollView, can_focus=True):
         self.virtual_size = virtual
 
     # ---- drawing ----------------------------------------------------------------------------
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Textual's, made as Textual makes it, but drawing each distinct line once."""
+        if self._vertical_scrollbar is None:
+            bar = _LineCachedScrollBar(vertical=True, name="vertical",
+                                       thickness=self.scrollbar_size_vertical)
+            bar.display = False
+            self._vertical_scrollbar = bar
+            self.app._start_widget(self, bar)
+        return self._vertical_scrollbar
 
     def _style(self, part: str) -> Style:
         """The rich style of "base" (the table itself) or of a component class."""
