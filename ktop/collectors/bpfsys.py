@@ -271,9 +271,7 @@ class BpfMap:
     def drain_raw(self) -> list[tuple[bytes, bytes]]:
         """drain(), undecoded: (key, value) as the kernel's bytes, for a caller that meets the
         same keys interval after interval and decodes each once."""
-        keys, values = self.drain_columns()
-        size = self._value_bytes
-        return [(key, values[i * size:(i + 1) * size]) for i, key in enumerate(keys)]
+        return self._pairs(*self.drain_columns())
 
     def drain_columns(self) -> tuple[list[bytes], bytes]:
         """drain_raw() as two columns: the keys, and the values back to back in the same
@@ -295,14 +293,17 @@ class BpfMap:
     def snapshot(self) -> list[tuple[Any, Any]]:
         """Every entry, left in place."""
         try:
-            keys, values = self._batch(MAP_LOOKUP_BATCH)
-            size = self._value_bytes
-            raw = [(key, values[i * size:(i + 1) * size]) for i, key in enumerate(keys)]
+            raw = self._pairs(*self._batch(MAP_LOOKUP_BATCH))
         except OSError as e:
             if e.errno not in _NO_BATCH:
                 raise
             raw = self._items_raw()
         return [self._decoded(k, v) for k, v in raw]
+
+    def _pairs(self, keys: list[bytes], values: bytes) -> list[tuple[bytes, bytes]]:
+        """Columns as (key, value) pairs: each key with its slice of the values."""
+        size = self._value_bytes
+        return [(key, values[i * size:(i + 1) * size]) for i, key in enumerate(keys)]
 
     def _batch(self, cmd: int) -> tuple[list[bytes], bytes]:
         # Sized by what the map held last time (the buffers are zeroed each call, and an
