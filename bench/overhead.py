@@ -12,12 +12,17 @@ Each tool runs in a real terminal (a private tmux server, 160x50). For each, the
     ktop to its first full screen (header filled in and a row in the processes pane), the
     screen read every 0.05 s;
   - the slowdown of a fixed-size, kernel-bound dd (~3 s on one CPU) with the tool running at
-    --hz, against the same dd alone just before the tool started and just after it stopped.
+    --hz, against the same dd alone just before the tool started and just after it stopped;
+  - what --high-hz adds: the busy figure at --high-hz less that at --hz, paired per run (the two
+    are measured minutes apart); and, for ktop, the floor of it: ktop at --hz beside ktop's
+    own sampler at --high-hz in another process, busy. The sampling interrupts landing on
+    ktop's threads are charged to them (this kernel has no IRQ time accounting) whatever ktop
+    does with the samples; what --high-hz adds above that floor is ktop's own work.
 Each figure is the median of --runs runs, with min-max beside it; the runs of the two tools
 are interleaved (ktop, perf top, ktop, ...) so that drift hits both alike.
 
 Usage (root): python bench/overhead.py [--runs 3] [--seconds 30] [--warmup 10] [--quick]
-`make bench` runs it with the defaults (about 14 minutes on 2 CPUs).
+`make bench` runs it with the defaults (about 17 minutes on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -51,6 +56,16 @@ POLL = 0.1
 STARTUP_POLL = 0.05
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
 URANDOM = ["dd", "if=/dev/urandom", "of=/dev/null", "bs=1M", "status=none"]
+# ktop's CPU sampler alone, drained every second, until killed: the kernel's side of sampling
+# at a rate (interrupts, BPF) without ktop's user-space work on the samples.
+SAMPLER_BESIDE = """import sys, time
+from ktop.collectors.cpu import CpuSampler
+sampler = CpuSampler(int(sys.argv[1]))
+sampler.start()
+while True:
+    time.sleep(1)
+    sampler.drain()
+"""
 
 PERF_HOT_ROW = re.compile(r"^\s*\d+\.\d+%\s+\S+\s+\[k\]\s+\S+")
 KTOP_HOT_ROW = re.compile(r"\d+\.\d\d%\s+\d+\.\d\d%\s+\S+")  # Children  Self  Symbol
@@ -210,6 +225,18 @@ def bpf_stats() -> Iterator[None]:
             f.write(before)
 
 
+@contextlib.contextmanager
+def sampling_beside(hz: int) -> Iterator[None]:
+    """ktop's CPU sampler at hz in a process of its own for the block."""
+    sampler = subprocess.Popen([sys.executable, "-c", SAMPLER_BESIDE, str(hz)], cwd=REPO,
+                               stdin=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        sampler.kill()
+        sampler.wait()
+
+
 # --- the terminal -----------------------------------------------------------------------
 
 
@@ -349,7 +376,8 @@ def measure(
     tool: Tool, tmux: Tmux, args: argparse.Namespace, dd_mib: int
 ) -> dict[str, float | None]:
     """Every figure of one run of one tool, in two launches: at --hz (startup, idle, memory,
-    dd slowdown, busy) and at --high-hz (busy)."""
+    dd slowdown, busy) and at --high-hz (busy); for ktop a third, at --hz beside a sampler at
+    --high-hz (busy: the floor of what the rate adds)."""
     figures: dict[str, float | None] = {}
     time.sleep(QUIET)  # the previous tool's exit (BPF programs freed, tmux) is over
     figures["dd_before"] = urandom_throughput(dd_mib)
@@ -369,6 +397,11 @@ def measure(
         sleep_until(started + args.warmup)
         figures["high"], figures["high_bpf"] = busy_cpu(tmux, session, tool, process.pid,
                                                         args.seconds)
+    if tool.owns_bpf:
+        with sampling_beside(args.high_hz), launched(tmux, tool, args.hz) as (session, process,
+                                                                             started):
+            sleep_until(started + args.warmup)
+            figures["floor"], _ = busy_cpu(tmux, session, tool, process.pid, args.seconds)
     return figures
 
 
@@ -388,6 +421,8 @@ def slowdown(run: dict[str, float | None]) -> float | None:
 
 
 def number(value: float) -> str:
+    if abs(value) < 0.005:
+        value = 0.0  # not "-0.00"
     if abs(value) < 1:
         return f"{value:.2f}"
     return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
@@ -404,6 +439,11 @@ def summary(values: list[float | None]) -> str:
     if len(measured) < len(values):
         text += f" [{len(values) - len(measured)} missing]"
     return text
+
+
+def difference(run: dict[str, float | None], minuend: str, subtrahend: str) -> float | None:
+    a, b = run.get(minuend), run.get(subtrahend)
+    return None if a is None or b is None else a - b
 
 
 def with_bpf(figures: dict[str, float | None], key: str) -> float | None:
@@ -441,6 +481,16 @@ def report(args: argparse.Namespace, results: dict[Tool, list[dict]], dd_mib: in
         (f"busy {args.high_hz} Hz", figure("high")),
         (f"{args.high_hz} Hz +BPF", cpu_bpf("high")),
     ], results)
+    print_table("+rate", [
+        (f"{args.high_hz} - {args.hz} Hz", lambda tool, run: difference(run, "high", "busy")),
+        (f"{args.hz} Hz beside", figure("floor")),
+        ("floor", lambda tool, run: difference(run, "floor", "busy")),
+        ("own work", lambda tool, run: difference(run, "high", "floor")),
+    ], results)
+    print(f"\n+rate: what busy at {args.high_hz} Hz adds to busy at {args.hz} Hz, paired per run; "
+          f"for ktop, {args.hz} Hz beside: ktop at {args.hz} Hz with its sampler at "
+          f"{args.high_hz} Hz in another process;\n  floor: what that adds (sampling interrupts "
+          f"charged to ktop's threads); own work: busy at {args.high_hz} Hz less {args.hz} Hz beside")
     print_table("", [
         ("RSS MiB", figure("rss")),
         ("PSS MiB", figure("pss")),
