@@ -461,7 +461,10 @@ class KeyedTable(ScrollView, can_focus=True):
 
     def _line(self, cells: Sequence[tuple[str, bool, str]], width: int, base: Style) -> Strip:
         """One table line: each cell cut (with an ellipsis) or padded to its column, its
-        style over the base. Built from segments directly: a Rich Text per row cost 3x more."""
+        style over the base. Built from segments directly: a Rich Text per row cost 3x more.
+        Neighbours of one style are one segment: Textual writes each segment with its own
+        colour codes, and a line of plain cells was 15 segments (at 99 Hz, 1,400 escape
+        sequences for 3,500 characters a refresh)."""
         pad = Segment(" " * _PAD, base)
         segments = []
         for (content, right, style), column_width in zip(cells, self._widths(width)):
@@ -472,7 +475,7 @@ class KeyedTable(ScrollView, can_focus=True):
             content = set_cell_size(content, column_width) if not right else (
                 " " * (column_width - cell_len(content)) + content)
             segments += (pad, Segment(content, base + Style.parse(style) if style else base), pad)
-        return Strip(segments).crop(0, width).adjust_cell_length(width, base)
+        return Strip(Segment.simplify(segments)).crop(0, width).adjust_cell_length(width, base)
 
     def render_line(self, y: int) -> Strip:
         return self._render_line(y, self.size.width)
