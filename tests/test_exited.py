@@ -70,6 +70,36 @@ def test_cpu_totals_fold_exited_pids_and_keep_every_sample(kallsyms, addr):
     assert {s.pid for s in window.stacks} == {100, 200, 201}
 
 
+def test_crowded_cpu_totals_are_walked_only_when_a_process_has_exited(kallsyms, addr):
+    """Totals stay crowded while the processes filling them live (at 4000 Hz their stacks
+    grow by ~25 a second): each fold asks after each process once instead of walking every
+    stack, and folds the stacks of one that has exited, every sample kept."""
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=5, resolve_user=hex_frames)
+    base = addr("chacha_permute")
+    aggregator.add(drain(0.0, 1.0, *(count(100 + n % 3, "dd", 1, (base + n, base + 0x200))
+                                     for n in range(60))))
+    asked: list[int] = []
+
+    def all_alive(pid: int) -> bool:
+        asked.append(pid)
+        return True
+
+    aggregator.fold_exited(all_alive)
+    assert sorted(asked) == [100, 101, 102]  # not once per stack (60)
+    assert {s.pid for s in aggregator.profile(cumulative=True).stacks} == {100, 101, 102}
+    aggregator.fold_exited(lambda pid: pid != 101)
+    totals = aggregator.profile(cumulative=True)
+    assert {s.pid for s in totals.stacks} == {100, 102, EXITED_PID}
+    assert sum(s.samples for s in totals.stacks if s.pid == EXITED_PID) == 20
+    assert totals.total_samples == 60
+    for t in range(1, 7):  # the exited one's stacks leave the live window too
+        aggregator.add(drain(float(t), 1.0, count(100, "dd", 1, (base, base + 0x200))))
+    aggregator.fold_exited(lambda pid: pid != 101)
+    asked.clear()
+    aggregator.fold_exited(all_alive)
+    assert sorted(asked) == [100, 102]  # its numbers are gone with it
+
+
 def test_lock_totals_fold_exited_tasks_everywhere(kallsyms_locks):
     aggregator = LockAggregator(kallsyms_locks, resolve_user=hex_frames)
     aggregator.add(lock_drain(0.0, 1.0, [stack_row(RWSEM_STACK, contended=3, total=3000)], tasks=[
