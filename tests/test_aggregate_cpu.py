@@ -7,9 +7,10 @@ the kallsyms fixture, so every expectation below is arithmetic on the input.
 from __future__ import annotations
 
 import pytest
+from cpu_drains import StackCount, cpu_drain
 
 from ktop.aggregate.cpu import CpuAggregator
-from ktop.collectors.cpu import CpuDrain, StackCount
+from ktop.collectors.cpu import CpuDrain
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import UserFrame
 
@@ -35,7 +36,7 @@ def stacks(addr):
 
 def drain(start: float, seconds: float, *counts: StackCount, lost=None,
           ticks: CpuTicks | None = None) -> CpuDrain:
-    return CpuDrain.of(start, start + seconds, tuple(counts), dict(lost or {}), ticks or CpuTicks())
+    return cpu_drain(start, start + seconds, counts, dict(lost or {}), ticks)
 
 
 def count(pid, comm, samples, kernel=(), user_mode=False) -> StackCount:

@@ -229,8 +229,9 @@ def test_enter_in_the_other_views_of_locks_and_block_io(recorded_snapshot):
 
 
 def test_kernel_frames_get_file_and_line_from_a_line_table(kallsyms, addr):
+    from cpu_drains import StackCount, cpu_drain
+
     from ktop.aggregate.cpu import CpuAggregator
-    from ktop.collectors.cpu import CpuDrain, StackCount
 
     leaf, caller = addr("chacha_permute") + 0x10, addr("get_random_bytes_user") + 0x40
     asked = []
@@ -240,7 +241,7 @@ def test_kernel_frames_get_file_and_line_from_a_line_table(kallsyms, addr):
         return {leaf: "lib/crypto/chacha.c:42", caller - 1: "fs/read_write.c:482"}.get(address)
 
     aggregate = CpuAggregator(kallsyms, hz=99, cpus=2, source_line=source_line, line_info="x")
-    aggregate.add(CpuDrain.of(0.0, 1.0, (StackCount(7, "dd", 3, (leaf, caller), (), False),), {}))
+    aggregate.add(cpu_drain(0.0, 1.0, (StackCount(7, "dd", 3, (leaf, caller), (), False),), {}))
     stack = aggregate.profile().stacks[0]
     # the innermost frame is where the sample hit; a caller's return address is one past
     # its call instruction, so the line looked up is that of address - 1

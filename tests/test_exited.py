@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from cpu_drains import StackCount
 from test_aggregate_cpu import count, drain
 from test_lock_aggregate import RWSEM_STACK, stack_row, task_row
 from test_lock_aggregate import drain as lock_drain
@@ -20,7 +21,6 @@ from ktop.aggregate.cpu import CpuAggregator
 from ktop.aggregate.exited import forget_addresses
 from ktop.aggregate.locks import LockAggregator
 from ktop.collectors.blockio import BlockDrain, IoStack, IoTotal, LatencyBucket
-from ktop.collectors.cpu import StackCount
 from ktop.model import EXITED_PID, UserFrame
 from ktop.symbols import Kallsyms
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 from conftest import check_contract
+from cpu_drains import StackCount, cpu_drain
 
 from ktop.aggregate.cpu import CpuAggregator
-from ktop.collectors.cpu import CpuDrain, StackCount
 from ktop.collectors.procstat import CpuTicks
 from ktop.export import FORMAT, ROUNDING, from_json, to_json
 from ktop.model import (
@@ -109,7 +109,7 @@ def test_unavailable_panes_are_exported_with_their_reason(recorded_snapshot):
 def test_a_live_profile_round_trips_within_rounding(recorded_snapshot, kallsyms, addr):
     agg = CpuAggregator(kallsyms, 99, 2)
     stack = (addr("chacha_permute") + 0xDA, addr("get_random_bytes_user") + 0x74)
-    agg.add(CpuDrain.of(0.0, 1.0137, (StackCount(77, "dd", 61, stack, (), False),), {}, CpuTicks(1, 2, 3)))
+    agg.add(cpu_drain(0.0, 1.0137, (StackCount(77, "dd", 61, stack, (), False),), {}, CpuTicks(1, 2, 3)))
     snapshot = replace(recorded_snapshot, cpu=agg.profile(), duration_s=1.0137)
     back = from_json(json.loads(json.dumps(to_json(snapshot))))
     assert len(back.cpu.functions) == len(snapshot.cpu.functions) == 2  # the leaf, its caller

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from conftest import first_in_line, root_only
+from cpu_drains import counts_of
 
 from ktop.engine import LiveSource, Options
 from ktop.model import PANE_FUNCTIONS
@@ -156,7 +157,7 @@ def test_ktops_own_user_stacks_are_not_walked_and_others_are():
         until = time.monotonic() + 1.5
         while time.monotonic() < until:  # ktop's own process, busy in user space
             pass
-        rows = sampler.drain().counts
+        rows = counts_of(sampler.drain())
     finally:
         sampler.close()
         if other is not None:
@@ -185,7 +186,7 @@ def test_the_compilers_user_stacks_are_not_walked_while_it_runs():
             sampler.drain()
             bpfload.load_program("locks.bpf.c", ["-DUSER_STACKS=1"],
                                  {"on_contention_begin": "TRACEPOINT"}).close()
-            compiling = [r for r in sampler.drain().counts if r.pid == compiler]
+            compiling = [r for r in counts_of(sampler.drain()) if r.pid == compiler]
         finally:
             sampler.close()
     assert compiler > 0
@@ -207,9 +208,9 @@ def test_once_the_compiler_exits_its_pid_is_walked_again():
         with loader.shared_compiler():
             sampler.start()
             time.sleep(1.0)
-            before = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
+            before = [r for r in counts_of(sampler.drain()) if r.pid == stand_in.pid]
         time.sleep(1.0)
-        after = [r for r in sampler.drain().counts if r.pid == stand_in.pid]
+        after = [r for r in counts_of(sampler.drain()) if r.pid == stand_in.pid]
     finally:
         sampler.close()
         stand_in.kill()
@@ -246,5 +247,5 @@ def test_a_counter_met_again_is_handed_over_as_the_same_row():
     assert again, "no counter of dd's came back as the row it was two intervals before"
     by_row = dict(zip(third.rows, third.samples))
     assert sum(by_row[r] for r in again) > 0
-    assert sum(c.samples for c in third.counts if c.pid == dd.pid) == sum(
+    assert sum(c.samples for c in counts_of(third) if c.pid == dd.pid) == sum(
         n for r, n in by_row.items() if r.pid == dd.pid)

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 from conftest import root_only
+from cpu_drains import counts_of
 
 import ktop.collectors.maps as maps
 from ktop.collectors.cpu import CpuSampler
@@ -29,7 +30,7 @@ def idling(drains, idle: IdleClassifier) -> tuple[Counter, int]:
     stacks: Counter = Counter()
     empty = 0
     for drain in drains:
-        for row in drain.counts:
+        for row in counts_of(drain):
             if row.pid != 0:
                 continue
             if not row.kernel:

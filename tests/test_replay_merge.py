@@ -11,12 +11,13 @@ import os
 from collections.abc import Mapping
 
 import pytest
+from cpu_drains import StackCount, cpu_drain
 
 from ktop.aggregate.blockio import BlockAggregator
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.aggregate.locks import LockAggregator
 from ktop.collectors.blockio import BlockDrain, CompletedRequest, IoStack, IoTotal, LatencyBucket
-from ktop.collectors.cpu import CpuDrain, StackCount
+from ktop.collectors.cpu import CpuDrain
 from ktop.collectors.disks import kernel_dev
 from ktop.collectors.locks import LockDrain, LockWaits, StackWaits, TaskWaits
 from ktop.collectors.procstat import CpuTicks
@@ -75,7 +76,7 @@ def cpu_drains(addr) -> list[CpuDrain]:
         if i % 3 == 0:
             counts.append(StackCount(999, "\x1b[2J sh", 4, copy, (), False))
         ticks = CpuTicks(user=10 + i, kernel=150 + 3 * i, idle=40 - i, steal=i % 2)
-        drains.append(CpuDrain.of(100.0 + i, 101.0 + i + 0.01 * i, tuple(counts),
+        drains.append(cpu_drain(100.0 + i, 101.0 + i + 0.01 * i, tuple(counts),
                                {"kstack_collision": i}, ticks))
     return drains
 

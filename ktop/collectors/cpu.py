@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from ktop.cgroups import CgroupNames, shared_names
 from ktop.collectors import loader
@@ -61,23 +59,6 @@ class StackRow:
         return f"StackRow{self.identity()!r}"
 
 
-class StackCount(NamedTuple):
-    """One in-kernel counter as drained, as one record: a row and its samples."""
-
-    pid: int
-    comm: str
-    samples: int
-    kernel: tuple[int, ...]
-    user: tuple[int, ...]
-    user_mode: bool
-    cgroup: str = ""
-    own: bool = False
-
-    def row(self) -> StackRow:
-        return StackRow(self.pid, self.comm, self.kernel, self.user, self.user_mode,
-                        self.cgroup, self.own)
-
-
 @dataclass(frozen=True)
 class CpuDrain:
     start: float  # time.monotonic() of the interval's start
@@ -86,20 +67,6 @@ class CpuDrain:
     samples: tuple[int, ...]  # the samples of each row, in the same order
     lost: dict[str, int]  # cumulative since start, by reason
     ticks: CpuTicks = CpuTicks()  # /proc/stat over the same span: the exact CPU time split
-
-    @classmethod
-    def of(cls, start: float, end: float, counts: Iterable[StackCount], lost: dict[str, int],
-           ticks: CpuTicks | None = None) -> CpuDrain:
-        """A drain from one record per counter (tests, replays of recorded counters)."""
-        counts = tuple(counts)
-        return cls(start, end, tuple(c.row() for c in counts), tuple(c.samples for c in counts),
-                   lost, ticks or CpuTicks())
-
-    @functools.cached_property
-    def counts(self) -> tuple[StackCount, ...]:
-        """Each counter as one record (for readers other than the aggregator)."""
-        return tuple(StackCount(r.pid, r.comm, n, r.kernel, r.user, r.user_mode, r.cgroup, r.own)
-                     for r, n in zip(self.rows, self.samples))
 
 
 def _map_sizes(hz: int, cpus: int, interval_s: float) -> tuple[int, int, int]:
