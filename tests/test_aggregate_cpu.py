@@ -379,3 +379,22 @@ def test_rows_met_again_as_new_objects_or_after_a_fold_count_as_the_same_stack(k
     functions = add(t + 3, (copy, 4), (urandom, 1))
     assert functions["_copy_to_iter"].samples == 4
     assert {s.pid for s in agg.profile().stacks} == {4242, 4243}
+
+
+def test_stacks_that_differ_in_instructions_share_their_functions(kallsyms, stacks):
+    """At 4000 Hz most new stacks are a new leaf instruction under callers already seen, and
+    the totals keep each while its process lives: their functions are one set, and each
+    (function, module) one object in every set, not a copy per stack."""
+    urandom, copy = stacks["urandom"], stacks["copy"]
+    leaves = [(urandom[0] + 4 * i, *urandom[1:]) for i in range(4)]
+    agg = CpuAggregator(kallsyms, HZ, CPUS)
+    agg.add(drain(100.0, 1.0, *(count(4242, "dd", 10, k) for k in leaves),
+                  count(4242, "dd", 5, copy)))
+    sets = {agg._ids.keys[n].kernel: s for n, s in agg._ids.functions.items()}
+    assert all(sets[k] is sets[leaves[0]] for k in leaves)
+    shared = [f for s in (sets[leaves[0]], sets[copy]) for f in s
+              if f[0] == "get_random_bytes_user"]
+    assert len(shared) == 2 and shared[0] is shared[1]
+    functions = by_symbol(agg.profile())
+    assert functions["chacha_permute"].samples == 40
+    assert functions["get_random_bytes_user"].children == 45

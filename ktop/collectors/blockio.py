@@ -304,8 +304,8 @@ class BlockCollector:
         )
         stacks_map = self._program.table(MAP_STACKS[old])
 
-        def walk(stack_id: int) -> tuple[int, ...]:
-            return self._program.stacks.read(stacks_map, stack_id)
+        def walk(stack_id: int, kernel: bool = False) -> tuple[int, ...]:
+            return self._program.stacks.read(stacks_map, stack_id, kernel)
 
         stacks = tuple(
             IoStack(
@@ -314,7 +314,7 @@ class BlockCollector:
                 dev=key.dev,
                 rw=_rw(key.rw),
                 requests=requests,
-                kernel=walk(key.kstack),
+                kernel=walk(key.kstack, kernel=True),
                 user=walk(key.ustack) if key.ustack != -errno.EFAULT else (),
                 cgroup=cgroup_name(key.cgroup),
             )

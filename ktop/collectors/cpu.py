@@ -191,7 +191,8 @@ class CpuSampler:
         kstack, ustack = decoded.kstack, decoded.ustack
         cgroup = self._cgroups.name(decoded.cgroup)
         row = StackRow(decoded.pid, decoded.comm.decode(errors="replace"),
-                       reader.read(kernel_stacks, kstack), reader.read(user_stacks, ustack),
+                       reader.read(kernel_stacks, kstack, kernel=True),
+                       reader.read(user_stacks, ustack),
                        kstack == -errno.EFAULT, cgroup, ustack == -errno.ENOENT)
         return row, reader.missing == missing and self._cgroups.knows(decoded.cgroup)
 

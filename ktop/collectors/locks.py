@@ -207,7 +207,7 @@ class LockCollector:
         stack_rows = [
             StackWaits(
                 flags=key.flags,
-                kernel=walk(kernel_stacks, key.kstack),
+                kernel=walk(kernel_stacks, key.kstack, kernel=True),
                 kernel_error=error(key.kstack),
                 contended=value.wait.count,
                 total_ns=value.wait.total_ns,
@@ -234,7 +234,7 @@ class LockCollector:
                 tgid=key.tgid,
                 comm=key.comm.decode(errors="replace"),
                 flags=key.flags,
-                kernel=walk(kernel_stacks, key.kstack),
+                kernel=walk(kernel_stacks, key.kstack, kernel=True),
                 kernel_error=error(key.kstack),
                 user=walk(user_stacks, key.ustack),
                 user_error=error(key.ustack),
