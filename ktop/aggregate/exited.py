@@ -5,7 +5,8 @@ grew by 28 MiB a minute under such churn. Once a table of totals holds FOLD_AFTE
 the entries of processes that have exited fold into one per command, and it grows only with
 what is new: a new command, a new stack. Every count is kept; only what can no longer mean
 anything goes: the pid of a process that is gone, and user addresses that were never named.
-Below that size nothing folds, so a --snapshot of a few seconds keeps every pid.
+Below that size nothing folds, nor in the first ten seconds (engine.FOLD_EVERY), so a
+--snapshot of a few seconds keeps every pid.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import TypeVar
 from ktop.model import EXITED_PID, UserFrame
 from ktop.usersyms import UNKNOWN
 
-FOLD_AFTER = 5000  # entries in one table of totals
+# Entries in one table of totals. Under churn a table fills with the entries of processes
+# that have exited: 5,000 CPU stacks held ~10 MiB by the time they first folded.
+FOLD_AFTER = 500
 
 K = TypeVar("K")
 V = TypeVar("V")

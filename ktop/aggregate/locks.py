@@ -93,6 +93,11 @@ def hist_buckets(slots: Sequence[int]) -> tuple[Bucket, ...]:
     )
 
 
+# Lock stacks named lately, kept for the next interval (a cache: each holds its addresses
+# and frames, ~1 KB; under process churn distinct stacks keep coming, ~300 a minute).
+SYMBOLIZED_KEPT = 4096
+
+
 class StackSymbolizer:
     """Kernel stacks to frames and caller, judged by the kernel's lock/sched text ranges."""
 
@@ -121,7 +126,7 @@ class StackSymbolizer:
         cached = self._cache.get(addresses)
         if cached is None:
             cached = self._resolve(addresses)
-            if len(self._cache) > 50_000:  # bounded over days of running
+            if len(self._cache) > SYMBOLIZED_KEPT:
                 self._cache.clear()
             self._cache[addresses] = cached
         return cached
