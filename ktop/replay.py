@@ -89,7 +89,8 @@ def merge_cpu(profiles: Sequence[CpuProfile]) -> CpuProfile:
     rows: dict[tuple, StackSample] = {}
     for profile in profiles:
         for s in profile.stacks:
-            key = (s.pid, s.comm, s.frames, s.modules, s.user_frames, s.truncated, s.idle, s.sources)
+            key = (s.pid, s.comm, s.frames, s.modules, s.user_frames, s.truncated, s.idle, s.sources,
+                   s.callers_dropped)
             stacks[key] = stacks.get(key, 0) + s.samples
             rows.setdefault(key, s)
     stack_rows = tuple(

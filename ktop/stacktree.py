@@ -16,6 +16,7 @@ from typing import Any
 from ktop.model import NOT_CODE, HotFunction, StackSample, UserFrame
 
 TRUNCATED = "[truncated: deeper than the collected depth]"
+CALLERS_DROPPED = "[callers not kept: a rare stack of the totals since start]"
 
 
 def function_name(frame: str) -> str:
@@ -55,6 +56,8 @@ def _chain(stack: StackSample) -> list[tuple[str, bool]]:
     chain = [(function_name(f), False) for f in stack.frames]
     if stack.truncated:
         chain.append((TRUNCATED, False))
+    if stack.callers_dropped:
+        chain.append((CALLERS_DROPPED, False))
     for frame in stack.user_frames:
         if frame.module == NOT_CODE:  # one node for every stack walk that went astray
             chain.append((NOT_CODE, True))

@@ -175,3 +175,48 @@ def kallsyms_locks():
 
     with open(FIXTURES / "locks_kallsyms.txt") as f:
         return Kallsyms.from_text(f.read())
+
+
+def test_past_the_stacks_kept_the_rarest_keep_their_innermost_frame(monkeypatch, kallsyms, addr):
+    """Distinct stacks never stop coming (a new instruction, a new path through fork): past
+    STACKS_KEPT the totals cut the rarest to their innermost frame, which says so. Every
+    sample is kept, Self and Children stay exact, and the window is not touched."""
+    from ktop.aggregate import cpu  # noqa: PLC0415
+    from ktop.exports.folded import CALLERS_DROPPED_FRAME, cpu_stack_frames  # noqa: PLC0415
+    from ktop.stacktree import CALLERS_DROPPED, callers_tree  # noqa: PLC0415
+
+    monkeypatch.setattr(cpu, "STACKS_KEPT", 4)
+    leaf = addr("chacha_permute") + 0x10
+    callers = (addr("chacha_block_generic") + 0x73, addr("do_syscall_64") + 0x71)
+    hot = count(100, "dd", 50, (leaf, *callers))
+    rare = [count(100, "dd", 1, (leaf, addr("get_random_bytes_user") + i, *callers))
+            for i in range(1, 7)]
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=1)
+    aggregator.add(drain(0.0, 1.0, hot, *rare))
+    aggregator.add(drain(1.0, 2.0, hot))
+    aggregator.fold_exited(is_alive)
+
+    totals = aggregator.profile(cumulative=True)
+    assert sum(s.samples for s in totals.stacks) == 106
+    cut = [s for s in totals.stacks if s.callers_dropped]
+    assert [(s.frames, s.samples, s.user_frames) for s in cut] == [
+        (("chacha_permute+0x10",), 4, ())]
+    assert len([s for s in totals.stacks if not s.callers_dropped]) == 3  # 3/4 of the kept
+    assert [s.samples for s in totals.stacks if not s.callers_dropped][0] == 100  # hot: whole
+    functions = {f.symbol: f for f in totals.functions}
+    assert functions["chacha_permute"].samples == 106
+    assert functions["get_random_bytes_user"].children == 6
+    tree = callers_tree("chacha_permute", totals.stacks)
+    assert tree.children[f"k:{CALLERS_DROPPED}"].samples == 4
+    assert CALLERS_DROPPED_FRAME in cpu_stack_frames(cut[0])
+    window = aggregator.profile()
+    assert [(s.samples, s.callers_dropped) for s in window.stacks] == [(50, False)]
+
+    # Cut again later: the same cut entry grows, nothing is counted twice.
+    aggregator.add(drain(2.0, 3.0, *rare))
+    aggregator.add(drain(3.0, 4.0, hot))
+    aggregator.fold_exited(is_alive)
+    totals = aggregator.profile(cumulative=True)
+    assert sum(s.samples for s in totals.stacks) == 162
+    assert len([s for s in totals.stacks if s.callers_dropped]) == 1
+    assert len(totals.stacks) <= 4

@@ -138,6 +138,7 @@ def full_snapshot() -> Snapshot:
         stacks=(StackSample(
             pid=42, comm="app", samples=7, frames=("vfs_read+0x10", "ksys_read+0x5"),
             modules=("[kernel.kallsyms]", "[ext4]"), user_frames=(frame,), truncated=True,
+            callers_dropped=True,
             idle=True, sources=("fs/read_write.c:482", "fs/read_write.c:600"),
             cgroup="/system.slice/app.service",
         ),),

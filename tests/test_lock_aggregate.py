@@ -414,3 +414,34 @@ def test_named_stacks_are_remembered_within_a_bound(symbolizer, monkeypatch):
         symbolizer.resolve((RWSEM_STACK[0] + offset, *RWSEM_STACK[1:]))
     assert len(symbolizer._cache) <= 9
     assert symbolizer.resolve(RWSEM_STACK) == first
+
+
+def test_past_the_stacks_kept_the_rarest_merge_into_one_entry(kallsyms, monkeypatch):
+    """Under process churn distinct lock stacks never stop coming: past LOCK_STACKS_KEPT the
+    totals merge the rarest of a caller into one entry that says so. The caller's waits, and
+    the sum over its stacks, stay exact; the window is not touched."""
+    from ktop.aggregate import locks  # noqa: PLC0415
+
+    monkeypatch.setattr(locks, "LOCK_STACKS_KEPT", 8)
+    variants = [(*RWSEM_STACK[:3], SYS_UNLINK + i, DO_SYSCALL) for i in range(6)]
+    waits = [10, 1, 1, 1, 1, 1]
+    aggregator = LockAggregator(kallsyms, window_s=1)
+    aggregator.add(drain(0.0, 1.0, stacks=[
+        stack_row(v, flags=LCB_F_WRITE, contended=n, total=100 * n) for v, n in zip(variants, waits)
+    ], tasks=[
+        task_row(101 + i, "rm", v, flags=LCB_F_WRITE, contended=n, total=100 * n)
+        for i, (v, n) in enumerate(zip(variants, waits))
+    ]))
+    aggregator.add(drain(1.0, 2.0, stacks=[stack_row(variants[1], flags=LCB_F_WRITE)]))
+    aggregator.fold_exited(lambda pid: True)
+
+    (caller,) = aggregator.profile(cumulative=True).callers
+    assert caller.contended == 16 and sum(s.contended for s in caller.stacks) == 16
+    assert sum(t.contended for t in caller.task_stacks) == 15
+    assert len(caller.stacks) == 3  # the hottest two whole, and the rare stacks' entry
+    assert caller.stacks[0].contended == 10 and len(caller.stacks[0].frames) == 5  # whole
+    rare = [s for s in caller.stacks if s.frames == (locks.RARE_STACKS,)]
+    assert len(rare) == 1 and rare[0].contended == 4
+    assert any(t.frames == (locks.RARE_STACKS,) for t in caller.task_stacks)
+    (recent,) = aggregator.profile().callers
+    assert [(len(s.frames), s.contended) for s in recent.stacks] == [(5, 1)]

@@ -23,6 +23,13 @@ LineLookup = Callable[[int], "str | None"]
 
 # Drains between sweeps of the rows an aggregator knows the numbers of (see CpuAggregator).
 ROWS_FORGOTTEN_EVERY = 60
+# Whole stacks the totals since start keep. Distinct stacks never stop coming (at 4000 Hz
+# ~25 a second, a new innermost instruction under known callers; at 99 Hz under process
+# churn ~6, a new path through fork, exec and exit), each ~1.5 KB: past this many, the
+# rarest keep only their innermost frame (a fold every 10 s takes them down to 3/4 of it).
+# Self and Children are counted per function and stay exact; the window is never trimmed.
+STACKS_KEPT = 2000
+CUT = "callers dropped"  # ends the identity of a cut stack (a row's identity ends in a bool)
 
 
 class _StackKey(NamedTuple):
@@ -39,6 +46,7 @@ class _StackKey(NamedTuple):
     function: tuple[str, str] | None  # (function, module) of the innermost kernel frame
     sources: tuple[str, ...]  # file:line per kernel frame, with a debug vmlinux
     cgroup: str = ""
+    callers_dropped: bool = False  # a rare stack of the totals: its innermost frame alone
 
 
 class _StackIds:
@@ -290,25 +298,48 @@ class CpuAggregator:
         )
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
-        """Totals since start: one entry per command for processes that have exited. Once
-        crowded, the totals stay crowded while the processes that fill them live (at 4000 Hz
-        their stacks grow by ~25 a second): the stacks are walked only when a process they
-        name has exited (12,800 stacks: 9 ms a fold for nothing, every 10 s)."""
+        """Totals since start: one entry per command for processes that have exited, and
+        past STACKS_KEPT the rarest stacks cut to their innermost frame. Once crowded, the
+        totals stay crowded while the processes that fill them live: the stacks are walked
+        for the exited only when a process they name has exited (12,800 stacks: 9 ms a fold
+        for nothing, every 10 s)."""
         stacks = self._window.total.stacks
+        folded = False
         if crowded(stacks) and any(pid > 0 and not is_alive(pid) for pid in self._ids.pids):
             keys = self._ids.keys
 
             def exited(number: int, pid: int) -> int:
                 key = keys[number]
                 user_frames = forget_addresses(key.user_frames)
-                identity = (pid, key.comm, key.kernel, user_frames, key.user_mode, key.cgroup)
+                identity = (pid, key.comm, key.kernel, user_frames, key.user_mode, key.cgroup,
+                            *((CUT,) if key.callers_dropped else ()))
                 return self._ids.number(identity, key._replace(pid=pid, user_frames=user_frames))
 
             fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
+            folded = True
+        if self._drop_rare_callers(stacks) or folded:
             self._ids.keep_only(set(stacks) | set(self._window.recent().stacks))
             kept = self._ids.keys
             self._rows = {row: n for row, n in self._rows.items() if n in kept}
             self._rows_before = {row: n for row, n in self._rows_before.items() if n in kept}
+
+    def _drop_rare_callers(self, stacks: Counter) -> bool:
+        """Past STACKS_KEPT whole stacks in the totals, the rarest (fewest samples) keep their
+        innermost frame alone: one entry per process, command and instruction, which says
+        where the samples landed and that its callers were not kept. True if any was cut."""
+        keys = self._ids.keys
+        whole = [n for n in stacks if not keys[n].callers_dropped]
+        if len(whole) <= STACKS_KEPT:
+            return False
+        whole.sort(key=stacks.__getitem__)
+        for number in whole[:len(whole) - STACKS_KEPT * 3 // 4]:
+            key = keys[number]
+            kernel = key.kernel[:1]
+            identity = (key.pid, key.comm, kernel, (), key.user_mode, key.cgroup, CUT)
+            cut = self._ids.number(identity, key._replace(
+                kernel=kernel, user_frames=(), sources=key.sources[:1], callers_dropped=True))
+            stacks[cut] += stacks.pop(number)
+        return True
 
     def profile(self, cumulative: bool = False, latest: bool = False) -> CpuProfile:
         """The window's profile, or the totals since start, or (latest) the newest interval's
@@ -334,13 +365,14 @@ def _stack_samples(
             continue
         identity = (key.pid, key.comm, tuple(n[0] for n in named), tuple(n[1] for n in named),
                     key.user_frames, len(key.kernel) >= MAX_STACK_DEPTH, key.idle, key.sources,
-                    key.cgroup)
+                    key.cgroup, key.callers_dropped)
         merged[identity] = merged.get(identity, 0) + samples
     return tuple(
         StackSample(pid=pid, comm=comm, samples=samples, frames=frames, modules=modules,
                     sources=sources, user_frames=user_frames, truncated=truncated, idle=idle,
-                    cgroup=cgroup)
-        for (pid, comm, frames, modules, user_frames, truncated, idle, sources, cgroup), samples
+                    cgroup=cgroup, callers_dropped=dropped)
+        for (pid, comm, frames, modules, user_frames, truncated, idle, sources, cgroup,
+             dropped), samples
         in sorted(merged.items(), key=lambda kv: -kv[1])
     )
 

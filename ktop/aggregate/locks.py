@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
@@ -92,6 +92,14 @@ def hist_buckets(slots: Sequence[int]) -> tuple[Bucket, ...]:
         for k in range(used[0], used[-1] + 1)
     )
 
+
+# Stacks the totals since start keep whole, over every caller's kernel stacks, user stacks
+# and stacks per task. Under process churn distinct ones never stop coming (~1,000 a minute
+# beside 2 dd and ~100 short processes a second): past this many, the rarest (fewest waits)
+# of each caller merge into one entry that says so; its waits, histogram and tasks stay
+# exact, and the window is never cut.
+LOCK_STACKS_KEPT = 2000
+RARE_STACKS = "[rare stacks not kept]"  # the frame of that entry
 
 # Lock stacks named lately, kept for the next interval (a cache: each holds its addresses
 # and frames, ~1 KB; under process churn distinct stacks keep coming, ~300 a minute).
@@ -231,6 +239,28 @@ def _merge_into(into: dict, other: dict[object, _Waits]) -> None:
         into.setdefault(key, _Waits()).merge(waits)
 
 
+_RARE_KERNEL = (RARE_STACKS,)
+_RARE_USER = (UserFrame(RARE_STACKS, RARE_STACKS),)
+
+
+def _merge_rare_stacks(callers: Iterable[_CallerWaits]) -> None:
+    """Past LOCK_STACKS_KEPT stacks in these callers' totals, the rarest down to 3/4 of it
+    merge into their caller's (or task's) one entry of rare stacks."""
+    entries = []
+    for caller in callers:
+        entries += [(w.contended, key, caller.stacks, _RARE_KERNEL)
+                    for key, w in caller.stacks.items() if key != _RARE_KERNEL]
+        entries += [(w.contended, key, caller.user_stacks, _RARE_USER)
+                    for key, w in caller.user_stacks.items() if key != _RARE_USER]
+        entries += [(w.contended, key, caller.task_stacks, (*key[:2], _RARE_KERNEL, ()))
+                    for key, w in caller.task_stacks.items() if key[2] != _RARE_KERNEL]
+    if len(entries) <= LOCK_STACKS_KEPT:
+        return
+    entries.sort(key=lambda entry: entry[0])
+    for _, key, table, rare in entries[:len(entries) - LOCK_STACKS_KEPT * 3 // 4]:
+        table.setdefault(rare, _Waits()).merge(table.pop(key))
+
+
 class LockAggregator:
     def __init__(
         self,
@@ -267,6 +297,7 @@ class LockAggregator:
             if crowded(caller.task_stacks):
                 rekey(caller.task_stacks, _forget_task_stack_addresses, _merged,
                       only=lambda key: key[0] == EXITED_PID)
+        _merge_rare_stacks(callers)
 
     def _fold(self, drain: LockDrain) -> _Contention:
         contention = _Contention()

@@ -24,6 +24,7 @@ from ktop.text import printable
 
 FOLDED_OF = ("cpu", "locks", "io", "io-latency")
 TRUNCATED_FRAME = "[truncated]"  # stands for the outer kernel frames past the collected depth
+CALLERS_DROPPED_FRAME = "[callers not kept]"  # a rare stack of the totals: its innermost frame
 
 _WHITESPACE = re.compile(r"\s")
 
@@ -75,6 +76,8 @@ def cpu_stack_frames(stack: StackSample) -> list[str]:
     """comm, user frames, kernel frames: root first."""
     kernel = kernel_frames(stack.frames)
     truncated = [TRUNCATED_FRAME] if stack.truncated else []
+    if stack.callers_dropped:
+        truncated.append(CALLERS_DROPPED_FRAME)
     return [frame_name(stack.comm), *user_frames(stack.user_frames), *truncated, *kernel]
 
 

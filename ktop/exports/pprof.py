@@ -134,6 +134,7 @@ SAMPLE_TYPES = (
 _VALUE = {kind: i for i, (kind, _unit) in enumerate(SAMPLE_TYPES)}
 KERNEL_MAPPING = "[kernel.kallsyms]"
 TRUNCATED_FUNCTION = "[truncated: deeper than the collected depth]"
+CALLERS_DROPPED_FUNCTION = "[callers not kept: a rare stack of the totals since start]"
 
 
 @dataclass
@@ -261,6 +262,8 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
             locations = tables.kernel_stack(stack.frames, stack.modules, stack.sources)
             if stack.truncated:
                 locations.append(tables.location(TRUNCATED_FUNCTION, KERNEL_MAPPING))
+            if stack.callers_dropped:
+                locations.append(tables.location(CALLERS_DROPPED_FUNCTION, KERNEL_MAPPING))
             locations += tables.user_stack(stack.user_frames)
             tables.sample(locations, {"samples": stack.samples, "cpu": stack.samples * period_ns},
                           {"pid": stack.pid, "comm": stack.comm})

@@ -34,6 +34,8 @@ from ktop.model import (
 )
 from ktop.stackmerge import call_path, group_by_call_path, merged_frames
 from ktop.stacktree import (
+    CALLERS_DROPPED,
+    TRUNCATED,
     StackNode,
     callees_tree,
     callers_tree,
@@ -304,7 +306,9 @@ class FunctionScreen(DrillScreen):
                     line.append(f"  {printable(source)}", style="cyan")
                 lines.append(line)
             if stack.truncated:
-                lines.append(Text("    [truncated: deeper than the collected depth]", style="yellow"))
+                lines.append(Text(f"    {TRUNCATED}", style="yellow"))
+            if stack.callers_dropped:
+                lines.append(Text(f"    {CALLERS_DROPPED}", style="yellow"))
             for frame in stack.user_frames:
                 lines.append(_frame_line(f"[user] {frame.symbol}  {frame.module}", "green"))
             lines.append(Text(""))
@@ -368,7 +372,7 @@ def merge_cpu_stacks(stacks: Sequence[StackSample]) -> list[tuple[StackSample, i
     merged = []
     for group in group_by_call_path(
         stacks,
-        lambda s: (s.pid, s.comm, s.truncated, call_path(s.frames),
+        lambda s: (s.pid, s.comm, s.truncated, s.callers_dropped, call_path(s.frames),
                    call_path(f.symbol for f in s.user_frames)),
     ):
         first = group[0]
