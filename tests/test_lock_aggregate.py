@@ -445,3 +445,17 @@ def test_past_the_stacks_kept_the_rarest_merge_into_one_entry(kallsyms, monkeypa
     assert any(t.frames == (locks.RARE_STACKS,) for t in caller.task_stacks)
     (recent,) = aggregator.profile().callers
     assert [(len(s.frames), s.contended) for s in recent.stacks] == [(5, 1)]
+
+
+def test_lock_names_are_remembered_within_a_bound(kallsyms, monkeypatch):
+    """Locks in allocated memory come and go with the processes that hold them: the names
+    remembered stay bounded, and an address named again reads the same."""
+    from ktop.aggregate import locks  # noqa: PLC0415
+
+    monkeypatch.setattr(locks, "LOCK_NAMES_KEPT", 4)
+    aggregator = LockAggregator(kallsyms)
+    first = aggregator._lock_symbol(0xFFFF888000000000)
+    for i in range(1, 40):
+        aggregator._lock_symbol(0xFFFF888000000000 + 64 * i)
+    assert len(aggregator._lock_names) <= 5
+    assert aggregator._lock_symbol(0xFFFF888000000000) == first

@@ -28,7 +28,7 @@ ROWS_FORGOTTEN_EVERY = 60
 # churn ~6, a new path through fork, exec and exit), each ~1.5 KB: past this many, the
 # rarest keep only their innermost frame (a fold every 10 s takes them down to 3/4 of it).
 # Self and Children are counted per function and stay exact; the window is never trimmed.
-STACKS_KEPT = 2000
+STACKS_KEPT = 1000
 CUT = "callers dropped"  # ends the identity of a cut stack (a row's identity ends in a bool)
 
 
@@ -324,9 +324,10 @@ class CpuAggregator:
             self._rows_before = {row: n for row, n in self._rows_before.items() if n in kept}
 
     def _drop_rare_callers(self, stacks: Counter) -> bool:
-        """Past STACKS_KEPT whole stacks in the totals, the rarest (fewest samples) keep their
-        innermost frame alone: one entry per process, command and instruction, which says
-        where the samples landed and that its callers were not kept. True if any was cut."""
+        """Past STACKS_KEPT whole stacks in the totals, the rarest (fewest samples) keep only
+        the function their samples landed in: one entry per process (command, once exited)
+        and function, which says its callers were not kept. (Per instruction, these entries
+        grew without end too: a new instruction a second under churn.) True if any was cut."""
         keys = self._ids.keys
         whole = [n for n in stacks if not keys[n].callers_dropped]
         if len(whole) <= STACKS_KEPT:
@@ -334,12 +335,16 @@ class CpuAggregator:
         whole.sort(key=stacks.__getitem__)
         for number in whole[:len(whole) - STACKS_KEPT * 3 // 4]:
             key = keys[number]
-            kernel = key.kernel[:1]
+            kernel = tuple(map(self._function_start, key.kernel[:1]))
             identity = (key.pid, key.comm, kernel, (), key.user_mode, key.cgroup, CUT)
             cut = self._ids.number(identity, key._replace(
-                kernel=kernel, user_frames=(), sources=key.sources[:1], callers_dropped=True))
+                kernel=kernel, user_frames=(), sources=(), callers_dropped=True))
             stacks[cut] += stacks.pop(number)
         return True
+
+    def _function_start(self, address: int) -> int:
+        resolved = self._kallsyms.lookup(address)
+        return address - resolved.offset if resolved else address
 
     def profile(self, cumulative: bool = False, latest: bool = False) -> CpuProfile:
         """The window's profile, or the totals since start, or (latest) the newest interval's
@@ -361,6 +366,8 @@ def _stack_samples(
     merged: dict[tuple, int] = {}
     for key, samples in counted:
         named = [name(a) for a in key.kernel]
+        if key.callers_dropped:  # the function alone: its instructions were merged
+            named = [(function_name(text), module) for text, module in named]
         if not named and not key.user_frames:
             continue
         identity = (key.pid, key.comm, tuple(n[0] for n in named), tuple(n[1] for n in named),

@@ -98,12 +98,15 @@ def hist_buckets(slots: Sequence[int]) -> tuple[Bucket, ...]:
 # beside 2 dd and ~100 short processes a second): past this many, the rarest (fewest waits)
 # of each caller merge into one entry that says so; its waits, histogram and tasks stay
 # exact, and the window is never cut.
-LOCK_STACKS_KEPT = 2000
+LOCK_STACKS_KEPT = 1000
 RARE_STACKS = "[rare stacks not kept]"  # the frame of that entry
 
 # Lock stacks named lately, kept for the next interval (a cache: each holds its addresses
 # and frames, ~1 KB; under process churn distinct stacks keep coming, ~300 a minute).
-SYMBOLIZED_KEPT = 4096
+SYMBOLIZED_KEPT = 1024
+# Lock addresses named lately (a cache: locks in allocated memory come and go with the
+# processes and files that hold them).
+LOCK_NAMES_KEPT = 4096
 
 
 class StackSymbolizer:
@@ -339,7 +342,7 @@ class LockAggregator:
     def _lock_symbol(self, address: int) -> str:
         name = self._lock_names.get(address)
         if name is None:
-            if len(self._lock_names) > 100_000:
+            if len(self._lock_names) > LOCK_NAMES_KEPT:
                 self._lock_names.clear()
             name = self._lock_names[address] = self.symbolizer.lock_symbol(address)
         return name
