@@ -116,8 +116,9 @@ class StackSample:
     idle: bool = False  # the idle task inside an idle function
     sources: tuple[str, ...] = ()  # "fs/read_write.c:482" per kernel frame, with a debug vmlinux
     cgroup: str = ""  # cgroup v2 path relative to its mount ("/" the root); "" if unknown
-    # A rare stack of the totals since start: only its innermost frame was kept (ktop keeps
-    # a bounded number of whole stacks, see aggregate/cpu.py STACKS_KEPT).
+    # A rare stack of the totals since start: only the function its samples landed in was
+    # kept, its one frame without an offset (ktop keeps a bounded number of whole stacks, see
+    # aggregate/cpu.py STACKS_KEPT).
     callers_dropped: bool = False
 
 

@@ -26,8 +26,8 @@ ROWS_FORGOTTEN_EVERY = 60
 # Whole stacks the totals since start keep. Distinct stacks never stop coming (at 4000 Hz
 # ~25 a second, a new innermost instruction under known callers; at 99 Hz under process
 # churn ~6, a new path through fork, exec and exit), each ~1.5 KB: past this many, the
-# rarest keep only their innermost frame (a fold every 10 s takes them down to 3/4 of it).
-# Self and Children are counted per function and stay exact; the window is never trimmed.
+# rarest keep only the function they landed in (a fold every 10 s takes them down to 3/4 of
+# it). Self and Children are counted per function and stay exact; the window is never cut.
 STACKS_KEPT = 1000
 CUT = "callers dropped"  # ends the identity of a cut stack (a row's identity ends in a bool)
 
