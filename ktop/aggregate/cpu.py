@@ -46,7 +46,7 @@ class _StackKey(NamedTuple):
     function: tuple[str, str] | None  # (function, module) of the innermost kernel frame
     sources: tuple[str, ...]  # file:line per kernel frame, with a debug vmlinux
     cgroup: str = ""
-    callers_dropped: bool = False  # a rare stack of the totals: its innermost frame alone
+    callers_dropped: bool = False  # a rare stack of the totals: the function it landed in
 
 
 class _StackIds:
@@ -299,7 +299,7 @@ class CpuAggregator:
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for processes that have exited, and
-        past STACKS_KEPT the rarest stacks cut to their innermost frame. Once crowded, the
+        past STACKS_KEPT the rarest stacks cut to the function they landed in. Once crowded, the
         totals stay crowded while the processes that fill them live: the stacks are walked
         for the exited only when a process they name has exited (12,800 stacks: 9 ms a fold
         for nothing, every 10 s)."""
@@ -310,10 +310,8 @@ class CpuAggregator:
 
             def exited(number: int, pid: int) -> int:
                 key = keys[number]
-                user_frames = forget_addresses(key.user_frames)
-                identity = (pid, key.comm, key.kernel, user_frames, key.user_mode, key.cgroup,
-                            *((CUT,) if key.callers_dropped else ()))
-                return self._ids.number(identity, key._replace(pid=pid, user_frames=user_frames))
+                return self._number_of(key._replace(
+                    pid=pid, user_frames=forget_addresses(key.user_frames)))
 
             fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
             folded = True
@@ -335,12 +333,18 @@ class CpuAggregator:
         whole.sort(key=stacks.__getitem__)
         for number in whole[:len(whole) - STACKS_KEPT * 3 // 4]:
             key = keys[number]
-            kernel = tuple(map(self._function_start, key.kernel[:1]))
-            identity = (key.pid, key.comm, kernel, (), key.user_mode, key.cgroup, CUT)
-            cut = self._ids.number(identity, key._replace(
-                kernel=kernel, user_frames=(), sources=(), callers_dropped=True))
+            cut = self._number_of(key._replace(
+                kernel=tuple(map(self._function_start, key.kernel[:1])), user_frames=(),
+                sources=(), callers_dropped=True))
             stacks[cut] += stacks.pop(number)
         return True
+
+    def _number_of(self, key: _StackKey) -> int:
+        """The number of a key the totals made (folded or cut), not a sampled row's: by its
+        named user frames, and marked when cut (a row's identity ends in a bool)."""
+        identity = (key.pid, key.comm, key.kernel, key.user_frames, key.user_mode, key.cgroup,
+                    *((CUT,) if key.callers_dropped else ()))
+        return self._ids.number(identity, key)
 
     def _function_start(self, address: int) -> int:
         resolved = self._kallsyms.lookup(address)

@@ -24,7 +24,7 @@ from ktop.text import printable
 
 FOLDED_OF = ("cpu", "locks", "io", "io-latency")
 TRUNCATED_FRAME = "[truncated]"  # stands for the outer kernel frames past the collected depth
-CALLERS_DROPPED_FRAME = "[callers not kept]"  # a rare stack of the totals: its innermost frame
+CALLERS_DROPPED_FRAME = "[callers not kept]"  # a rare stack of the totals: its function alone
 
 _WHITESPACE = re.compile(r"\s")
 

@@ -30,7 +30,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from ktop.exports.folded import io_stack_shares
 from ktop.model import Snapshot, UserFrame
-from ktop.stacktree import function_name
+from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
 
 PACKAGE = "perftools.profiles"
 
@@ -133,8 +133,6 @@ SAMPLE_TYPES = (
 )
 _VALUE = {kind: i for i, (kind, _unit) in enumerate(SAMPLE_TYPES)}
 KERNEL_MAPPING = "[kernel.kallsyms]"
-TRUNCATED_FUNCTION = "[truncated: deeper than the collected depth]"
-CALLERS_DROPPED_FUNCTION = "[callers not kept: a rare stack of the totals since start]"
 
 
 @dataclass
@@ -261,9 +259,9 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
                 continue
             locations = tables.kernel_stack(stack.frames, stack.modules, stack.sources)
             if stack.truncated:
-                locations.append(tables.location(TRUNCATED_FUNCTION, KERNEL_MAPPING))
+                locations.append(tables.location(TRUNCATED, KERNEL_MAPPING))
             if stack.callers_dropped:
-                locations.append(tables.location(CALLERS_DROPPED_FUNCTION, KERNEL_MAPPING))
+                locations.append(tables.location(CALLERS_DROPPED, KERNEL_MAPPING))
             locations += tables.user_stack(stack.user_frames)
             tables.sample(locations, {"samples": stack.samples, "cpu": stack.samples * period_ns},
                           {"pid": stack.pid, "comm": stack.comm})
