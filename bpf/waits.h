@@ -1,0 +1,111 @@
+/* Structs shared by bpf/waits.bpf.c and ktop/collectors/waits.py (which mirrors them with
+ * ctypes and asserts the sizes). */
+#ifndef KTOP_WAITS_H
+#define KTOP_WAITS_H
+
+#include "ktop.h"
+
+#define WAIT_HIST_SLOTS 32		/* log2 slots of wait time in us: slot k holds [2^(k-1), 2^k) us,
+					   slot 0 under 1 us */
+
+/* The state a task left the CPU in, as ktop splits blocked time. */
+enum wait_state {
+	WAIT_STATE_S,			/* interruptible sleep (prev_state S) */
+	WAIT_STATE_D,			/* uninterruptible (D), without TASK_NOLOAD */
+	WAIT_STATE_OTHER,		/* stopped, traced, parked, idle kernel threads (I) */
+	WAIT_STATE_NR,
+};
+
+/* Where a thread is now, as the program last saw it. */
+enum wait_phase {
+	PHASE_ON_CPU,			/* switched in at `since` */
+	PHASE_BLOCKED,			/* switched out blocked at `since` */
+	PHASE_RUNQ,			/* runnable since `since`: woken, preempted or new */
+};
+
+/* One thread, kept from its first sighting to its exit. Waits end in another thread's
+ * context (the waker, or whoever switches it in), so what they count is parked here and
+ * added to the process's totals at the thread's next switch-out, under its own identity. */
+struct wait_thread {
+	u64 since;			/* bpf_ktime_get_ns() of the phase's start */
+	u64 runq_ns;			/* the last run-queue wait, not yet added to the totals */
+	u64 blocked_ns;			/* the last blocked wait, not yet added */
+	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
+	u64 cgroup;			/* as of the last switch-out */
+	u32 tgid;
+	u32 phase;			/* enum wait_phase */
+	u32 state;			/* enum wait_state of the blocked phase */
+	u32 blocked_state;		/* enum wait_state of blocked_ns */
+	s32 kstack;			/* blocked phase: kernel stack id, or -errno (-ENOENT: not walked) */
+	s32 ustack;
+	u32 stack_generation;		/* the stack maps kstack and ustack are in */
+	u32 flags;			/* WAIT_THREAD_* */
+	char comm[KTOP_COMM_LEN];
+};
+
+#define WAIT_THREAD_RUNQ_PENDING	1	/* runq_ns holds a wait */
+#define WAIT_THREAD_BLOCKED_PENDING	2	/* blocked_ns holds a wait */
+#define WAIT_THREAD_SEEN_BLOCKED	4	/* last_blocked_ns is known */
+#define WAIT_THREAD_WOKEN		8	/* runnable by a wake-up not yet queued (sched_wakeup) */
+
+/* Time per (process, command, cgroup), every wait counted whatever its length. */
+struct wait_proc_key {
+	u32 pid;			/* tgid */
+	u32 pad;
+	u64 cgroup;
+	char comm[KTOP_COMM_LEN];
+};
+
+struct wait_proc {
+	u64 on_cpu_ns;			/* switch-in to switch-out */
+	u64 runq_ns;			/* wake-up, preemption or creation to switch-in */
+	u64 runq_count;
+	u64 blocked_ns[WAIT_STATE_NR];	/* switch-out to wake-up, by state at switch-out */
+	u64 blocked_count[WAIT_STATE_NR];
+	u64 runq_hist[WAIT_HIST_SLOTS];
+};
+
+/* Blocked time per (process, state, stacks, cgroup, waker): the off-CPU stacks and who
+ * ended each wait (offwaketime's one hop). Stacks are walked only for waits predicted long
+ * (see waits.bpf.c); the others are counted here with kstack = ustack = -ENOENT. */
+struct wait_stack_key {
+	u32 pid;
+	u32 state;			/* enum wait_state */
+	s32 kstack;
+	s32 ustack;
+	u32 stack_generation;		/* the stack maps kstack and ustack are in */
+	u32 waker_pid;			/* tgid of the waker, or WAKER_*: 0 none seen */
+	s32 waker_kstack;		/* in this key's own generation's map, or -errno */
+	u32 pad;
+	u64 cgroup;
+	char comm[KTOP_COMM_LEN];
+	char waker_comm[KTOP_COMM_LEN];
+};
+
+/* Wakers that are no task: an interrupt woke the thread, whatever task it interrupted. */
+#define WAKER_HARDIRQ	0xfffffffe
+#define WAKER_SOFTIRQ	0xfffffffd
+
+struct wait_stack {
+	u64 total_ns;
+	u64 count;
+	u64 max_ns;
+	u64 hist[WAIT_HIST_SLOTS];
+};
+
+/* Index into the `lost` per-CPU array: every wait not counted whole. */
+enum wait_lost {
+	WAIT_LOST_THREADS_FULL,		/* thread map full: the thread's waits go uncounted */
+	WAIT_LOST_PROCS_FULL,		/* per-process map full: a switch-out's times are lost */
+	WAIT_LOST_STACKS_FULL,		/* per-stack map full: a blocked wait is not in the stack views */
+	WAIT_LOST_KSTACK_COLLISION,
+	WAIT_LOST_KSTACK_FULL,
+	WAIT_LOST_USTACK_COLLISION,
+	WAIT_LOST_USTACK_FULL,
+	WAIT_LOST_NO_WAKEUP,		/* switched in while blocked, no wake-up seen: counted as blocked, no waker */
+	WAIT_LOST_UNSEEN_START,		/* a thread first seen mid-wait (before ktop): that wait uncounted */
+	WAIT_LOST_LONG_UNWALKED,	/* a wait past the minimum whose stack was not walked */
+	WAIT_LOST_NR,
+};
+
+#endif
