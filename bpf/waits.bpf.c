@@ -51,11 +51,6 @@
 #define REPORT_D	0x02
 #define REPORT_DEAD	(0x10 | 0x20)	/* EXIT_DEAD, EXIT_ZOMBIE: the last switch-out */
 #define REPORT_MASK	0xff
-/* common_flags (kernel/trace/trace.h): a wake-up from an interrupt was not the running
- * task's doing, whoever it interrupted. */
-#define TRACE_FLAG_HARDIRQ	0x08
-#define TRACE_FLAG_SOFTIRQ	0x10
-#define TRACE_FLAG_NMI		0x40
 
 /* Fixed layouts of the tracepoints' records (checked against tracefs before loading). */
 struct sched_switch_args {
@@ -70,10 +65,7 @@ struct sched_switch_args {
 };
 
 struct sched_wakeup_args {
-	u16 common_type;
-	u8 common_flags;		/* TRACE_FLAG_*: the context the event fired in */
-	u8 common_preempt_count;
-	s32 common_pid;
+	u64 common;
 	char comm[16];
 	s32 pid;
 	s32 prio;
@@ -188,7 +180,7 @@ static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 no
 
 /* A blocked wait, ended by a wake-up (or, unseen, by the switch-in). */
 static __always_inline void account_blocked(void *ctx, struct wait_thread *t, u64 wait_ns,
-					    u32 g, bool woken, u8 context)
+					    u32 g, bool woken)
 {
 	u32 zero = 0;
 	struct wait_stack *init = zero_stack.lookup(&zero);
@@ -205,15 +197,9 @@ static __always_inline void account_blocked(void *ctx, struct wait_thread *t, u6
 	key.cgroup = t->cgroup;
 	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
 	key.waker_kstack = -ENOENT;
-	if (woken && (context & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_NMI))) {
-		key.waker_pid = WAKER_HARDIRQ;
-		if (wait_ns >= MIN_WALK_NS)
-			key.waker_kstack = kernel_stack(ctx, g);
-	} else if (woken && (context & TRACE_FLAG_SOFTIRQ)) {
-		key.waker_pid = WAKER_SOFTIRQ;
-		if (wait_ns >= MIN_WALK_NS)
-			key.waker_kstack = kernel_stack(ctx, g);
-	} else if (woken) {
+	/* In an interrupt this is the task it interrupted: user space tells that case by
+	 * the walked stack (common_flags are written only after BPF programs ran). */
+	if (woken) {
 		key.waker_pid = bpf_get_current_pid_tgid() >> 32;
 		bpf_get_current_comm(&key.waker_comm, sizeof(key.waker_comm));
 		if (wait_ns >= MIN_WALK_NS)
@@ -235,11 +221,11 @@ static __always_inline void account_blocked(void *ctx, struct wait_thread *t, u6
 }
 
 static __always_inline void end_blocked(void *ctx, struct wait_thread *t, u64 now, u32 g,
-					bool woken, u8 context)
+					bool woken)
 {
 	u64 wait_ns = now > t->since ? now - t->since : 0;
 
-	account_blocked(ctx, t, wait_ns, g, woken, context);
+	account_blocked(ctx, t, wait_ns, g, woken);
 	t->blocked_ns = wait_ns;
 	t->blocked_state = t->state;
 	t->last_blocked_ns = wait_ns;
@@ -337,7 +323,7 @@ static __always_inline void switch_in(void *ctx, u32 tid, u64 now, u32 g)
 		t->flags |= WAIT_THREAD_RUNQ_PENDING;
 	} else if (t->phase == PHASE_BLOCKED) {
 		count_lost(WAIT_LOST_NO_WAKEUP);
-		end_blocked(ctx, t, now, g, false, 0);
+		end_blocked(ctx, t, now, g, false);
 	}
 	t->phase = PHASE_ON_CPU;
 	t->since = now;
@@ -372,10 +358,7 @@ int on_sched_waking(struct sched_wakeup_args *args)
 	}
 	if (t->phase != PHASE_BLOCKED)
 		return PASS_ON;	/* woken before it left the CPU, or already runnable */
-	/* The common fields are out of a tracepoint program's reach; read them as memory. */
-	u8 context = 0;
-	bpf_probe_read_kernel(&context, 1, (u8 *)args + 2);
-	end_blocked(args, t, now, current_generation(), true, context);
+	end_blocked(args, t, now, current_generation(), true);
 	t->phase = PHASE_RUNQ;
 	t->since = now;
 	t->flags |= WAIT_THREAD_WOKEN;

@@ -74,17 +74,13 @@ struct wait_stack_key {
 	s32 kstack;
 	s32 ustack;
 	u32 stack_generation;		/* the stack maps kstack and ustack are in */
-	u32 waker_pid;			/* tgid of the waker, or WAKER_*: 0 none seen */
+	u32 waker_pid;			/* tgid of the waker (0: no wake-up seen) */
 	s32 waker_kstack;		/* in this key's own generation's map, or -errno */
 	u32 pad;
 	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 	char waker_comm[KTOP_COMM_LEN];
 };
-
-/* Wakers that are no task: an interrupt woke the thread, whatever task it interrupted. */
-#define WAKER_HARDIRQ	0xfffffffe
-#define WAKER_SOFTIRQ	0xfffffffd
 
 struct wait_stack {
 	u64 total_ns;

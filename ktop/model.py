@@ -382,3 +382,63 @@ class Snapshot:
     # The /proc/stat split (needs no root) when there is no CpuProfile to carry it.
     cpu_times: CpuTimes | None = None
     paused: bool = False
+
+
+# ---- waits (off-CPU): ktop/aggregate/waits.py builds these, ktop/waitviews.py queries them ----
+
+
+@dataclass(frozen=True)
+class WaitWaker:
+    """Who ended some of a stack's blocked waits: offwaketime's one hop."""
+
+    pid: int  # 0 for an interrupt or no wake-up seen (comm says which)
+    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[no wake-up seen]"
+    frames: tuple[str, ...]  # the waker's kernel frames, innermost first ("" if not walked)
+    count: int
+    total_ns: int
+
+
+@dataclass(frozen=True)
+class WaitStack:
+    """Blocked waits of one process at one (state, kernel stack, user stack)."""
+
+    pid: int
+    comm: str
+    cgroup: str
+    state: str  # "S", "D" or "other", as the thread left the CPU
+    reason: str  # the first meaningful blocking frame ("do_nanosleep", "io_schedule ← ...")
+    frames: tuple[str, ...]  # kernel frames "symbol+0xoff", innermost first, tracing cut
+    user: tuple[UserFrame, ...]
+    count: int
+    total_ns: int
+    max_ns: int
+    hist: tuple[int, ...]  # log2 slots of wait in us (WAIT_HIST_SLOTS)
+    wakers: tuple[WaitWaker, ...]
+
+
+@dataclass(frozen=True)
+class WaitProcess:
+    """One process's time in the window, every wait counted (threads summed)."""
+
+    pid: int
+    comm: str
+    cgroup: str
+    on_cpu_ns: int
+    runq_ns: int
+    runq_count: int
+    blocked_s_ns: int
+    blocked_d_ns: int
+    blocked_other_ns: int
+    blocked_count: int
+    runq_hist: tuple[int, ...]  # log2 slots of run-queue wait in us
+    reason: str = ""  # the reason with most blocked time in this process's stacks
+
+
+@dataclass(frozen=True)
+class WaitProfile:
+    processes: tuple[WaitProcess, ...]  # by blocked + run-queue time, most first
+    stacks: tuple[WaitStack, ...]  # by total wait, most first
+    lost: Mapping[str, int]  # cumulative since start, by reason
+    notes: Mapping[str, int] = field(default_factory=dict)  # counted, not losses
+    min_walk_us: int = 0  # stacks walked for waits predicted at least this long
+    window_s: float = 0.0

@@ -56,11 +56,7 @@ HIST_SLOTS = 32  # WAIT_HIST_SLOTS: slot k >= 1 holds [2^(k-1), 2^k) us, slot 0 
 STATES = ("S", "D", "other")  # enum wait_state
 NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)
 DEFAULT_MIN_WALK_US = 1000
-# waker_pid values that name no task (WAKER_* in bpf/waits.h), and how they are shown.
-WAKER_HARDIRQ = 0xFFFFFFFE
-WAKER_SOFTIRQ = 0xFFFFFFFD
-WAKER_NONE = "[no wake-up seen]"
-_INTERRUPT_WAKERS = {WAKER_HARDIRQ: "[hardirq]", WAKER_SOFTIRQ: "[softirq]"}
+WAKER_NONE = "[no wake-up seen]"  # the waker of a wait whose wake-up was not seen
 MAX_MIN_WALK_US = 10_000_000
 
 # The record layouts bpf/waits.bpf.c hard-codes: (field, offset, size) per tracepoint.
@@ -101,8 +97,10 @@ class BlockedStack:
     kernel_error: int  # 0, or -errno (NOT_WALKED: a wait predicted short)
     user: tuple[int, ...]
     user_error: int
-    waker_pid: int  # 0 for an interrupt, or when no wake-up was seen (waker_comm says which)
-    waker_comm: str  # the waker's command, "[hardirq]", "[softirq]" or WAKER_NONE
+    # The task running when the wake-up came: in an interrupt, the task it interrupted
+    # (the aggregator tells by the waker's stack). 0 and WAKER_NONE: no wake-up seen.
+    waker_pid: int
+    waker_comm: str
     waker_kernel: tuple[int, ...]
     waker_error: int
     total_ns: int
@@ -159,10 +157,7 @@ def _comm(raw: bytes) -> str:
     return raw.decode(errors="replace")
 
 
-def _waker_comm(pid: int, raw: bytes, kstack: int) -> str:
-    interrupt = _INTERRUPT_WAKERS.get(pid)
-    if interrupt:
-        return interrupt
+def _waker_comm(pid: int, raw: bytes) -> str:
     if pid == 0 and not raw:
         return WAKER_NONE
     return _comm(raw)
@@ -254,8 +249,8 @@ class WaitCollector:
                 kernel_error=_error(key.kstack),
                 user=walk(user_maps[gen], key.ustack),
                 user_error=_error(key.ustack),
-                waker_pid=0 if key.waker_pid in _INTERRUPT_WAKERS else key.waker_pid,
-                waker_comm=_waker_comm(key.waker_pid, key.waker_comm, key.waker_kstack),
+                waker_pid=key.waker_pid,
+                waker_comm=_waker_comm(key.waker_pid, key.waker_comm),
                 waker_kernel=walk(stack_maps[old], key.waker_kstack, kernel=True),
                 waker_error=_error(key.waker_kstack),
                 total_ns=value.total_ns,

@@ -1,0 +1,344 @@
+"""Fold drained waits into the off-CPU profile over a window of recent seconds.
+
+The same counts serve replay: `merge_waits` rebuilds each recorded interval's counts from
+its WaitProfile and sums them with the merge the live window uses, so a replayed window is
+the live window of those intervals, not a second copy of the fold.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ktop.aggregate.exited import crowded, fold_exited
+from ktop.aggregate.window import Window
+from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
+from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
+from ktop.symbols import Kallsyms
+
+# Frames of the tracing machinery above the scheduler, cut from every stack.
+_TRACING_PREFIXES = (
+    "bpf_prog_", "bpf_trampoline_", "bpf_trace_run", "__bpf_trace_", "__traceiter_",
+    "trace_sched_", "perf_trace_", "perf_tp_event", "perf_swevent", "__perf_",
+)
+# The scheduler's own functions: a wait's reason is the first frame past them. io_schedule
+# is kept, with its caller: "I/O" is the reason, what waited for it the detail.
+_SCHEDULER = frozenset({
+    "__schedule", "schedule", "schedule_timeout", "schedule_hrtimeout_range",
+    "schedule_hrtimeout_range_clock", "schedule_hrtimeout", "schedule_preempt_disabled",
+    "preempt_schedule", "preempt_schedule_common", "preempt_schedule_irq",
+    "preempt_schedule_notrace", "__cond_resched", "_cond_resched", "schedule_idle",
+    "schedule_timeout_interruptible", "schedule_timeout_uninterruptible",
+    "schedule_timeout_killable", "schedule_timeout_idle", "__x64_sys_sched_yield",
+    "do_sched_yield", "rt_mutex_schedule", "schedule_rtlock",
+})
+_IO_SCHEDULE = frozenset({"io_schedule", "io_schedule_timeout", "bit_wait_io"})
+# Why a stack is missing, as its reason says it.
+_MISSING_STACK = {
+    NOT_WALKED: "[not walked: a short wait]",
+    -errno.EEXIST: "[stack lost: collision]",
+    -errno.ENOMEM: "[stack lost: map full]",
+    -errno.EFAULT: "[no kernel stack]",
+}
+# Stacks the totals since start keep whole; past this many the rarest merge into one entry
+# per (process, state) that says so. Their time stays in every total.
+WAIT_STACKS_KEPT = 1000
+RARE_STACKS = "[rare stacks not kept]"
+NAMED_KEPT = 4096  # kernel stacks named lately (a cache)
+
+
+def function_of(frame: str) -> str:
+    """'do_nanosleep+0x4a' -> 'do_nanosleep'."""
+    return frame.split("+", 1)[0]
+
+
+def reason_of(frames: Sequence[str]) -> str:
+    """The first meaningful blocking frame: past the tracing code and the scheduler's own
+    functions; io_schedule named with the function that waited for the I/O."""
+    functions = [function_of(f) for f in frames]
+    for i, name in enumerate(functions):
+        if name in _SCHEDULER or name.startswith(_TRACING_PREFIXES):
+            continue
+        if name in _IO_SCHEDULE:
+            callers = [f for f in functions[i + 1:] if f not in _IO_SCHEDULE]
+            return f"io_schedule ← {callers[0]}" if callers else "io_schedule"
+        return name
+    return functions[-1] if functions else ""
+
+
+def interrupt_of(waker_frames: Sequence[str]) -> str:
+    """'[softirq]' or '[hardirq]' for a wake-up whose stack ends in an interrupt's entry
+    (KernelNamer cut it there), '' for a task's own."""
+    if not waker_frames or not waker_frames[-1].startswith("asm_"):
+        return ""
+    functions = {function_of(f) for f in waker_frames}
+    return "[softirq]" if functions & {"handle_softirqs", "__do_softirq"} else "[hardirq]"
+
+
+def hist_slot_range(slot: int) -> tuple[int, int]:
+    """The microseconds a slot holds, both ends inclusive: slot 0 under 1 us."""
+    return (0, 0) if slot == 0 else (1 << (slot - 1), (1 << slot) - 1)
+
+
+class KernelNamer:
+    """Kernel stacks to frames (tracing frames cut), cached."""
+
+    def __init__(self, kallsyms: Kallsyms) -> None:
+        self._kallsyms = kallsyms
+        self._cache: dict[tuple[tuple[int, ...], bool], tuple[str, ...]] = {}
+
+    def frames(self, addresses: tuple[int, ...], waker: bool = False) -> tuple[str, ...]:
+        key = (addresses, waker)
+        named = self._cache.get(key)
+        if named is None:
+            if len(self._cache) > NAMED_KEPT:
+                self._cache.clear()
+            named = self._cache[key] = self._name(addresses, waker)
+        return named
+
+    def _name(self, addresses: tuple[int, ...], waker: bool) -> tuple[str, ...]:
+        frames = [self._kallsyms.format(a) for a in addresses]
+        start = 0
+        while start < len(frames) and function_of(frames[start]).startswith(_TRACING_PREFIXES):
+            start += 1
+        frames = frames[start:]
+        if waker:  # a wake-up in an interrupt: what it interrupted says nothing about it
+            for i, frame in enumerate(frames):
+                if frame.startswith("asm_"):
+                    return tuple(frames[:i + 1])
+        return tuple(frames)
+
+
+ProcKey = tuple[int, str, str]  # (pid, comm, cgroup)
+StackKey = tuple[int, str, str, str, tuple[str, ...], tuple[UserFrame, ...]]
+WakerKey = tuple[int, str, tuple[str, ...]]
+
+
+@dataclass
+class _Times:
+    on_cpu_ns: int = 0
+    runq_ns: int = 0
+    runq_count: int = 0
+    blocked_ns: list[int] = field(default_factory=lambda: [0, 0, 0])
+    blocked_count: int = 0
+    runq_hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+
+    def merge(self, other: _Times) -> _Times:
+        self.on_cpu_ns += other.on_cpu_ns
+        self.runq_ns += other.runq_ns
+        self.runq_count += other.runq_count
+        self.blocked_ns = [a + b for a, b in zip(self.blocked_ns, other.blocked_ns)]
+        self.blocked_count += other.blocked_count
+        self.runq_hist = [a + b for a, b in zip(self.runq_hist, other.runq_hist)]
+        return self
+
+
+@dataclass
+class _Blocked:
+    reason: str
+    count: int = 0
+    total_ns: int = 0
+    max_ns: int = 0
+    hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    wakers: dict[WakerKey, list[int]] = field(default_factory=dict)  # -> [count, total_ns]
+
+    def add(self, count: int, total_ns: int, max_ns: int, hist: Sequence[int]) -> None:
+        self.count += count
+        self.total_ns += total_ns
+        self.max_ns = max(self.max_ns, max_ns)
+        self.hist = [a + b for a, b in zip(self.hist, hist)]
+
+    def add_waker(self, key: WakerKey, count: int, total_ns: int) -> None:
+        entry = self.wakers.setdefault(key, [0, 0])
+        entry[0] += count
+        entry[1] += total_ns
+
+    def merge(self, other: _Blocked) -> _Blocked:
+        self.add(other.count, other.total_ns, other.max_ns, other.hist)
+        for key, (count, total) in other.wakers.items():
+            self.add_waker(key, count, total)
+        return self
+
+
+@dataclass
+class WaitCounts:
+    """Waits of one interval or several: times per process, blocked waits per stack."""
+
+    procs: dict[ProcKey, _Times] = field(default_factory=dict)
+    stacks: dict[StackKey, _Blocked] = field(default_factory=dict)
+
+    def merge(self, other: WaitCounts) -> None:
+        for key, times in other.procs.items():
+            mine = self.procs.get(key)
+            if mine is None:
+                mine = self.procs[key] = _Times()
+            mine.merge(times)
+        for key, blocked in other.stacks.items():
+            mine_b = self.stacks.get(key)
+            if mine_b is None:
+                mine_b = self.stacks[key] = _Blocked(blocked.reason)
+            mine_b.merge(blocked)
+
+
+def _merged_times(into: _Times, other: _Times) -> _Times:
+    return into.merge(other)
+
+
+def _merged_blocked(into: _Blocked, other: _Blocked) -> _Blocked:
+    return into.merge(other)
+
+
+def _merge_rare_stacks(stacks: dict[StackKey, _Blocked]) -> None:
+    """Past WAIT_STACKS_KEPT stacks, the rarest (least time) down to 3/4 of it merge into
+    one entry per (process, state)."""
+    whole = [(b.total_ns, key) for key, b in stacks.items() if b.reason != RARE_STACKS]
+    if len(whole) <= WAIT_STACKS_KEPT:
+        return
+    whole.sort(key=lambda entry: entry[0])
+    for _, key in whole[:len(whole) - WAIT_STACKS_KEPT * 3 // 4]:
+        rare_key = (*key[:4], (RARE_STACKS,), ())
+        rare = stacks.get(rare_key)
+        if rare is None:
+            rare = stacks[rare_key] = _Blocked(RARE_STACKS)
+        rare.merge(stacks.pop(key))
+
+
+class WaitAggregator:
+    def __init__(
+        self,
+        kallsyms: Kallsyms,
+        window_s: float = 5.0,
+        resolve_user: Callable[[int, Sequence[int]], Sequence[UserFrame]] | None = None,
+        min_walk_us: int = 0,
+    ) -> None:
+        self._resolve_user = resolve_user
+        self.namer = KernelNamer(kallsyms)
+        self._window = Window(window_s, WaitCounts, WaitCounts.merge)
+        self._lost: dict[str, int] = {}
+        self._notes: dict[str, int] = {}
+        self._min_walk_us = min_walk_us
+
+    def add(self, drain: WaitDrain) -> None:
+        self._window.add(drain.start, drain.end, self.fold(drain))
+        self._lost = dict(drain.lost)
+        self._notes = dict(drain.notes)
+
+    def fold(self, drain: WaitDrain) -> WaitCounts:
+        counts = WaitCounts()
+        for row in drain.processes:
+            times = counts.procs.setdefault((row.pid, row.comm, row.cgroup), _Times())
+            times.merge(_Times(
+                row.on_cpu_ns, row.runq_ns, row.runq_count, list(row.blocked_ns),
+                sum(row.blocked_count), list(row.runq_hist),
+            ))
+        for row in drain.stacks:
+            frames, reason = self._kernel(row)
+            user: tuple[UserFrame, ...] = ()
+            if row.user and self._resolve_user is not None:
+                user = tuple(self._resolve_user(row.pid, row.user))
+            key = (row.pid, row.comm, row.cgroup, row.state, frames, user)
+            blocked = counts.stacks.get(key)
+            if blocked is None:
+                blocked = counts.stacks[key] = _Blocked(reason)
+            blocked.add(row.count, row.total_ns, row.max_ns, row.hist)
+            blocked.add_waker(self._waker(row), row.count, row.total_ns)
+        return counts
+
+    def _waker(self, row: BlockedStack) -> WakerKey:
+        if not row.waker_kernel:
+            return (row.waker_pid, row.waker_comm, ())
+        frames = self.namer.frames(row.waker_kernel, waker=True)
+        interrupt = interrupt_of(frames)
+        if interrupt:  # the task it interrupted did not wake anyone
+            return (0, interrupt, frames)
+        return (row.waker_pid, row.waker_comm, frames)
+
+    def _kernel(self, row: BlockedStack) -> tuple[tuple[str, ...], str]:
+        if not row.kernel:
+            missing = _MISSING_STACK.get(row.kernel_error, f"[no stack: {row.kernel_error}]")
+            return (missing,), missing
+        frames = self.namer.frames(row.kernel)
+        return frames, reason_of(frames)
+
+    def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
+        """Totals since start: one entry per command for processes that have exited."""
+        total = self._window.total
+        if crowded(total.procs, total.stacks):
+            fold_exited(total.procs, is_alive, lambda key: key[0],
+                        lambda key, pid: (pid, *key[1:]), _merged_times)
+            fold_exited(total.stacks, is_alive, lambda key: key[0],
+                        lambda key, pid: (pid, *key[1:]), _merged_blocked)
+        _merge_rare_stacks(total.stacks)
+
+    def profile(self, cumulative: bool = False, latest: bool = False) -> WaitProfile:
+        """The window's profile, the totals since start, or the newest interval's alone."""
+        counts, span = self._window.latest() if latest else self._window.counts(cumulative)
+        return build_profile(counts, span, self._lost, self._notes, self._min_walk_us)
+
+
+def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
+                  notes: dict[str, int], min_walk_us: int) -> WaitProfile:
+    stacks = tuple(
+        WaitStack(
+            pid=pid, comm=comm, cgroup=cgroup, state=state, reason=b.reason, frames=frames,
+            user=user, count=b.count, total_ns=b.total_ns, max_ns=b.max_ns, hist=tuple(b.hist),
+            wakers=tuple(
+                WaitWaker(wpid, wcomm, wframes, count, total)
+                for (wpid, wcomm, wframes), (count, total) in sorted(
+                    b.wakers.items(), key=lambda kv: (-kv[1][1], kv[0][:2]))
+            ),
+        )
+        for (pid, comm, cgroup, state, frames, user), b in sorted(
+            counts.stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:5]))
+    )
+    top: dict[int, tuple[int, str]] = {}
+    for stack in stacks:  # most time first: the first seen per pid is its top reason
+        if stack.pid not in top and not stack.reason.startswith("["):
+            top[stack.pid] = (stack.total_ns, stack.reason)
+    processes = tuple(
+        WaitProcess(
+            pid=pid, comm=comm, cgroup=cgroup, on_cpu_ns=t.on_cpu_ns, runq_ns=t.runq_ns,
+            runq_count=t.runq_count, blocked_s_ns=t.blocked_ns[0], blocked_d_ns=t.blocked_ns[1],
+            blocked_other_ns=t.blocked_ns[2], blocked_count=t.blocked_count,
+            runq_hist=tuple(t.runq_hist), reason=top.get(pid, (0, ""))[1],
+        )
+        for (pid, comm, cgroup), t in sorted(
+            counts.procs.items(),
+            key=lambda kv: (-(kv[1].runq_ns + sum(kv[1].blocked_ns)), kv[0]))
+    )
+    return WaitProfile(processes=processes, stacks=stacks, lost=dict(lost), notes=dict(notes),
+                       min_walk_us=min_walk_us, window_s=window_s)
+
+
+def counts_of(profile: WaitProfile) -> WaitCounts:
+    """The counts a profile was built from (a recorded interval's, for replay)."""
+    counts = WaitCounts()
+    for p in profile.processes:
+        counts.procs[(p.pid, p.comm, p.cgroup)] = _Times(
+            p.on_cpu_ns, p.runq_ns, p.runq_count,
+            [p.blocked_s_ns, p.blocked_d_ns, p.blocked_other_ns], p.blocked_count,
+            list(p.runq_hist),
+        )
+    for s in profile.stacks:
+        blocked = _Blocked(s.reason, s.count, s.total_ns, s.max_ns, list(s.hist))
+        for w in s.wakers:
+            blocked.add_waker((w.pid, w.comm, w.frames), w.count, w.total_ns)
+        key = (s.pid, s.comm, s.cgroup, s.state, s.frames, s.user)
+        mine = counts.stacks.get(key)
+        if mine is None:
+            counts.stacks[key] = blocked
+        else:
+            mine.merge(blocked)
+    return counts
+
+
+def merge_waits(profiles: Sequence[WaitProfile]) -> WaitProfile:
+    """Recorded intervals' profiles summed as the live window sums their counts; losses and
+    notes (cumulative) from the newest."""
+    counts = WaitCounts()
+    for profile in profiles:
+        counts.merge(counts_of(profile))
+    newest = profiles[-1] if profiles else WaitProfile((), (), {})
+    return build_profile(counts, sum(p.window_s for p in profiles), dict(newest.lost),
+                         dict(newest.notes), newest.min_walk_us)
