@@ -36,7 +36,7 @@
 #define USER_STACKS 1
 #endif
 #ifndef MIN_WALK_NS
-#define MIN_WALK_NS 1000000ULL
+#define MIN_WALK_NS 10000ULL
 #endif
 /* What a tracepoint program returns decides whether the kernel hands the event on to the
  * tracepoint's other perf users: 0 would blind a `perf sched record` running beside ktop. */
@@ -197,13 +197,11 @@ static __always_inline void account_blocked(void *ctx, struct wait_thread *t, u6
 	key.cgroup = t->cgroup;
 	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
 	key.waker_kstack = -ENOENT;
-	/* In an interrupt this is the task it interrupted: user space tells that case by
-	 * the walked stack (common_flags are written only after BPF programs ran). */
 	if (woken) {
-		key.waker_pid = bpf_get_current_pid_tgid() >> 32;
-		bpf_get_current_comm(&key.waker_comm, sizeof(key.waker_comm));
-		if (wait_ns >= MIN_WALK_NS)
-			key.waker_kstack = kernel_stack(ctx, g);
+		key.waker_pid = t->waker_pid;
+		key.waker_kstack = t->waker_kstack;
+		key.waker_generation = t->waker_generation;
+		__builtin_memcpy(key.waker_comm, t->waker_comm, sizeof(key.waker_comm));
 	}
 	if (wait_ns >= MIN_WALK_NS && t->kstack == -ENOENT)
 		count_lost(WAIT_LOST_LONG_UNWALKED);
@@ -220,16 +218,60 @@ static __always_inline void account_blocked(void *ctx, struct wait_thread *t, u6
 	__sync_fetch_and_add(&w->hist[hist_slot(wait_ns)], 1);
 }
 
+/* The totals of the thread's process as of its last switch-out. */
+static __always_inline struct wait_proc *thread_proc(struct wait_thread *t, u32 g)
+{
+	u32 zero = 0;
+	struct wait_proc *init = zero_proc.lookup(&zero);
+	struct wait_proc_key key = {};
+	struct wait_proc *p;
+
+	if (!init)
+		return 0;
+	key.pid = t->tgid;
+	key.cgroup = t->cgroup;
+	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
+	p = g ? procs_1.lookup_or_try_init(&key, init) : procs_0.lookup_or_try_init(&key, init);
+	if (!p)
+		count_lost(WAIT_LOST_PROCS_FULL);
+	return p;
+}
+
+static __always_inline void add_runq(struct wait_proc *p, u64 wait_ns)
+{
+	__sync_fetch_and_add(&p->runq_ns, wait_ns);
+	__sync_fetch_and_add(&p->runq_count, 1);
+	__sync_fetch_and_add(&p->runq_hist[hist_slot(wait_ns)], 1);
+}
+
+/* Constant indexes: the verifier cannot bound one read from the map. */
+static __always_inline void add_blocked(struct wait_proc *p, u32 state, u64 wait_ns)
+{
+	if (state == WAIT_STATE_S) {
+		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_S], wait_ns);
+		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_S], 1);
+	} else if (state == WAIT_STATE_D) {
+		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_D], wait_ns);
+		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_D], 1);
+	} else {
+		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_OTHER], wait_ns);
+		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_OTHER], 1);
+	}
+}
+
+/* A wait is added to its process's totals when it ends, as schedstat adds run_delay: a
+ * thread blocked has switched out, so its process is known. */
 static __always_inline void end_blocked(void *ctx, struct wait_thread *t, u64 now, u32 g,
 					bool woken)
 {
 	u64 wait_ns = now > t->since ? now - t->since : 0;
+	struct wait_proc *p = thread_proc(t, g);
 
 	account_blocked(ctx, t, wait_ns, g, woken);
-	t->blocked_ns = wait_ns;
-	t->blocked_state = t->state;
+	if (p)
+		add_blocked(p, t->state, wait_ns);
 	t->last_blocked_ns = wait_ns;
-	t->flags |= WAIT_THREAD_BLOCKED_PENDING | WAIT_THREAD_SEEN_BLOCKED;
+	t->flags |= WAIT_THREAD_SEEN_BLOCKED;
 }
 
 /* The switch-out of the current thread: its on-CPU time and the waits parked since its
@@ -260,28 +302,12 @@ static __always_inline void switch_out(struct sched_switch_args *args, u32 tid, 
 		/* A thread first seen here was on the CPU since before ktop looked. */
 		if (!first && t->phase == PHASE_ON_CPU && now > t->since)
 			__sync_fetch_and_add(&p->on_cpu_ns, now - t->since);
-		if (t->flags & WAIT_THREAD_RUNQ_PENDING) {
-			__sync_fetch_and_add(&p->runq_ns, t->runq_ns);
-			__sync_fetch_and_add(&p->runq_count, 1);
-			__sync_fetch_and_add(&p->runq_hist[hist_slot(t->runq_ns)], 1);
-		}
-		if (t->flags & WAIT_THREAD_BLOCKED_PENDING) {
-			/* Constant indexes: the verifier cannot bound one read from the map. */
-			if (t->blocked_state == WAIT_STATE_S) {
-				__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_S], t->blocked_ns);
-				__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_S], 1);
-			} else if (t->blocked_state == WAIT_STATE_D) {
-				__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_D], t->blocked_ns);
-				__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_D], 1);
-			} else {
-				__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_OTHER], t->blocked_ns);
-				__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_OTHER], 1);
-			}
-		}
+		if (t->flags & WAIT_THREAD_RUNQ_PENDING)
+			add_runq(p, t->runq_ns);
 	} else {
 		count_lost(WAIT_LOST_PROCS_FULL);
 	}
-	t->flags &= ~(WAIT_THREAD_RUNQ_PENDING | WAIT_THREAD_BLOCKED_PENDING);
+	t->flags &= ~WAIT_THREAD_RUNQ_PENDING;
 
 	if (report & REPORT_DEAD) {
 		threads.delete(&tid);
@@ -319,15 +345,23 @@ static __always_inline void switch_in(void *ctx, u32 tid, u64 now, u32 g)
 		return;
 	}
 	if (t->phase == PHASE_RUNQ) {
-		t->runq_ns = now > t->since ? now - t->since : 0;
-		t->flags |= WAIT_THREAD_RUNQ_PENDING;
+		u64 wait_ns = now > t->since ? now - t->since : 0;
+		if (t->tgid) {
+			struct wait_proc *p = thread_proc(t, g);
+			if (p)
+				add_runq(p, wait_ns);
+		} else {	/* new, never switched out: added under its name at its first */
+			t->runq_ns = wait_ns;
+			t->flags |= WAIT_THREAD_RUNQ_PENDING;
+		}
+	} else if (t->phase == PHASE_WAKING) {	/* its sched_wakeup was missed */
+		end_blocked(ctx, t, now, g, true);
 	} else if (t->phase == PHASE_BLOCKED) {
 		count_lost(WAIT_LOST_NO_WAKEUP);
 		end_blocked(ctx, t, now, g, false);
 	}
 	t->phase = PHASE_ON_CPU;
 	t->since = now;
-	t->flags &= ~WAIT_THREAD_WOKEN;
 }
 
 int on_sched_switch(struct sched_switch_args *args)
@@ -344,7 +378,9 @@ int on_sched_switch(struct sched_switch_args *args)
 	return PASS_ON;
 }
 
-/* In the waker's context (or an interrupt's, on whatever task it interrupted). */
+/* In the waker's context: who woke it, and the waker's stack if the wait was long. In an
+ * interrupt this is the task it interrupted; user space tells that case by the walked stack
+ * (the records' common_flags are written only after BPF programs ran). */
 int on_sched_waking(struct sched_wakeup_args *args)
 {
 	u64 now = bpf_ktime_get_ns();
@@ -358,25 +394,29 @@ int on_sched_waking(struct sched_wakeup_args *args)
 	}
 	if (t->phase != PHASE_BLOCKED)
 		return PASS_ON;	/* woken before it left the CPU, or already runnable */
-	end_blocked(args, t, now, current_generation(), true);
-	t->phase = PHASE_RUNQ;
-	t->since = now;
-	t->flags |= WAIT_THREAD_WOKEN;
+	u32 g = current_generation();
+	t->phase = PHASE_WAKING;
+	t->waker_pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
+	t->waker_generation = g;
+	t->waker_kstack = now - t->since >= MIN_WALK_NS ? kernel_stack(args, g) : -ENOENT;
 	return PASS_ON;
 }
 
-/* The woken task is on a run queue now: its run-queue wait starts here, as schedstat's
- * run_delay does (a remote wake-up is queued to the target CPU between the two). */
+/* The woken thread is on a run queue now (on its CPU, maybe from an IPI): its blocked
+ * wait ends and its run-queue wait starts, where delay accounting and schedstat's
+ * run_delay switch too. */
 int on_sched_wakeup(struct sched_wakeup_args *args)
 {
 	u32 tid = args->pid;
 	struct wait_thread *t = threads.lookup(&tid);
 
-	/* Only after this wait's sched_waking: a preempted task woken again is still queued. */
-	if (t && t->phase == PHASE_RUNQ && (t->flags & WAIT_THREAD_WOKEN)) {
-		t->since = bpf_ktime_get_ns();
-		t->flags &= ~WAIT_THREAD_WOKEN;
-	}
+	if (!t || t->phase != PHASE_WAKING)
+		return PASS_ON;
+	u64 now = bpf_ktime_get_ns();
+	end_blocked(args, t, now, current_generation(), true);
+	t->phase = PHASE_RUNQ;
+	t->since = now;
 	return PASS_ON;
 }
 

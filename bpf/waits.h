@@ -21,32 +21,37 @@ enum wait_phase {
 	PHASE_ON_CPU,			/* switched in at `since` */
 	PHASE_BLOCKED,			/* switched out blocked at `since` */
 	PHASE_RUNQ,			/* runnable since `since`: woken, preempted or new */
+	PHASE_WAKING,			/* blocked since `since`, its waker seen (sched_waking), not
+					   yet queued: the wait ends at sched_wakeup, as delay
+					   accounting's and PSI's do, and run-queue time starts there */
 };
 
-/* One thread, kept from its first sighting to its exit. Waits end in another thread's
- * context (the waker, or whoever switches it in), so what they count is parked here and
- * added to the process's totals at the thread's next switch-out, under its own identity. */
+/* One thread, kept from its first sighting to its exit, with its identity as of its last
+ * switch-out: waits end in another thread's context (the waker's, or whoever switches it
+ * in). A new thread's first run-queue wait is parked here until its first switch-out. */
 struct wait_thread {
 	u64 since;			/* bpf_ktime_get_ns() of the phase's start */
-	u64 runq_ns;			/* the last run-queue wait, not yet added to the totals */
-	u64 blocked_ns;			/* the last blocked wait, not yet added */
+	u64 runq_ns;			/* a new thread's first run-queue wait, not yet added */
 	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
 	u64 cgroup;			/* as of the last switch-out */
 	u32 tgid;
 	u32 phase;			/* enum wait_phase */
 	u32 state;			/* enum wait_state of the blocked phase */
-	u32 blocked_state;		/* enum wait_state of blocked_ns */
+	u32 pad0;
 	s32 kstack;			/* blocked phase: kernel stack id, or -errno (-ENOENT: not walked) */
 	s32 ustack;
 	u32 stack_generation;		/* the stack maps kstack and ustack are in */
 	u32 flags;			/* WAIT_THREAD_* */
+	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
+	s32 waker_kstack;
+	u32 waker_generation;
+	u32 pad;
 	char comm[KTOP_COMM_LEN];
+	char waker_comm[KTOP_COMM_LEN];
 };
 
 #define WAIT_THREAD_RUNQ_PENDING	1	/* runq_ns holds a wait */
-#define WAIT_THREAD_BLOCKED_PENDING	2	/* blocked_ns holds a wait */
 #define WAIT_THREAD_SEEN_BLOCKED	4	/* last_blocked_ns is known */
-#define WAIT_THREAD_WOKEN		8	/* runnable by a wake-up not yet queued (sched_wakeup) */
 
 /* Time per (process, command, cgroup), every wait counted whatever its length. */
 struct wait_proc_key {
@@ -75,8 +80,8 @@ struct wait_stack_key {
 	s32 ustack;
 	u32 stack_generation;		/* the stack maps kstack and ustack are in */
 	u32 waker_pid;			/* tgid of the waker (0: no wake-up seen) */
-	s32 waker_kstack;		/* in this key's own generation's map, or -errno */
-	u32 pad;
+	s32 waker_kstack;		/* in waker_generation's map, or -errno */
+	u32 waker_generation;
 	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 	char waker_comm[KTOP_COMM_LEN];

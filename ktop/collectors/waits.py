@@ -55,7 +55,7 @@ NOT_LOSSES = ("unseen_start", "long_wait_unwalked")
 HIST_SLOTS = 32  # WAIT_HIST_SLOTS: slot k >= 1 holds [2^(k-1), 2^k) us, slot 0 under 1 us
 STATES = ("S", "D", "other")  # enum wait_state
 NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)
-DEFAULT_MIN_WALK_US = 1000
+DEFAULT_MIN_WALK_US = 10
 WAKER_NONE = "[no wake-up seen]"  # the waker of a wait whose wake-up was not seen
 MAX_MIN_WALK_US = 10_000_000
 
@@ -125,7 +125,7 @@ def parse_min_walk_us(text: str) -> int:
         value = int(text)
     except ValueError:
         raise ValueError(
-            f"--offcpu-min {text!r} is not a whole number of microseconds (e.g. 1000)"
+            f"--offcpu-min {text!r} is not a whole number of microseconds (e.g. 10)"
         ) from None
     if not 0 <= value <= MAX_MIN_WALK_US:
         raise ValueError(f"--offcpu-min {value} is out of range: use 0 to {MAX_MIN_WALK_US} µs")
@@ -251,7 +251,8 @@ class WaitCollector:
                 user_error=_error(key.ustack),
                 waker_pid=key.waker_pid,
                 waker_comm=_waker_comm(key.waker_pid, key.waker_comm),
-                waker_kernel=walk(stack_maps[old], key.waker_kstack, kernel=True),
+                waker_kernel=walk(stack_maps[key.waker_generation & 1], key.waker_kstack,
+                                  kernel=True),
                 waker_error=_error(key.waker_kstack),
                 total_ns=value.total_ns,
                 count=value.count,
