@@ -9,7 +9,7 @@ import dataclasses
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ktop.aggregate.merge import merge_snapshots
@@ -120,7 +120,7 @@ class ReplaySource:
         self.position = last if position is None else min(max(position, 0), last)
         self._lock = threading.Lock()
         self._merged: tuple[tuple[int, int], Snapshot] | None = None
-        self.on_moved: Callable[[], None] | None = None
+        self.timeline = self  # it is its own
 
     def _typical_interval(self) -> float:
         spans = sorted(r.duration_s for r in self.records if r.duration_s > 0)

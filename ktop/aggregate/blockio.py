@@ -6,6 +6,7 @@ import operator
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window
@@ -13,6 +14,10 @@ from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, kernel_dev, split_dev
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
 from ktop.symbols import Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.blockio import BlockCollector
+    from ktop.engine import LiveSource
 
 # (pid, comm, dev, rw, cgroup): one row of the per-process table.
 IoKey = tuple[int, str, int, str, str]
@@ -193,7 +198,7 @@ class BlockAggregator:
                         lambda key, pid: (with_pid(key[0], pid), key[1]), operator.add)
 
     def profile(
-        self, cumulative: bool = False, max_requests: int = MAX_REQUESTS, latest: bool = False
+        self, cumulative: bool = False, latest: bool = False, *, max_requests: int = MAX_REQUESTS
     ) -> BlockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
         if latest:  # every request the newest drain brought, late ones too: none falls between
@@ -365,4 +370,13 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
         processes=processes,
         requests=requests,
         window_s=sum(p.window_s for p in profiles),
+    )
+
+
+def build(source: LiveSource) -> tuple[BlockCollector, BlockAggregator]:
+    """The block I/O pane's collector and aggregator (ktop.panes)."""
+    from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+
+    return BlockCollector(source.options.interval_s), BlockAggregator(
+        source.options.window_s, symbols=source.kallsyms()
     )

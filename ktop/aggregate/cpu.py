@@ -6,7 +6,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.window import Window
@@ -15,6 +15,10 @@ from ktop.collectors.procstat import CpuTicks, merge_times, ticks_of
 from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
 from ktop.stacktree import function_counts, function_name, inclusive_counts, ranked_functions
 from ktop.symbols import IdleClassifier, Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.cpu import CpuSampler
+    from ktop.engine import LiveSource
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
 UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
@@ -470,3 +474,20 @@ def merge_profiles(profiles: Sequence[CpuProfile]) -> CpuProfile:
         built = replace(built, times=merge_times([p.times for p in profiles],
                                                  [p.window_s for p in profiles]))
     return built
+
+
+def build(source: LiveSource) -> tuple[CpuSampler, CpuAggregator]:
+    """The hot functions pane's sampler and aggregator (ktop.panes)."""
+    from ktop.collectors import loader  # noqa: PLC0415
+    from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
+
+    options = source.options
+    kallsyms = source.kallsyms()
+    sampler = CpuSampler(options.hz, options.interval_s,
+                         idle_code=IdleClassifier(kallsyms).code_ranges(),
+                         compiler_pid=loader.compiler_pid())
+    lines, line_info = source.kernel_lines()
+    return sampler, CpuAggregator(
+        kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,
+        source_line=lines.lookup if lines else None, line_info=line_info,
+    )

@@ -11,6 +11,7 @@ import errno
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
@@ -28,6 +29,10 @@ from ktop.model import (
     UserFrame,
 )
 from ktop.symbols import KERNEL_MODULE, Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.locks import LockCollector
+    from ktop.engine import LiveSource
 
 # Lock type flags of lock:contention_begin (include/trace/events/lock.h).
 LCB_F_SPIN = 1 << 0
@@ -451,3 +456,12 @@ def _tasks(waits: dict[TaskKey, _Waits]) -> tuple[LockTask, ...]:
 
 def _by_total_wait(waits: dict) -> list:
     return sorted(waits.items(), key=lambda kv: (-kv[1].total_ns, kv[0]))
+
+
+def build(source: LiveSource) -> tuple[LockCollector, LockAggregator]:
+    """The lock contention pane's collector and aggregator (ktop.panes)."""
+    from ktop.collectors.locks import LockCollector  # noqa: PLC0415
+
+    return LockCollector(source.options.interval_s), LockAggregator(
+        source.kallsyms(), source.options.window_s, resolve_user=source.resolve_user
+    )

@@ -1,9 +1,9 @@
 """Recorded intervals as one window: a replay's Snapshot.
 
 Each record holds one interval alone (what each aggregator's profile(latest=True) built).
-Each pane's profiles are summed by its aggregator's merge_profiles, which counts them back
-into the counts the live window keeps and builds the profile as live does: one fold for
-live and replay. The processes pane, the losses (counted since start) and the rest come
+Each pane's profiles are summed by its merge (ktop.panes: its aggregator's merge_profiles),
+which counts them back into the counts the live window keeps and builds the profile as
+live does: one fold for live and replay. The processes pane, the losses (counted since start) and the rest come
 from the newest record, as live.
 """
 
@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ktop.aggregate import blockio, cpu, locks
 from ktop.collectors.procstat import merge_times
 from ktop.model import Snapshot
+from ktop.panes import PANES
 
 
 def merge_snapshots(snapshots: Sequence[Snapshot]) -> Snapshot:
@@ -28,14 +28,13 @@ def merge_snapshots(snapshots: Sequence[Snapshot]) -> Snapshot:
         profiles = [getattr(s, name) for s in snapshots if getattr(s, name) is not None]
         return fold(profiles) if profiles else None
 
-    cpu_profile = merged("cpu", cpu.merge_profiles)
+    profiles = {spec.field: merged(spec.field, spec.merge) for spec in PANES if spec.merge}
+    cpu_profile = profiles.get("cpu")
     # Without CPU samples (recorded without root) the /proc/stat split is the window's too.
     split = [(s.cpu_times, s.duration_s) for s in snapshots if s.cpu_times is not None]
     return dataclasses.replace(
         newest,
-        cpu=cpu_profile,
+        **profiles,
         cpu_times=merge_times(*zip(*split)) if split else None,
-        locks=merged("locks", locks.merge_profiles),
-        blockio=merged("blockio", blockio.merge_profiles),
         duration_s=cpu_profile.window_s if cpu_profile else sum(s.duration_s for s in snapshots),
     )
