@@ -25,6 +25,7 @@ from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
+from ktop.collectors.waits import DEFAULT_MIN_WALK_US
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.panes import Aggregator, Collector, bpf_panes
 from ktop.symbols import Kallsyms
@@ -43,6 +44,7 @@ class Options:
     window_s: float = 5.0
     cumulative: bool = False
     vmlinux: str | None = None  # debug ELF of the kernel for file:line (default: distro path)
+    offcpu_min_us: int = DEFAULT_MIN_WALK_US  # waits pane: stacks of waits predicted this long
     panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
 
 

@@ -18,6 +18,7 @@ PANE_FUNCTIONS = "functions"
 PANE_LOCKS = "locks"
 PANE_BLOCKIO = "blockio"
 PANE_PROCESSES = "processes"
+PANE_WAITS = "waits"
 
 # The pid of rows that fold together processes (or threads) that have exited, one row per
 # command, in the totals kept since start: pids churn, and the totals must stay bounded.
@@ -372,6 +373,7 @@ class Snapshot:
     processes: tuple[ProcessRow, ...]
     locks: LockProfile | None = None
     blockio: BlockProfile | None = None
+    waits: WaitProfile | None = None
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live

@@ -28,6 +28,7 @@ from ktop.model import (
     LockProfile,
     ProcessRow,
     Snapshot,
+    WaitProfile,
 )
 
 if TYPE_CHECKING:
@@ -179,6 +180,33 @@ def _processes_widget() -> type[Pane]:
     return ProcessesPane
 
 
+# ---- waits (off-CPU) ----------------------------------------------------------------------
+
+
+def _waits_widget() -> type[Pane]:
+    from ktop.widgets.waits import WaitsPane  # noqa: PLC0415
+
+    return WaitsPane
+
+
+def _build_waits(source: LiveSource) -> tuple[Collector, Aggregator]:
+    from ktop.aggregate.waits import build  # noqa: PLC0415
+
+    return build(source)
+
+
+def _merge_waits(profiles: Sequence[WaitProfile]) -> WaitProfile:
+    from ktop.aggregate.waits import merge_profiles  # noqa: PLC0415
+
+    return merge_profiles(profiles)
+
+
+def _runq_ms(snapshot: Snapshot) -> float:
+    """Every thread's time waiting for a CPU (drawn per second: ms a second)."""
+    waits = snapshot.waits
+    return sum(p.runq_ns for p in waits.processes) / 1e6 if waits else math.nan
+
+
 # In screen order; the BPF panes load in this order too (the first is what a user looks at
 # first).
 PANES: list[PaneDef] = [
@@ -210,6 +238,12 @@ PANES: list[PaneDef] = [
         name="processes", field="processes", title="Processes", key_label="Processes",
         short_label="Procs", drill_by="pid", widget=_processes_widget,
         rounding={ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0}},
+    ),
+    PaneDef(
+        name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
+        short_label="Waits", drill_by="key", widget=_waits_widget, build=_build_waits,
+        merge=_merge_waits, figure=Figure("run queue", "runq", _runq_ms, "ms/s", True),
+        loss_prefix="wait", rounding={WaitProfile: {"window_s": 3}},
     ),
 ]
 

@@ -1,5 +1,5 @@
-"""A pane is one entry of ktop.panes: a fifth pane, registered by a test as the waits pane
-will be, gets its place in the grid, its number key, its tab and its line in the help,
+"""A pane is one entry of ktop.panes: the fifth, waits, gets its place in the grid, its
+number key, its tab and its line in the help; a sixth registered by a test gets them too,
 with nothing else changed."""
 
 from __future__ import annotations
@@ -15,23 +15,23 @@ from ktop.snapshot import screen_text
 from ktop.widgets.processes import ProcessesPane
 
 
-class FifthPane(ProcessesPane):
+class SixthPane(ProcessesPane):
     """A stand-in widget: the processes again, under its own name."""
 
-    PANE = "fifth"
+    PANE = "sixth"
 
 
-FIFTH = panes.PaneDef(name="fifth", field="processes", title="Fifth pane", key_label="Fifth",
-                      short_label="5th", drill_by="pid", widget=lambda: FifthPane)
+SIXTH = panes.PaneDef(name="sixth", field="processes", title="Sixth pane", key_label="Sixth",
+                      short_label="6th", drill_by="pid", widget=lambda: SixthPane)
 
 
 @pytest.fixture
-def five_panes():
-    panes.PANES.append(FIFTH)
+def six_panes():
+    panes.PANES.append(SIXTH)
     try:
         yield
     finally:
-        panes.PANES.remove(FIFTH)
+        panes.PANES.remove(SIXTH)
 
 
 def regions(app) -> dict[str, tuple[int, int, int, int]]:
@@ -40,7 +40,7 @@ def regions(app) -> dict[str, tuple[int, int, int, int]]:
             if app.pane(spec.name).display}
 
 
-def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot, five_panes):
+def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot):
     seen = {}
 
     async def scenario(pilot):
@@ -54,19 +54,19 @@ def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot, five_panes):
     for name in ("functions", "locks", "blockio", "processes"):
         x, y, width, height = shown[name]
         assert width >= 78 and height >= 13, (name, shown[name])
-    x, y, width, height = shown["fifth"]
+    x, y, width, height = shown["waits"]
     assert (x, width) == (0, 160) and height >= 13  # the odd one out spans the row
     assert y > max(shown[name][1] for name in ("functions", "locks", "blockio", "processes"))
-    assert "5 Fifth pane" in seen["text"]
+    assert "5 Waits (off-CPU)" in seen["text"]
 
 
-def test_five_panes_under_tabs_on_a_small_screen(recorded_snapshot, five_panes):
+def test_six_panes_under_tabs_on_a_small_screen(recorded_snapshot, six_panes):
     seen = {}
 
     async def scenario(pilot):
         app = pilot.app
         seen["tabs"] = app.query_one("#tabs").tabs_text().plain
-        await pilot.press("5")
+        await pilot.press("6")
         await pilot.pause(0.1)
         seen["regions"] = regions(app)
         await pilot.press("question_mark")
@@ -75,12 +75,12 @@ def test_five_panes_under_tabs_on_a_small_screen(recorded_snapshot, five_panes):
 
     run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(80, 24))
     tabs = seen["tabs"]
-    assert len(tabs) <= 80 and "5 5th" in tabs and "Tab/1-5 switch" in tabs, tabs
-    assert list(seen["regions"]) == ["fifth"] and seen["regions"]["fifth"][2] == 80
-    assert "5" in seen["help"] and "Fifth" in seen["help"]
+    assert len(tabs) <= 80 and "6 6th" in tabs and "Tab/1-6 switch" in tabs, tabs
+    assert list(seen["regions"]) == ["sixth"] and seen["regions"]["sixth"][2] == 80
+    assert "6" in seen["help"] and "Sixth" in seen["help"]
 
 
-def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot):
+def test_six_panes_make_three_rows_of_two(recorded_snapshot, six_panes):
     seen = {}
 
     async def scenario(pilot):
@@ -88,7 +88,7 @@ def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot):
 
     run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(160, 50))
     shown = seen["regions"]
-    assert len(shown) == 4
+    assert len(shown) == 6
     assert {x for x, _, _, _ in shown.values()} == {0, 80}  # two columns
-    assert len({y for _, y, _, _ in shown.values()}) == 2  # two rows
+    assert len({y for _, y, _, _ in shown.values()}) == 3  # three rows
     assert {width for _, _, width, _ in shown.values()} == {80}

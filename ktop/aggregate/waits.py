@@ -10,12 +10,17 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window
 from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
 from ktop.symbols import Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.waits import WaitCollector
+    from ktop.engine import LiveSource
 
 # Frames of the tracing machinery above the scheduler, cut from every stack.
 _TRACING_PREFIXES = (
@@ -333,7 +338,7 @@ def counts_of(profile: WaitProfile) -> WaitCounts:
     return counts
 
 
-def merge_waits(profiles: Sequence[WaitProfile]) -> WaitProfile:
+def merge_profiles(profiles: Sequence[WaitProfile]) -> WaitProfile:
     """Recorded intervals' profiles summed as the live window sums their counts; losses and
     notes (cumulative) from the newest."""
     counts = WaitCounts()
@@ -342,3 +347,14 @@ def merge_waits(profiles: Sequence[WaitProfile]) -> WaitProfile:
     newest = profiles[-1] if profiles else WaitProfile((), (), {})
     return build_profile(counts, sum(p.window_s for p in profiles), dict(newest.lost),
                          dict(newest.notes), newest.min_walk_us)
+
+
+def build(source: LiveSource) -> tuple[WaitCollector, WaitAggregator]:
+    """The waits pane's collector and aggregator (ktop.panes)."""
+    from ktop.collectors.waits import WaitCollector  # noqa: PLC0415
+
+    minimum = source.options.offcpu_min_us
+    return WaitCollector(source.options.interval_s, min_walk_us=minimum), WaitAggregator(
+        source.kallsyms(), source.options.window_s, resolve_user=source.resolve_user,
+        min_walk_us=minimum,
+    )

@@ -1,0 +1,116 @@
+"""The waits pane's drill-down: the blocking stacks of a process, command or blocking
+function, with time, count, histogram and who woke them; the run-queue histogram."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+
+from ktop.model import Snapshot, WaitStack
+from ktop.screens.stacks import (
+    DetailScreen,
+    DrillHost,
+    _count,
+    _frame_line,
+    _heading,
+    _histogram_table,
+    _safe,
+)
+from ktop.text import format_pid, printable
+from ktop.units import format_ns
+from ktop.waitviews import hist_buckets_us, percent
+
+STACKS_SHOWN = 30
+WAKERS_SHOWN = 5
+
+# What a selection names: ("pid", "1234"), ("comm", "dd"), ("reason", "do_nanosleep").
+Selection = tuple[str, str]
+
+
+def selected_stacks(snapshot: Snapshot, selection: Selection) -> tuple[WaitStack, ...]:
+    waits = snapshot.waits
+    if waits is None:
+        return ()
+    kind, what = selection
+    if kind == "pid":
+        return tuple(s for s in waits.stacks if str(s.pid) == what)
+    if kind == "comm":
+        return tuple(s for s in waits.stacks if s.comm == what)
+    return tuple(s for s in waits.stacks if s.reason == what)
+
+
+def selected_runq_hist(snapshot: Snapshot, selection: Selection) -> tuple[int, ...]:
+    waits = snapshot.waits
+    kind, what = selection
+    if waits is None or kind == "reason":
+        return ()
+    rows = [p for p in waits.processes
+            if (str(p.pid) if kind == "pid" else p.comm) == what]
+    return tuple(map(sum, zip(*(p.runq_hist for p in rows)))) if rows else ()
+
+
+class WaitStacksScreen(DetailScreen):
+    """Blocking stacks of one process, command or blocking function, and their wakers."""
+
+    TITLE = "Waits: blocking stacks and who woke them"
+
+    def __init__(self, selection: Selection, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
+        self.selection = selection
+        self.stacks = selected_stacks(snapshot, selection)
+
+    def still_present(self, snapshot: Snapshot) -> bool:
+        found = selected_stacks(snapshot, self.selection)
+        if found:
+            self.stacks = found
+        return bool(found)
+
+    def shown(self) -> object:
+        return self.stacks, self.selection
+
+    def _window(self) -> float:
+        waits = self.snapshot.waits
+        return waits.window_s if waits else 0.0
+
+    def header(self) -> Text:
+        kind, what = self.selection
+        total = sum(s.total_ns for s in self.stacks)
+        count = sum(s.count for s in self.stacks)
+        text = Text()
+        text.append("blocked waits of " if kind != "reason" else "blocked waits in ", style="bold")
+        label = {"pid": "pid ", "comm": "command ", "reason": ""}[kind]
+        text.append(label + printable(what), style="bold cyan")
+        text.append(f"   {_count(count, 'wait')} {self.window_label(self._window())},"
+                    f" total {format_ns(total)}")
+        text.append_text(self.stale_text())
+        return text
+
+    def rebuild(self) -> None:
+        self.header_widget().update(self.header())
+        window = self._window()
+        lines: list = []
+        for s in self.stacks[:STACKS_SHOWN]:
+            head = Text(f"{s.state}  {printable(s.reason)}  {_count(s.count, 'wait')}, total "
+                        f"{format_ns(s.total_ns)} ({percent(s.total_ns, window):.1f}%), max "
+                        f"{format_ns(s.max_ns)}   {s.comm} {format_pid(s.pid)}", style="bold")
+            lines.append(head)
+            lines.extend(_frame_line(frame) for frame in s.frames)
+            lines.extend(_frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.user)
+            for w in s.wakers[:WAKERS_SHOWN]:
+                who = f"{w.comm} {format_pid(w.pid)}" if w.pid else w.comm
+                waker = Text("    woken by ", style="dim")
+                waker.append_text(_safe(who, "bold magenta"))
+                waker.append(f"  {_count(w.count, 'time')}, {format_ns(w.total_ns)} of waiting",
+                             style="dim")
+                lines.append(waker)
+                lines.extend(_frame_line("  " + frame, "magenta") for frame in w.frames[:12])
+            lines.append(_histogram_table("wait time", hist_buckets_us(s.hist), 1000))
+        if len(self.stacks) > STACKS_SHOWN:
+            lines.append(Text(f"... {len(self.stacks) - STACKS_SHOWN} more stacks", style="dim"))
+        if not self.stacks:
+            lines.append(Text("no blocked waits kept for this", style="dim"))
+        runq = hist_buckets_us(selected_runq_hist(self.snapshot, self.selection))
+        if runq:
+            lines.append(_heading("waiting for a CPU"))
+            lines.append(_histogram_table("run-queue wait", runq, 1000))
+        self.query_one("#stack-list-text").update(Group(*lines))

@@ -1,0 +1,164 @@
+"""Waits: where threads' time goes off the CPU, by process, blocking function, command or
+cgroup. Percentages are of one thread's wall time over the window, summed over threads."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ktop.cgroups import short_name
+from ktop.model import PANE_WAITS, Snapshot
+from ktop.text import format_pid
+from ktop.units import format_ns, format_span
+from ktop.waitviews import (
+    WaitGroup,
+    WaitReason,
+    by_cgroup,
+    by_command,
+    by_process,
+    by_reason,
+    percent,
+    pressure_line,
+)
+from ktop.widgets.pane import WIDE, WIDER, CgroupFilter, Display, Drill, Pane, View
+from ktop.widgets.table import Cell, Column, num
+
+_SHARE_COLUMNS = (
+    Column("cpu", "CPU%", 6, right=True, priority=6),
+    Column("runq", "RUNQ%", 6, right=True, priority=8),
+    Column("d", "D%", 6, right=True, priority=8),
+    Column("s", "S%", 6, right=True, priority=7),
+    Column("other", "OTHER%", 7, right=True, shown_from=WIDE),
+    Column("waits", "waits", 7, right=True, shown_from=WIDER),
+)
+
+
+def _share(ns: int, window_s: float, strong: float = 50.0) -> Cell:
+    value = percent(ns, window_s)
+    return num(f"{value:.1f}", value, "bold" if value >= strong else "")
+
+
+def _share_cells(g: WaitGroup, window_s: float) -> tuple[Cell, ...]:
+    return (
+        _share(g.on_cpu_ns, window_s),
+        _share(g.runq_ns, window_s, 10.0),
+        _share(g.blocked_d_ns, window_s, 10.0),
+        _share(g.blocked_s_ns, window_s),
+        _share(g.blocked_other_ns, window_s),
+        num(str(g.waits), g.waits),
+    )
+
+
+class WaitsPane(Pane):
+    PANE = PANE_WAITS
+    VIEWS = (
+        View("processes", (
+            Column("pid", "PID", 7, right=True, descending=False, priority=8),
+            *_SHARE_COLUMNS,
+            Column("comm", "COMMAND", 15, descending=False, priority=9),
+            Column("reason", "top reason", None, descending=False, priority=7, min_width=12),
+        ), "runq"),
+        View("reasons", (
+            Column("total", "total", 9, right=True, priority=8),
+            Column("share", "%", 6, right=True, priority=6),
+            Column("count", "waits", 7, right=True, priority=7),
+            Column("max", "max", 9, right=True, priority=4),
+            Column("state", "S", 5, descending=False, priority=6),
+            Column("procs", "procs", 5, right=True, shown_from=WIDE),
+            Column("reason", "blocking function", None, descending=False, priority=9, min_width=20),
+        ), "total"),
+        View("commands", (
+            Column("procs", "procs", 5, right=True, priority=5),
+            *_SHARE_COLUMNS,
+            Column("comm", "COMMAND", 15, descending=False, priority=9),
+            Column("reason", "top reason", None, descending=False, priority=7, min_width=12),
+        ), "runq"),
+        View("cgroups", (
+            Column("procs", "procs", 5, right=True, priority=5),
+            *_SHARE_COLUMNS,
+            Column("cgroup", "cgroup", None, descending=False, priority=9, min_width=20),
+        ), "runq"),
+    )
+
+    def rows(self, snapshot: Snapshot, display: Display):
+        waits = snapshot.waits
+        if waits is None:
+            return [], "waiting for scheduler events...", ""
+        window = waits.window_s or snapshot.duration_s
+        shows = display.shows if display.filtered else None
+        rows: list
+        if self.view == "reasons":
+            reasons = by_reason(waits, shows)
+            rows = [
+                (
+                    f"{r.reason}|{r.state}",
+                    (
+                        num(format_ns(r.total_ns), r.total_ns),
+                        _share(r.total_ns, window),
+                        num(str(r.count), r.count),
+                        num(format_ns(r.max_ns), r.max_ns),
+                        Cell(r.state),
+                        num(str(r.processes), r.processes),
+                        Cell(r.reason),
+                    ),
+                    r,
+                )
+                for r in reasons
+            ]
+        elif self.view == "processes":
+            rows = [
+                (
+                    g.key,
+                    (num(format_pid(g.pid), g.pid), *_share_cells(g, window), Cell(g.comm),
+                     Cell(g.reason)),
+                    g,
+                )
+                for g in by_process(waits, shows)
+            ]
+        elif self.view == "commands":
+            rows = [
+                (
+                    g.key,
+                    (num(str(g.processes), g.processes), *_share_cells(g, window), Cell(g.comm),
+                     Cell(g.reason)),
+                    g,
+                )
+                for g in by_command(waits, shows)
+            ]
+        else:
+            rows = [
+                (
+                    g.key,
+                    (num(str(g.processes), g.processes), *_share_cells(g, window),
+                     Cell(short_name(g.cgroup), g.cgroup.lower())),
+                    g,
+                )
+                for g in by_cgroup(waits, shows)
+            ]
+        subtitle = f"by {self.view} (v)  % of a thread's time in {format_span(window)}"
+        lost = sum(waits.lost.values())
+        if lost:
+            subtitle += f"  lost {lost}"
+        return rows, f"no waits in the last {format_span(window)}", subtitle
+
+    def note(self, snapshot: Snapshot, display: Display) -> str:
+        """Where the pressure the header shows comes from, in one line."""
+        waits = snapshot.waits
+        if waits is None:
+            return ""
+        line = pressure_line(waits, waits.window_s or snapshot.duration_s)
+        return f"pressure from  {line}" if line else ""
+
+    def view_description(self) -> str:
+        return {"processes": "by process", "reasons": "by blocking function",
+                "commands": "by command", "cgroups": "by cgroup"}.get(self.view, self.view)
+
+    def drill_row(self, row: WaitGroup | WaitReason) -> Drill:
+        from ktop.screens.waits import WaitStacksScreen  # noqa: PLC0415  (loaded when opened)
+
+        if isinstance(row, WaitReason):
+            return partial(WaitStacksScreen, ("reason", row.reason), self._snapshot)
+        if self.view == "cgroups":
+            return CgroupFilter(row.cgroup)
+        if self.view == "commands":
+            return partial(WaitStacksScreen, ("comm", row.comm), self._snapshot)
+        return partial(WaitStacksScreen, ("pid", str(row.pid)), self._snapshot)
