@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ktop import __version__
 from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
+from ktop.collectors.pressure import PressureReader
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
@@ -131,6 +132,7 @@ class LiveSource:
         self.headers = "not needed"
         self._specs = [spec for spec in specs if spec.name in options.panes]
         self._processes = ProcessCollector()
+        self._pressure = PressureReader()
         self._self_cost = SelfCost()
         # /proc/stat at the start, then at each collect without a CPU profile to split it.
         self._ticks = CpuTicks()
@@ -329,6 +331,7 @@ class LiveSource:
             cost=self._self_cost.measure(),
             tasks=self._processes.tasks,
             cpu_times=cpu_times,
+            pressure=self._pressure.read(),
         )
 
     @staticmethod
@@ -379,6 +382,7 @@ class LiveSource:
         for collector, _ in running:
             collector.close()
         self._processes.close()
+        self._pressure.close()
         self._self_cost.close()
 
 

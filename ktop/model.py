@@ -193,6 +193,9 @@ class ProcessRow:
     # A row of pid EXITED_PID: the CPU of children of this process that exited in the
     # interval (counted when it waited for them); comm, user and cmdline are the parent's.
     parent: int = 0
+    # Time its threads waited for a CPU (100 = one thread all the time), from schedstat's
+    # run_delay; None when unknown (the first refresh, a kernel without schedstats).
+    runq_percent: float | None = None
 
     @property
     def usr_percent(self) -> float:
@@ -374,6 +377,7 @@ class Snapshot:
     locks: LockProfile | None = None
     blockio: BlockProfile | None = None
     waits: WaitProfile | None = None
+    pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live
@@ -441,3 +445,15 @@ class WaitProfile:
     notes: Mapping[str, int] = field(default_factory=dict)  # counted, not losses
     min_walk_us: int = 0  # stacks walked for waits predicted at least this long
     window_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """PSI avg10 (% of the last 10 s): some task stalled, or all did (full)."""
+
+    cpu_some: float
+    cpu_full: float | None
+    io_some: float
+    io_full: float | None
+    memory_some: float
+    memory_full: float | None

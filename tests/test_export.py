@@ -31,12 +31,17 @@ from ktop.model import (
     LockTask,
     LockTaskStack,
     LockUserStack,
+    Pressure,
     ProcessRow,
     SelfCostRow,
     Snapshot,
     StackSample,
     TaskCounts,
     UserFrame,
+    WaitProcess,
+    WaitProfile,
+    WaitStack,
+    WaitWaker,
 )
 
 
@@ -172,13 +177,30 @@ def full_snapshot() -> Snapshot:
         requests=(IoRequest(2 + THIRD, "dd", 7, "vda", "W", 2048, 4096, THIRD, 1 + THIRD,
                             "/ktop-test"),),
     )
+    waits = WaitProfile(
+        processes=(WaitProcess(
+            pid=7, comm="dd", cgroup="/ktop-test", on_cpu_ns=10, runq_ns=20, runq_count=2,
+            blocked_s_ns=30, blocked_d_ns=40, blocked_other_ns=50, blocked_count=3,
+            runq_hist=(0, 2), reason="io_schedule ← __iomap_dio_rw",
+        ),),
+        stacks=(WaitStack(
+            pid=7, comm="dd", cgroup="/ktop-test", state="D", reason="io_schedule ← __iomap_dio_rw",
+            frames=("io_schedule+0x42", "__iomap_dio_rw+0x5ea"), user=(frame,), count=3,
+            total_ns=40, max_ns=20, hist=(0, 3),
+            wakers=(WaitWaker(9, "kworker/0:1", ("blk_mq_end_request+0x1d",), 3, 40),),
+        ),),
+        lost={"stacks_map_full": 1}, notes={"unseen_start": 4}, min_walk_us=10,
+        window_s=5 + THIRD,
+    )
     return Snapshot(
         ktop_version="0.1", kernel="6.18.44", hostname="testhost", taken_at=1767268245 + THIRD,
         duration_s=5 + THIRD, headers="linux-headers-6.1.0-56-amd64", cpu=cpu,
         processes=(ProcessRow(7, "dd", "root", "D", 50 + THIRD, 40 + THIRD, 1, 4096, "dd if=x",
                               "/ktop-test", 4096.0, 67108864.0, user_percent=10 + THIRD,
-                              parent=1),),  # parent: set here to be carried, as on exited rows
-        locks=locks, blockio=blockio, unavailable={"processes": "just to say why"},
+                              parent=1, runq_percent=3 + THIRD),),  # parent: as on exited rows
+        locks=locks, blockio=blockio, waits=waits,
+        pressure=Pressure(cpu_some=1 + THIRD, cpu_full=THIRD, io_some=2 + THIRD, io_full=THIRD,
+                          memory_some=THIRD, memory_full=THIRD / 2), unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD), paused=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),

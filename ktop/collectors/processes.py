@@ -17,6 +17,7 @@ import time
 from typing import NamedTuple
 
 from ktop.cgroups import parse_proc_cgroup
+from ktop.collectors.runqueue import RunDelays
 from ktop.model import EXITED_PID, ProcessRow, TaskCounts
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -202,6 +203,7 @@ class ProcessCollector:
         self._previous_forks: int | None = None
         # The kernel's counts at the last refresh: runnable and blocked tasks, forks a second.
         self.tasks: TaskCounts | None = None
+        self._run_delays = RunDelays(proc)  # RUNQ%: schedstat's run_delay
 
     def start(self) -> None:
         self.collect()
@@ -267,7 +269,7 @@ class ProcessCollector:
         if seen is None or kept is None:
             return None
         figures, row = kept
-        if figures[3] or figures[4] or figures[7] or figures[8]:  # CPU, SYS, disk rates
+        if figures[3] or figures[4] or figures[7] or figures[8] or figures[11]:  # CPU, SYS, disk, RUNQ
             return None
         io_text = self._io_text(pid, seen.start)
         return (seen, row, io_text) if io_text == raw[1] else None
@@ -332,7 +334,10 @@ class ProcessCollector:
             before = self._previous.get(pid)
             cpu = sys = 0.0
             disk_read = disk_write = None
-            if (before is None or before.start != start) and start >= self._previous_boot_ticks:
+            born = (before is None or before.start != start) and start >= self._previous_boot_ticks
+            runq_ns = self._run_delays.delta_ns(pid, start, threads, born)
+            runq = round(100.0 * runq_ns / 1e9 / elapsed, 1) if runq_ns is not None and elapsed > 0 else None
+            if born:
                 # Born in the interval: its counters started at zero (a dd that burns half a
                 # second of CPU and writes 64 MiB before the next refresh is seen once, and
                 # counted).
@@ -351,7 +356,7 @@ class ProcessCollector:
             cgroup = self._cgroup(pid, start, ran=before is None or total != before.total)
             cpu, sys = round(cpu, 1), round(sys, 1)
             figures = (start, comm, state, cpu, sys, threads, rss_pages,
-                       _rounded(disk_read), _rounded(disk_write), cgroup, args)
+                       _rounded(disk_read), _rounded(disk_write), cgroup, args, runq)
             kept = self._rows.get(pid)
             if kept is not None and kept[0] == figures:
                 rows.append(kept[1])
@@ -371,6 +376,7 @@ class ProcessCollector:
                 cgroup=cgroup,
                 disk_read_bps=figures[7],
                 disk_write_bps=figures[8],
+                runq_percent=runq,
             )
             self._rows[pid] = (figures, row)
             rows.append(row)
@@ -383,6 +389,7 @@ class ProcessCollector:
         live = {(pid, c.start) for pid, c in current.items()}
         self._uids = {k: v for k, v in self._uids.items() if k[:2] in live}
         self._unreadable_io &= live
+        self._run_delays.forget(live)
         for table in (self._rows, self._cgroups, self._cmdlines):
             for gone in [pid for pid in table if pid not in current]:
                 del table[gone]
@@ -496,6 +503,7 @@ class ProcessCollector:
         if self._proc_stat_fd is not None:
             os.close(self._proc_stat_fd)
             self._proc_stat_fd = None
+        self._run_delays.close()
 
 
 def parse_task_counts(text: bytes) -> tuple[int, int, int] | None:

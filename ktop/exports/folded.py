@@ -9,7 +9,8 @@ may name itself anything, and one name must not become two frames or a second li
 Weights, as bcc's profile -f and offcputime -f give them:
 - cpu: samples (each is 1/Hz s of one CPU);
 - locks: wait time in microseconds;
-- io: bytes submitted; io-latency: completion latency in microseconds.
+- io: bytes submitted; io-latency: completion latency in microseconds;
+- offcpu: blocked time in microseconds (the waits pane's blocking stacks, as offcputime -f).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ktop.model import IoProcess, LockCaller, Snapshot, StackSample, UserFrame
 from ktop.stacktree import function_name
 from ktop.text import printable
 
-FOLDED_OF = ("cpu", "locks", "io", "io-latency")
+FOLDED_OF = ("cpu", "locks", "io", "io-latency", "offcpu")
 TRUNCATED_FRAME = "[truncated]"  # stands for the outer kernel frames past the collected depth
 CALLERS_DROPPED_FRAME = "[callers not kept]"  # a rare stack of the totals: its function alone
 
@@ -57,7 +58,8 @@ def folded_stacks(snapshot: Snapshot, of: str = "cpu", include_idle: bool = Fals
     if of not in FOLDED_OF:
         raise ValueError(f"no folded stacks of {of!r}: choose one of {', '.join(FOLDED_OF)}")
     lines: Counter = Counter()
-    rows = {"cpu": _cpu, "locks": _locks, "io": _io_bytes, "io-latency": _io_latency}[of]
+    rows = {"cpu": _cpu, "locks": _locks, "io": _io_bytes, "io-latency": _io_latency,
+            "offcpu": _offcpu}[of]
     for frames, weight in rows(snapshot, include_idle):
         if weight > 0:
             lines[";".join(frames)] += weight
@@ -150,3 +152,11 @@ def _io_bytes(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str
 
 def _io_latency(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
     return _io(snapshot, "latency")
+
+
+def _offcpu(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
+    if snapshot.waits is None:
+        return
+    for stack in snapshot.waits.stacks:
+        frames = [frame_name(stack.comm), *user_frames(stack.user), *kernel_frames(stack.frames)]
+        yield frames, round(stack.total_ns / 1000)

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ktop.model import Bucket, Snapshot
 from ktop.panes import bpf_panes
 from ktop.text import format_pid, printable
+from ktop.waitviews import hist_buckets_us, machine_runq_hist
 
 DEFAULT_TOP = 20
 OTHER = "other"
@@ -44,6 +45,9 @@ OPENMETRICS_TEXT = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 LOCK_WAIT_BOUNDS_NS = tuple(1 << k for k in range(8, 34))  # 256 ns .. 8.6 s
 IO_LATENCY_BOUNDS_US = tuple(1 << k for k in range(4, 25))  # 16 us .. 16.8 s
 
+
+# Run-queue latency buckets, in us: 4 us to ~1 s by powers of four.
+RUNQ_BOUNDS_US = tuple(4 ** k for k in range(1, 11))
 
 def label_value(text: str) -> str:
     """Control characters escaped visibly (a scrape read with curl must not drive the
@@ -139,6 +143,8 @@ class SnapshotMetrics:
         families += self._locks(snapshot)
         families += self._blockio(snapshot)
         families += self._processes(snapshot)
+        families += self._waits(snapshot)
+        families += self._pressure(snapshot)
         return families
 
     def _health(self, snapshot: Snapshot) -> list[Metric]:
@@ -247,6 +253,48 @@ class SnapshotMetrics:
         for reason, count in sorted(locks.lost.items()):
             lost.add_metric([label_value(reason)], float(count))
         return [wait, contentions, histogram, lost]
+
+    def _waits(self, snapshot: Snapshot) -> list[Metric]:
+        waits = snapshot.waits
+        if waits is None:
+            return []
+        offcpu = CounterMetricFamily(
+            "ktop_offcpu_seconds", "time threads spent off the CPU, by state: blocked S, D or "
+            "other (switch-out to wake-up) and runqueue (wake-up or preemption to switch-in)",
+            labels=["state"])
+        for state, ns in (
+            ("S", sum(p.blocked_s_ns for p in waits.processes)),
+            ("D", sum(p.blocked_d_ns for p in waits.processes)),
+            ("other", sum(p.blocked_other_ns for p in waits.processes)),
+            ("runqueue", sum(p.runq_ns for p in waits.processes)),
+        ):
+            offcpu.add_metric([state], self._monotonic(f"offcpu/{state}", ns / 1e9))
+        runq = HistogramMetricFamily(
+            "ktop_runqueue_latency_seconds", "distribution of waits for a CPU (wake-up or "
+            "preemption to switch-in), all threads")
+        buckets, _count = _cumulative_buckets(hist_buckets_us(machine_runq_hist(waits)),
+                                              RUNQ_BOUNDS_US, 1e-6)
+        runq.add_metric([], buckets, sum(p.runq_ns for p in waits.processes) / 1e9)
+        lost = CounterMetricFamily("ktop_wait_lost_events", "scheduler events not counted "
+                                   "whole, by reason", labels=["reason"])
+        for reason, count in sorted(waits.lost.items()):
+            lost.add_metric([label_value(reason)], float(count))
+        return [offcpu, runq, lost]
+
+    def _pressure(self, snapshot: Snapshot) -> list[Metric]:
+        pressure = snapshot.pressure
+        if pressure is None:
+            return []
+        family = GaugeMetricFamily(
+            "ktop_pressure_ratio", "PSI avg10: the share of the last 10 s some task (or all "
+            "tasks: full) stalled on a resource", labels=["resource", "kind"])
+        for resource, some, full in (("cpu", pressure.cpu_some, pressure.cpu_full),
+                                     ("io", pressure.io_some, pressure.io_full),
+                                     ("memory", pressure.memory_some, pressure.memory_full)):
+            family.add_metric([resource, "some"], some / 100)
+            if full is not None:
+                family.add_metric([resource, "full"], full / 100)
+        return [family]
 
     def _blockio(self, snapshot: Snapshot) -> list[Metric]:
         blockio = snapshot.blockio

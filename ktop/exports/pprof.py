@@ -8,9 +8,13 @@ share one location and function table and any reader can switch between them
   contentions/count, lock_wait/nanoseconds  a lock stack's waits, by the task that waited
   io_requests/count, io/bytes,              an I/O submission stack's requests; bytes and
   io_latency/nanoseconds                    latency shared among a process's stacks by requests
+  off_cpu/nanoseconds                       a blocking stack's time off the CPU (waits pane)
+  runqueue/nanoseconds                      a process's time waiting for a CPU, under one
+                                            "[run queue]" frame
 
 Labels: pid and comm on every sample that has them, lock_type and lock_caller on lock
-stacks, disk and op (read/write) on I/O stacks.
+stacks, disk and op (read/write) on I/O stacks, state (S/D/other) and reason on off-CPU
+stacks.
 
 The message classes come from a descriptor built here from SCHEMA (the fields of
 profile.proto beside this file), not from a module protoc generated: generated modules are
@@ -130,7 +134,10 @@ SAMPLE_TYPES = (
     ("io_requests", "count"),
     ("io", "bytes"),
     ("io_latency", "nanoseconds"),
+    ("off_cpu", "nanoseconds"),
+    ("runqueue", "nanoseconds"),
 )
+RUN_QUEUE = "[run queue]"
 _VALUE = {kind: i for i, (kind, _unit) in enumerate(SAMPLE_TYPES)}
 KERNEL_MAPPING = "[kernel.kallsyms]"
 
@@ -267,6 +274,8 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
                           {"pid": stack.pid, "comm": stack.comm})
     if snapshot.locks is not None:
         _add_locks(tables, snapshot)
+    if snapshot.waits is not None:
+        _add_waits(tables, snapshot)
     if snapshot.blockio is not None:
         _add_io(tables, snapshot)
         profile.comment.append(tables.string(
@@ -289,6 +298,19 @@ def _add_locks(tables: _Tables, snapshot: Snapshot) -> None:
                 tables.sample(tables.kernel_stack(stack.frames),
                               {"contentions": stack.contended, "lock_wait": stack.total_wait_ns},
                               where)
+
+
+def _add_waits(tables: _Tables, snapshot: Snapshot) -> None:
+    for stack in snapshot.waits.stacks:
+        locations = tables.kernel_stack(stack.frames) + tables.user_stack(stack.user)
+        tables.sample(locations, {"off_cpu": stack.total_ns},
+                      {"pid": stack.pid, "comm": stack.comm, "state": stack.state,
+                       "reason": stack.reason})
+    queue = [tables.location(RUN_QUEUE, KERNEL_MAPPING)]
+    for process in snapshot.waits.processes:
+        if process.runq_ns:
+            tables.sample(queue, {"runqueue": process.runq_ns},
+                          {"pid": process.pid, "comm": process.comm})
 
 
 def _add_io(tables: _Tables, snapshot: Snapshot) -> None:

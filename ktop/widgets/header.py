@@ -13,7 +13,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ktop.model import PANE_FUNCTIONS, Snapshot
+from ktop.model import PANE_FUNCTIONS, Pressure, Snapshot
 from ktop.panes import PANES
 from ktop.text import printable
 from ktop.units import format_span
@@ -137,7 +137,21 @@ def header_text(
         text.append(f"lost {total} (L lists)", style="bold yellow")
     else:
         text.append("lost none", style="dim")
+    if snapshot.pressure is not None:
+        text.append("   ")
+        text.append_text(pressure_text(snapshot.pressure))
     text.append(f"   kernel {snapshot.kernel}  headers: {snapshot.headers}", style="dim")
+    return text
+
+
+def pressure_text(p: Pressure) -> Text:
+    """PSI avg10 as "PSI cpu 12.0 io 3.1/0.4 mem 0.0/0.0" (some/full), a stall in bold."""
+    text = Text("PSI", style="bold")
+    for name, some, full in (("cpu", p.cpu_some, p.cpu_full), ("io", p.io_some, p.io_full),
+                             ("mem", p.memory_some, p.memory_full)):
+        shown = f"{some:.1f}" + (f"/{full:.1f}" if full is not None and name != "cpu" else "")
+        text.append(f" {name} ")
+        text.append(shown, style="bold red" if some >= 10 else "")
     return text
 
 

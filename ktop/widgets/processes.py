@@ -56,6 +56,7 @@ class ProcessesPane(Pane):
                 Column("cpu", "CPU%", 5, right=True, priority=9),
                 Column("usr", "USR%", 5, right=True, priority=5),
                 Column("sys", "SYS%", 5, right=True, priority=6),
+                Column("runq", "RUNQ%", 5, right=True, priority=4),
                 Column("threads", "THR", 4, right=True, shown_from=WIDE, priority=2),
                 Column("rss", "RES", 6, right=True, priority=3),
                 Column("disk_read", "DISK R/s", 8, right=True, shown_from=WIDE),
@@ -192,6 +193,7 @@ def _row(p: ProcessRow) -> PaneRow:
             num(_percent(p.cpu_percent), (p.cpu_percent, tie), _busy(p.cpu_percent)),
             num(_percent(p.usr_percent), (p.usr_percent, tie)),
             num(_percent(p.sys_percent), (p.sys_percent, tie)),
+            _runq(p.runq_percent, tie),
             num("-" if exited else str(p.threads), p.threads),
             num("-" if exited else human_bytes(p.rss_bytes), p.rss_bytes),
             _rate(p.disk_read_bps, tie),
@@ -201,6 +203,13 @@ def _row(p: ProcessRow) -> PaneRow:
         ),
         p,
     )
+
+
+def _runq(percent: float | None, tie: int) -> Cell:
+    """Time waiting for a CPU (schedstat's run_delay): "-" where unknown."""
+    if percent is None:
+        return num("-", (-1.0, tie))
+    return num(_percent(percent), (percent, tie), "bold" if percent >= 10 else "")
 
 
 def _command_cells(c: CommandRow) -> tuple[Cell, ...]:
