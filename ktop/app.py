@@ -346,7 +346,9 @@ class KtopApp(App[None]):
 
         def latest():  # what the header shows now (paused: the paused frame)
             snapshot = self.snapshot
-            return loss_lines(snapshot), format_span(snapshot.duration_s if snapshot else 0)
+            cost = tuple(snapshot.cost.bpf_panes.items()) if snapshot and snapshot.cost else ()
+            return (loss_lines(snapshot), format_span(snapshot.duration_s if snapshot else 0),
+                    cost)
 
         self.push_screen(LossesScreen(latest, min(self.interval_s, 1.0)))
 

@@ -362,6 +362,8 @@ class SelfCostRow:
 
     cpu_percent: float
     bpf_percent: float | None
+    # The BPF run time by pane, in % of one CPU, most first (empty when not counted).
+    bpf_panes: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

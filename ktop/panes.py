@@ -79,6 +79,9 @@ class PaneDef:
     merge: Callable[[Sequence[Any]], Any] | None = None  # records -> one window's profile
     figure: Figure | None = None
     loss_prefix: str = ""  # the header's and L's name for its losses ("cpu.kstack_collision")
+    # Its BPF programs, by the start of their names as the kernel keeps them (15 characters):
+    # their run time is shown per pane in the header and on L.
+    bpf_programs: tuple[str, ...] = ()
     rounding: Mapping[type, Mapping[str, int]] = dataclass_field(default_factory=dict)  # JSON digits
 
     @property
@@ -215,6 +218,7 @@ PANES: list[PaneDef] = [
         short_label="Functions", drill_by="symbol", widget=_functions_widget,
         build=_build_functions, merge=_merge_functions,
         figure=Figure("kernel CPU", "kern", _kernel_percent, "%"), loss_prefix="cpu",
+        bpf_programs=("on_cpu_sample",),
         rounding={CpuProfile: {"window_s": 3}, CpuTimes: {"user": 2, "kernel": 2, "idle": 2,
                                                           "steal": 2},
                   HotFunction: {"percent": 3, "children_percent": 3}},
@@ -224,12 +228,13 @@ PANES: list[PaneDef] = [
         short_label="Locks", drill_by="caller", widget=_locks_widget, build=_build_locks,
         merge=_merge_locks, figure=Figure("lock wait", "lock", _lock_wait_ms, "ms/s", True),
         loss_prefix="lock", rounding={LockProfile: {"window_s": 3}},
+        bpf_programs=("on_contention_",),
     ),
     PaneDef(
         name="blockio", field="blockio", title="Block I/O", key_label="Block I/O",
         short_label="I/O", drill_by="pid", widget=_blockio_widget, build=_build_blockio,
         merge=_merge_blockio, figure=Figure("I/O latency", "I/O", _io_latency_ms, "ms"),
-        loss_prefix="io",
+        loss_prefix="io", bpf_programs=("raw_tracepoint_",),
         rounding={BlockProfile: {"window_s": 3}, DiskStats: {"avg_lat_ms": 4},
                   IoProcess: {"avg_lat_ms": 4, "avg_queue_ms": 4},
                   IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4}},
@@ -243,7 +248,7 @@ PANES: list[PaneDef] = [
         name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
         short_label="Waits", drill_by="key", widget=_waits_widget, build=_build_waits,
         merge=_merge_waits, figure=Figure("run queue", "runq", _runq_ms, "ms/s", True),
-        loss_prefix="wait", rounding={WaitProfile: {"window_s": 3}},
+        loss_prefix="wait", rounding={WaitProfile: {"window_s": 3}}, bpf_programs=("on_sched_",),
     ),
 ]
 

@@ -32,7 +32,8 @@ time.tzset()
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SCREEN_SIZE = (160, 50)
-PANE_TITLES = ("Hot kernel functions", "Lock contention", "Block I/O", "Processes")
+PANE_TITLES = ("Hot kernel functions", "Lock contention", "Block I/O", "Processes",
+               "Waits (off-CPU)")
 
 # Live tests load BPF programs; a few unit tests mount, chattr or chown in tmp_path.
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")

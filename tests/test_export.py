@@ -189,7 +189,7 @@ def full_snapshot() -> Snapshot:
             total_ns=40, max_ns=20, hist=(0, 3),
             wakers=(WaitWaker(9, "kworker/0:1", ("blk_mq_end_request+0x1d",), 3, 40),),
         ),),
-        lost={"stacks_map_full": 1}, notes={"unseen_start": 4}, min_walk_us=10,
+        lost={"wait_stacks_full": 1}, notes={"unseen_start": 4}, min_walk_us=10,
         window_s=5 + THIRD,
     )
     return Snapshot(
@@ -202,7 +202,8 @@ def full_snapshot() -> Snapshot:
         pressure=Pressure(cpu_some=1 + THIRD, cpu_full=THIRD, io_some=2 + THIRD, io_full=THIRD,
                           memory_some=THIRD, memory_full=THIRD / 2), unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
-        cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD), paused=True,
+        cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD,
+                         bpf_panes={"waits": THIRD}), paused=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
         cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
                            ticks=300),

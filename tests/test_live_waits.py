@@ -265,7 +265,7 @@ def test_single_thread_time_adds_up_to_wall_time(collector, kallsyms) -> None:
 
 def test_losses_are_counted_not_silent(collector) -> None:
     drain = collector.drain()
-    for name in ("threads_map_full", "procs_map_full", "stacks_map_full", "no_wakeup_seen",
+    for name in ("threads_map_full", "procs_map_full", "wait_stacks_full", "no_wakeup_seen",
                  "kstack_collision", "stack_missing", "recursion_misses", "exited_unseen"):
         assert name in drain.lost
     assert set(drain.notes) == {"unseen_start", "long_wait_unwalked"}

@@ -170,7 +170,7 @@ def test_80x24_shows_one_pane_at_a_time_under_tabs_and_every_pane_is_reachable(r
 
     async def scenario(pilot):
         app = pilot.app
-        for keys in ((), ("2",), ("tab",), ("tab",), ("tab",), ("shift+tab",)):
+        for keys in ((), ("2",), ("tab",), ("tab",), ("tab",), ("tab",), ("shift+tab",)):
             await pilot.press(*keys)
             await pilot.pause(0.1)
             text = screen_text(app)
@@ -185,9 +185,10 @@ def test_80x24_shows_one_pane_at_a_time_under_tabs_and_every_pane_is_reachable(r
     run_app(app_for(recorded_snapshot), scenario, size=(80, 24))
     shown = [titles for titles, *_ in seen]
     assert shown == [["Hot kernel functions"], ["Lock contention"], ["Block I/O"],
-                     ["Processes"], ["Hot kernel functions"], ["Processes"]]
+                     ["Processes"], ["Waits (off-CPU)"], ["Hot kernel functions"],
+                     ["Waits (off-CPU)"]]
     tabs = seen[0][1]
-    assert "1 Hot functions" in tabs and "4 Processes" in tabs and "Tab/1-4" in tabs
+    assert "1 Functions" in tabs and "4 Procs" in tabs and "5 Waits" in tabs and "Tab/1-5" in tabs
     _, _, widths, functions_screen = seen[0]
     assert widths["functions"] >= 20
     assert "_raw_spin_unlock_irqresto" in functions_screen  # 7 characters before
@@ -433,10 +434,10 @@ def test_a_click_on_a_tab_shows_its_pane(recorded_snapshot):
     async def scenario(pilot):
         app = pilot.app
         tabs = app.main_screen.query_one("#tabs")
-        column = tabs.tabs_text().plain.index("3 Block I/O") + 1  # the padding's cell
+        column = tabs.tabs_text().plain.index("3 I/O") + 1  # the padding's cell
         await pilot.click("#tabs", offset=(column + 2, 0))
         await pilot.pause(0.1)
-        seen["shown"] = [n for n in ("functions", "locks", "blockio", "processes")
+        seen["shown"] = [n for n in ("functions", "locks", "blockio", "processes", "waits")
                          if app.pane(n).display]
         seen["focus"] = app.focused_pane().PANE
 

@@ -44,13 +44,28 @@ def bpf_programs() -> dict[int, int]:
 def bpf_run_time_ns(programs: dict[int, int]) -> int | None:
     """Run time of these programs (descriptor -> id), summed in nanoseconds; None if one of
     them is gone (its descriptor closed, or now naming something else)."""
-    total = 0
+    by_pane = bpf_run_times(programs)
+    return None if by_pane is None else sum(by_pane.values())
+
+
+def pane_of_program(name: str) -> str:
+    """The pane a BPF program serves, by its name (ktop.panes' bpf_programs); "" for none."""
+    from ktop.panes import PANES  # noqa: PLC0415
+
+    return next((spec.name for spec in PANES
+                 if any(name.startswith(prefix) for prefix in spec.bpf_programs)), "")
+
+
+def bpf_run_times(programs: dict[int, int]) -> dict[str, int] | None:
+    """Run time of these programs by pane, in nanoseconds; None if one is gone."""
+    totals: dict[str, int] = {}
     for fd, prog_id in programs.items():
         info = program_info(fd)
         if info is None or info.id != prog_id:
             return None
-        total += info.run_time_ns
-    return total
+        pane = pane_of_program(info.name.decode(errors="replace"))
+        totals[pane] = totals.get(pane, 0) + info.run_time_ns
+    return totals
 
 
 class SelfCost:
@@ -62,7 +77,7 @@ class SelfCost:
     def __init__(self) -> None:
         self._stats_fd: int | None = None
         self._counting = False
-        self._previous: tuple[float, float, int] | None = None
+        self._previous: tuple[float, float, dict[str, int]] | None = None
         # fd -> program id: programs load at start-up, and may stop: listed again then
         self._programs: dict[int, int] = {}
 
@@ -79,12 +94,13 @@ class SelfCost:
         """A collector attached or stopped: list the programs again at the next measure."""
         self._programs = {}
 
-    def _bpf_ns(self) -> int:
-        total = bpf_run_time_ns(self._programs) if self._programs else None
-        if total is None:
+    def _bpf_ns(self) -> dict[str, int]:
+        """Run time so far by pane."""
+        totals = bpf_run_times(self._programs) if self._programs else None
+        if totals is None:
             self._programs = bpf_programs()
-            total = bpf_run_time_ns(self._programs) or 0
-        return total
+            totals = bpf_run_times(self._programs) or {}
+        return totals
 
     def measure(self) -> SelfCostRow | None:
         """None before start() or on the first call's zero-length span."""
@@ -96,9 +112,16 @@ class SelfCost:
         elapsed = now - before_time
         if elapsed <= 0:
             return None
-        bpf = 100.0 * (bpf_ns - before_bpf) / 1e9 / elapsed if self._counting else None
-        return SelfCostRow(cpu_percent=100.0 * (cpu - before_cpu) / elapsed,
-                           bpf_percent=None if bpf is None else max(0.0, bpf))
+        if not self._counting:
+            return SelfCostRow(cpu_percent=100.0 * (cpu - before_cpu) / elapsed, bpf_percent=None)
+        # A pane whose programs were reloaded starts again from 0: no negative share.
+        panes = {pane: max(0.0, 100.0 * (ns - before_bpf.get(pane, 0)) / 1e9 / elapsed)
+                 for pane, ns in bpf_ns.items()}
+        return SelfCostRow(
+            cpu_percent=100.0 * (cpu - before_cpu) / elapsed, bpf_percent=sum(panes.values()),
+            bpf_panes=dict(sorted(((p or "other", round(v, 3)) for p, v in panes.items()),
+                                  key=lambda kv: -kv[1])),
+        )
 
     def close(self) -> None:
         if self._stats_fd is not None:

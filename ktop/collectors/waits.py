@@ -39,7 +39,7 @@ MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
 LOST_NAMES = (  # enum wait_lost in bpf/waits.h, in order
     "threads_map_full",
     "procs_map_full",
-    "stacks_map_full",
+    "wait_stacks_full",
     "kstack_collision",
     "kstack_map_full",
     "ustack_collision",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,8 +14,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-# (pane, loss name, count, why), as header.loss_lines gives them, and the window's label.
-Losses = tuple[list[tuple[str, str, int, str]], str]
+# (pane, loss name, count, why), as header.loss_lines gives them, the window's label, and the
+# BPF run time by pane (% of one CPU) over the last refresh.
+Losses = tuple[list[tuple[str, str, int, str]], str, tuple[tuple[str, float], ...]]
 
 
 class LossesScreen(ModalScreen[None]):
@@ -39,7 +41,7 @@ class LossesScreen(ModalScreen[None]):
         if losses == self._shown:
             return
         self._shown = losses
-        rows, window = losses
+        rows, window, bpf_panes = losses
         # Two columns: the count, then the name and pane over the reason (readable at 80).
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
@@ -50,8 +52,13 @@ class LossesScreen(ModalScreen[None]):
             what.append(why)
             table.add_row(Text(str(count)), what)
         self.query_one("#losses-box").border_title = f"lost in the last {window} (Esc closes)"
-        self.query_one("#losses-list", Static).update(
-            table if rows else Text("nothing lost: every event was counted"))
+        lost = table if rows else Text("nothing lost: every event was counted")
+        if bpf_panes:
+            cost = Text("\nBPF run time by pane (% of one CPU, last refresh):\n", style="bold")
+            for pane, percent in bpf_panes:
+                cost.append(f"  {pane:12} {percent:6.2f}%\n")
+            lost = Group(lost, cost)
+        self.query_one("#losses-list", Static).update(lost)
 
     def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

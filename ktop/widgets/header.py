@@ -50,6 +50,16 @@ LOSS_REASONS = {
     "hist_full": "the latency histogram map was full: a latency is not counted",
     "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
     "ringbuf_full": "the request stream dropped one (recent requests); the counters have it",
+    "threads_map_full": "the map of threads was full: a thread's waits are not counted",
+    "procs_map_full": "the per-process map was full: a switch-out's or a wait's time is lost",
+    "wait_stacks_full": "the per-stack map was full: a blocked wait is missing from the stack "
+                        "views (its process's totals have it)",
+    "no_wakeup_seen": "a thread was switched in while blocked, its wake-up unseen: counted as "
+                      "blocked until then, with no waker",
+    "exited_unseen": "a thread exited without its last switch-out seen: forgotten by ktop",
+    "stack_missing": "a stack was emptied from its map before ktop read it: counted without it",
+    "recursion_misses": "the kernel skipped the program (another BPF program was running on "
+                        "that CPU): the event was not seen",
 }
 
 
@@ -105,6 +115,9 @@ def header_text(
     if cost is not None:  # what the observer costs, so the user can judge it
         bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
         text.append(f"   ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", style="dim")
+        if cost.bpf_panes:
+            shown = "  ".join(f"{pane} {percent:.1f}" for pane, percent in cost.bpf_panes.items())
+            text.append(f" ({shown})", style="dim")
     text.append(f"  v{snapshot.ktop_version}", style="dim")
     text.append("\n")
     times = cpu.times if cpu else snapshot.cpu_times

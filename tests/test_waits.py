@@ -1,0 +1,278 @@
+"""The waits pane without root: reasons, the fold, replay's merge, the views, the pane and
+its drill-down, the exports, --offcpu-min, PSI and RUNQ% parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+
+import pytest
+from conftest import run_app
+
+from ktop.aggregate.waits import WaitAggregator, interrupt_of, merge_profiles, reason_of
+from ktop.app import build_app
+from ktop.cli import parse_args
+from ktop.collectors.pressure import parse_pressure
+from ktop.collectors.runqueue import RunDelays, parse_run_delay
+from ktop.collectors.waits import (
+    HIST_SLOTS,
+    NOT_WALKED,
+    BlockedStack,
+    ProcessTimes,
+    WaitDrain,
+    parse_min_walk_us,
+)
+from ktop.engine import RecordedSource
+from ktop.exports.folded import to_folded
+from ktop.exports.openmetrics import to_prom
+from ktop.exports.pprof import SAMPLE_TYPES, profile_class
+from ktop.model import UserFrame
+from ktop.snapshot import screen_text
+from ktop.symbols import Kallsyms
+from ktop.waitviews import by_command, by_process, by_reason, hist_buckets_us, pressure_line
+
+KALLSYMS = """\
+ffffffff81000000 T _stext
+ffffffff81100000 T __schedule
+ffffffff81100800 T schedule
+ffffffff81100900 T io_schedule
+ffffffff81101000 T do_nanosleep
+ffffffff81102000 T hrtimer_nanosleep
+ffffffff81103000 T folio_wait_bit_common
+ffffffff81104000 T filemap_read
+ffffffff81105000 T futex_do_wait
+ffffffff81106000 T try_to_wake_up
+ffffffff81107000 T hrtimer_wakeup
+ffffffff81108000 T asm_sysvec_apic_timer_interrupt
+ffffffff81109000 T do_idle
+ffffffff8110a000 T futex_wake
+ffffffff8110b000 T do_futex
+ffffffff8110c000 T bpf_trace_run4
+ffffffff8110d000 T __traceiter_sched_switch
+ffffffff82000000 T _etext
+"""
+A = {name: int(addr, 16) + 0x10 for addr, _, name in map(str.split, KALLSYMS.splitlines())}
+WALL_NS = 1_000_000_000
+
+
+def stack(*names: str) -> tuple[int, ...]:
+    return tuple(A[n] for n in names)
+
+
+def hist(slot: int, count: int) -> tuple[int, ...]:
+    slots = [0] * HIST_SLOTS
+    slots[slot] = count
+    return tuple(slots)
+
+
+def blocked(pid=10, comm="sleeper", state="S", kernel=(), kernel_error=0, total=900_000_000,
+            count=90, waker_pid=0, waker_comm="swapper/0", waker_kernel=(), tid_comm=None):
+    return BlockedStack(
+        pid=pid, comm=tid_comm or comm, cgroup="/app", state=state, kernel=kernel,
+        kernel_error=kernel_error, user=(), user_error=-14, waker_pid=waker_pid,
+        waker_comm=waker_comm, waker_kernel=waker_kernel, waker_error=0, total_ns=total,
+        count=count, max_ns=total // count, hist=hist(14, count))
+
+
+def times(pid=10, comm="sleeper", on_cpu=50_000_000, runq=50_000_000, s=900_000_000, d=0):
+    return ProcessTimes(pid=pid, comm=comm, cgroup="/app", on_cpu_ns=on_cpu, runq_ns=runq,
+                        runq_count=90, blocked_ns=(s, d, 0), blocked_count=(90, 0, 0),
+                        runq_hist=hist(6, 90))
+
+
+def drain(start: float, stacks=(), processes=()) -> WaitDrain:
+    return WaitDrain(start, start + 1.0, tuple(processes), tuple(stacks),
+                     lost={"wait_stacks_full": 0}, notes={"unseen_start": 3})
+
+
+NANOSLEEP = stack("bpf_trace_run4", "__traceiter_sched_switch", "__schedule", "schedule",
+                  "do_nanosleep", "hrtimer_nanosleep")
+TIMER_WAKE = stack("try_to_wake_up", "hrtimer_wakeup", "asm_sysvec_apic_timer_interrupt",
+                   "do_idle")
+
+
+def aggregator() -> WaitAggregator:
+    return WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=5.0)
+
+
+def test_the_reason_is_the_first_frame_past_the_scheduler():
+    assert reason_of(["__schedule+0x618", "schedule+0x23", "do_nanosleep+0x4a",
+                      "hrtimer_nanosleep+0x9c"]) == "do_nanosleep"
+    assert reason_of(["__schedule+0x1", "schedule+0x2", "io_schedule+0x42",
+                      "folio_wait_bit_common+0x13c", "filemap_read+0x1"]) \
+        == "io_schedule ← folio_wait_bit_common"
+    assert reason_of(["bpf_trace_run4+0x1", "__schedule+0x1", "schedule+0x2",
+                      "futex_do_wait+0x46"]) == "futex_do_wait"
+
+
+def test_a_fold_names_stacks_cuts_tracing_frames_and_tells_interrupts_from_tasks():
+    agg = aggregator()
+    agg.add(drain(0.0, [
+        blocked(kernel=NANOSLEEP, waker_kernel=TIMER_WAKE, waker_pid=77, waker_comm="bash"),
+        blocked(pid=11, comm="idler", kernel=(), kernel_error=NOT_WALKED, total=1000, count=1),
+    ], [times()]))
+    profile = agg.profile()
+    first = profile.stacks[0]
+    assert first.reason == "do_nanosleep"
+    assert first.frames[0].startswith("__schedule")  # the tracing frames are cut
+    (waker,) = first.wakers
+    # bash was only interrupted: the timer interrupt woke the sleeper
+    assert (waker.pid, waker.comm) == (0, "[hardirq]")
+    assert waker.frames[-1].startswith("asm_sysvec_apic_timer_interrupt")  # do_idle cut
+    assert profile.stacks[1].reason == "[not walked: a short wait]"
+    (row,) = profile.processes
+    assert row.reason == "do_nanosleep" and row.blocked_s_ns == 900_000_000
+
+
+def test_a_waker_in_task_context_is_the_task():
+    wake = stack("try_to_wake_up", "futex_wake", "do_futex")
+    assert interrupt_of(["try_to_wake_up+0x1", "futex_wake+0x1", "do_futex+0x1"]) == ""
+    agg = aggregator()
+    agg.add(drain(0.0, [blocked(kernel=NANOSLEEP, waker_kernel=wake, waker_pid=77,
+                                waker_comm="ponger")]))
+    (waker,) = agg.profile().stacks[0].wakers
+    assert (waker.pid, waker.comm) == (77, "ponger")
+
+
+def test_replay_merges_recorded_intervals_as_the_live_window_sums_them():
+    drains = [
+        drain(0.0, [blocked(kernel=NANOSLEEP, waker_kernel=TIMER_WAKE)], [times()]),
+        drain(1.0, [blocked(kernel=NANOSLEEP, waker_kernel=TIMER_WAKE, total=500, count=5),
+                    blocked(pid=12, comm="dd", state="D", kernel=stack(
+                        "__schedule", "schedule", "io_schedule", "folio_wait_bit_common"))],
+              [times(), times(pid=12, comm="dd", d=300)]),
+    ]
+    live = aggregator()
+    recorded = []
+    for d in drains:
+        live.add(d)
+        recorded.append(live.profile(latest=True))
+    merged = merge_profiles(recorded)
+    window = live.profile()
+    assert merged == window
+    assert merged.stacks[0].count == 95 and merged.processes[0].runq_ns == 100_000_000
+
+
+def test_views_sum_threads_per_process_and_time_per_reason():
+    agg = aggregator()
+    agg.add(drain(0.0, [blocked(kernel=NANOSLEEP), blocked(kernel=NANOSLEEP, tid_comm="worker")],
+                  [times(), times(comm="worker", on_cpu=10)]))
+    profile = agg.profile()
+    (process,) = by_process(profile)
+    assert process.pid == 10 and process.on_cpu_ns == 50_000_010 and process.runq_ns == 100_000_000
+    assert {g.comm for g in by_command(profile)} == {"sleeper", "worker"}
+    (reason,) = by_reason(profile)
+    assert (reason.reason, reason.count, reason.processes) == ("do_nanosleep", 180, 1)
+    assert hist_buckets_us(hist(6, 2))[0].low == 32  # slot 6: 32-63 us
+    assert "sleeper 10" in pressure_line(profile, 1.0)  # 10% in the run queue
+
+
+def snapshot_with_waits(recorded_snapshot):
+    agg = aggregator()
+    agg.add(drain(0.0, [blocked(kernel=NANOSLEEP, waker_kernel=stack("try_to_wake_up", "futex_wake"),
+                                waker_pid=77, waker_comm="ponger")], [times()]))
+    return dataclasses.replace(recorded_snapshot, waits=agg.profile())
+
+
+def test_the_pane_shows_shares_of_wall_time_and_drills_into_stacks_and_wakers(recorded_snapshot):
+    seen = {}
+    snapshot = snapshot_with_waits(recorded_snapshot)
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("5")
+        await pilot.pause(0.2)
+        seen["pane"] = screen_text(app)
+        pane = app.pane("waits")
+        key = pane.row_named("10")
+        seen["drill"] = pane.drill(key)
+
+    run_app(build_app(RecordedSource([snapshot])), scenario, size=(160, 50))
+    text = seen["pane"]
+    assert "Waits (off-CPU)" in text and "do_nanosleep" in text and "sleeper" in text
+    # 900 ms blocked in S over the 1 s the profile spans: 90% of one thread's time
+    assert "90.0" in text and "of a thread's time in 1.0s" in text
+    assert seen["drill"] is not None
+
+
+def test_drill_down_lists_the_blocking_stack_and_who_woke_it(recorded_snapshot):
+    from ktop.screens.waits import WaitStacksScreen, selected_stacks
+
+    snapshot = snapshot_with_waits(recorded_snapshot)
+    (found,) = selected_stacks(snapshot, ("pid", "10"))
+    assert found.wakers[0].comm == "ponger"
+    assert any(f.startswith("futex_wake") for f in found.wakers[0].frames)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        screen = WaitStacksScreen(("pid", "10"), snapshot, app)
+        await app.push_screen(screen)
+        await pilot.pause(0.2)
+        seen["text"] = screen_text(app)
+
+    run_app(build_app(RecordedSource([snapshot])), scenario, size=(160, 50))
+    assert "woken by ponger 77" in seen["text"] and "do_nanosleep+0x10" in seen["text"]
+
+
+def test_exports_carry_off_cpu_time(recorded_snapshot):
+    snapshot = snapshot_with_waits(recorded_snapshot)
+    folded = to_folded(snapshot, "offcpu")
+    assert folded.splitlines()[0] == "sleeper;hrtimer_nanosleep;do_nanosleep;schedule;__schedule 900000"
+    profile = profile_class()()
+    from ktop.exports.pprof import to_pprof
+
+    profile.ParseFromString(gzip.decompress(to_pprof(snapshot)))
+    names = [profile.string_table[t.type] for t in profile.sample_type]
+    assert ("off_cpu", "nanoseconds") in SAMPLE_TYPES and "runqueue" in names
+    off_cpu = names.index("off_cpu")
+    assert sum(s.value[off_cpu] for s in profile.sample) == 900_000_000
+    prom = to_prom(snapshot)
+    assert 'ktop_offcpu_seconds_total{state="S"} 0.9' in prom
+    assert "ktop_runqueue_latency_seconds_bucket" in prom
+
+
+def test_offcpu_min_is_checked_in_one_line(capsys):
+    assert parse_args(["--offcpu-min", "0"]).offcpu_min == 0
+    assert parse_min_walk_us("250") == 250
+    for bad in ("-1", "ten", "99999999999"):
+        with pytest.raises(SystemExit):
+            parse_args(["--offcpu-min", bad])
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert error.startswith("ktop: error: argument --offcpu-min:") and "Traceback" not in error
+
+
+def test_pressure_and_run_delay_files_parse():
+    some, full = parse_pressure(b"some avg10=12.50 avg60=1.00 avg300=0.00 total=10\n"
+                                b"full avg10=3.25 avg60=0.00 avg300=0.00 total=5\n")
+    assert (some, full) == (12.5, 3.25)
+    assert parse_pressure(b"some avg10=1.00 avg60=0 avg300=0 total=1\n") == (1.0, None)
+    with pytest.raises(ValueError):
+        parse_pressure(b"garbage")
+    assert parse_run_delay(b"123 456 7\n") == 456
+    assert parse_run_delay(b"") is None
+
+
+def test_run_delays_sum_threads_and_count_a_new_process_from_zero(tmp_path):
+    task = tmp_path / "5" / "task"
+    for tid, delay in ((5, 100), (6, 200)):
+        (task / str(tid)).mkdir(parents=True)
+        (task / str(tid) / "schedstat").write_text(f"1 {delay} 1\n")
+    delays = RunDelays(str(tmp_path))
+    assert delays.delta_ns(5, 1, threads=2) is None  # the first ask sets the baseline
+    (task / "6" / "schedstat").write_text("1 700 1\n")
+    (task / "7").mkdir()
+    (task / "7" / "schedstat").write_text("1 50 1\n")
+    assert delays.delta_ns(5, 1, threads=3) == 500 + 50
+    (tmp_path / "9").mkdir()
+    (tmp_path / "9" / "schedstat").write_text("1 40 1\n")
+    assert delays.delta_ns(9, 2, threads=1, born=True) == 40
+    delays.close()
+
+
+def test_a_process_gone_in_the_middle_is_not_a_user_frame_crash():
+    frames = (UserFrame("main+0x1", "/bin/app"),)
+    agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), resolve_user=lambda pid, addrs: frames)
+    row = dataclasses.replace(blocked(kernel=NANOSLEEP), user=(0x401000,))
+    agg.add(drain(0.0, [row]))
+    assert agg.profile().stacks[0].user == frames
