@@ -9,7 +9,7 @@ APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
              tmux librsvg2-bin sudo gcc binutils e2fsprogs golang-go
 KTOP_LINK := /usr/local/bin/ktop
 
-.PHONY: all setup deps link bytecode run test lint bench screenshots clean
+.PHONY: all setup deps link bytecode run test lint bench bench-waits screenshots clean
 
 all: setup
 
@@ -50,6 +50,11 @@ test: setup
 
 bench: setup
 	$(PY) bench/overhead.py
+	$(PY) bench/waits_cost.py
+
+# The waits pane's part alone: a pipe ping-pong's throughput with and without it.
+bench-waits: setup
+	$(PY) bench/waits_cost.py
 
 screenshots: setup
 	$(PY) bench/screenshots.py

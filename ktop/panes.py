@@ -234,7 +234,7 @@ PANES: list[PaneDef] = [
         name="blockio", field="blockio", title="Block I/O", key_label="Block I/O",
         short_label="I/O", drill_by="pid", widget=_blockio_widget, build=_build_blockio,
         merge=_merge_blockio, figure=Figure("I/O latency", "I/O", _io_latency_ms, "ms"),
-        loss_prefix="io", bpf_programs=("raw_tracepoint_",),
+        loss_prefix="io", bpf_programs=("block_",),
         rounding={BlockProfile: {"window_s": 3}, DiskStats: {"avg_lat_ms": 4},
                   IoProcess: {"avg_lat_ms": 4, "avg_queue_ms": 4},
                   IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4}},

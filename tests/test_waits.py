@@ -276,3 +276,23 @@ def test_a_process_gone_in_the_middle_is_not_a_user_frame_crash():
     row = dataclasses.replace(blocked(kernel=NANOSLEEP), user=(0x401000,))
     agg.add(drain(0.0, [row]))
     assert agg.profile().stacks[0].user == frames
+
+
+def test_header_shows_pressure_and_bpf_time_per_pane(recorded_snapshot):
+    from ktop.collectors.selfcost import pane_of_program
+    from ktop.model import Pressure, SelfCostRow
+    from ktop.widgets.header import header_text
+
+    names = {"on_sched_switch": "waits", "on_cpu_sample": "functions",
+             "on_contention_b": "locks", "block_rq_issue": "blockio", "something": ""}
+    assert {name: pane_of_program(name) for name in names} == names
+    snapshot = dataclasses.replace(
+        recorded_snapshot,
+        pressure=Pressure(cpu_some=35.5, cpu_full=0.0, io_some=12.25, io_full=3.5,
+                          memory_some=0.0, memory_full=0.0),
+        cost=SelfCostRow(cpu_percent=0.5, bpf_percent=0.4,
+                         bpf_panes={"waits": 0.3, "functions": 0.1}),
+    )
+    text = header_text(snapshot).plain
+    assert "PSI cpu 35.5 io 12.2/3.5 mem 0.0/0.0" in text
+    assert "BPF 0.4% (waits 0.3  functions 0.1)" in text
