@@ -137,6 +137,12 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("ktop: "), err
     assert "Traceback" not in err
     assert not wait_until_unloaded(ours)
+    # The waits pane loads last: it was compiling, or just handed over, when the signal came.
+    # Nothing of it may stay loaded (its sched_switch program would run on every switch).
+    deadline = time.monotonic() + 5
+    while any(name.startswith("on_sched_") for name in loaded_bpf_programs().values()):
+        assert time.monotonic() < deadline, "a waits program outlived ktop"
+        time.sleep(0.2)
     assert os.listdir(tmp_path) == []  # nothing written, no temporary left
 
 

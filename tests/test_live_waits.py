@@ -270,3 +270,21 @@ def test_losses_are_counted_not_silent(collector) -> None:
         assert name in drain.lost
     assert set(drain.notes) == {"unseen_start", "long_wait_unwalked"}
     assert drain.notes["unseen_start"] > 0, "threads waiting before ktop started are counted"
+
+
+def test_processes_pane_runq_agrees_with_the_waits_pane(collector, kallsyms) -> None:
+    """RUNQ% needs no BPF (schedstat's run_delay); the waits pane counts the same waits
+    from the scheduler's tracepoints: the two say the same of two spinners on one CPU."""
+    from ktop.collectors.processes import ProcessCollector
+
+    spin = "import os\nos.sched_setaffinity(0, {1})\nwhile True: pass\n"
+    processes = ProcessCollector()
+    with started(spin) as one, started(spin) as two:
+        profile, wall_s, _, rows = watch(collector, kallsyms, before=processes.collect,
+                                         after=processes.collect)
+    processes.close()
+    for pid in (one.pid, two.pid):
+        (row,) = [r for r in rows if r.pid == pid]
+        waits_share = 100 * process(profile, pid).runq_ns / (wall_s * 1e9)
+        assert row.runq_percent is not None and row.runq_percent > 10, row
+        assert abs(row.runq_percent - waits_share) <= 0.10 * waits_share + 1, (row, waits_share)
