@@ -67,8 +67,10 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
     for key, rows in members.items():
         top = reasons.get(key, {})
         first = rows[0]
+        cgroups = {p.cgroup for p in rows}  # a command may run in several: then none to name
         groups.append(WaitGroup(
-            key=key, pid=first.pid if by_pid else 0, comm=first.comm, cgroup=first.cgroup,
+            key=key, pid=first.pid if by_pid else 0, comm=first.comm,
+            cgroup=first.cgroup if len(cgroups) == 1 else "",
             processes=len({p.pid for p in rows}),
             on_cpu_ns=sum(p.on_cpu_ns for p in rows),
             runq_ns=sum(p.runq_ns for p in rows),

@@ -296,3 +296,15 @@ def test_header_shows_pressure_and_bpf_time_per_pane(recorded_snapshot):
     text = header_text(snapshot).plain
     assert "PSI cpu 35.5 io 12.2/3.5 mem 0.0/0.0" in text
     assert "BPF 0.4% (waits 0.3  functions 0.1)" in text
+
+
+def test_drill_picture_of_a_waiting_process(recorded_snapshot):
+    import asyncio
+
+    from ktop.snapshot import render_screen
+
+    snapshot = snapshot_with_waits(recorded_snapshot)
+    text = asyncio.run(render_screen(RecordedSource([snapshot]), (160, 50), ".txt",
+                                     drill="waits:10"))
+    assert text.startswith("blocked waits of pid 10")
+    assert "woken by ponger 77" in text and "run-queue wait" in text

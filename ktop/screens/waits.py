@@ -23,8 +23,13 @@ from ktop.waitviews import hist_buckets_us, percent
 STACKS_SHOWN = 30
 WAKERS_SHOWN = 5
 
-# What a selection names: ("pid", "1234"), ("comm", "dd"), ("reason", "do_nanosleep").
+# What a selection names: ("pid", "1234"), ("comm", "dd"), ("cgroup", "/system.slice"),
+# ("reason", "do_nanosleep").
 Selection = tuple[str, str]
+
+
+def _key(kind: str, row: object) -> str:
+    return str(getattr(row, kind))
 
 
 def selected_stacks(snapshot: Snapshot, selection: Selection) -> tuple[WaitStack, ...]:
@@ -32,11 +37,7 @@ def selected_stacks(snapshot: Snapshot, selection: Selection) -> tuple[WaitStack
     if waits is None:
         return ()
     kind, what = selection
-    if kind == "pid":
-        return tuple(s for s in waits.stacks if str(s.pid) == what)
-    if kind == "comm":
-        return tuple(s for s in waits.stacks if s.comm == what)
-    return tuple(s for s in waits.stacks if s.reason == what)
+    return tuple(s for s in waits.stacks if _key(kind, s) == what)
 
 
 def selected_runq_hist(snapshot: Snapshot, selection: Selection) -> tuple[int, ...]:
@@ -44,8 +45,7 @@ def selected_runq_hist(snapshot: Snapshot, selection: Selection) -> tuple[int, .
     kind, what = selection
     if waits is None or kind == "reason":
         return ()
-    rows = [p for p in waits.processes
-            if (str(p.pid) if kind == "pid" else p.comm) == what]
+    rows = [p for p in waits.processes if _key(kind, p) == what]
     return tuple(map(sum, zip(*(p.runq_hist for p in rows)))) if rows else ()
 
 
@@ -78,7 +78,7 @@ class WaitStacksScreen(DetailScreen):
         count = sum(s.count for s in self.stacks)
         text = Text()
         text.append("blocked waits of " if kind != "reason" else "blocked waits in ", style="bold")
-        label = {"pid": "pid ", "comm": "command ", "reason": ""}[kind]
+        label = {"pid": "pid ", "comm": "command ", "cgroup": "cgroup ", "reason": ""}[kind]
         text.append(label + printable(what), style="bold cyan")
         text.append(f"   {_count(count, 'wait')} {self.window_label(self._window())},"
                     f" total {format_ns(total)}")

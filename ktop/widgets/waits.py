@@ -19,7 +19,7 @@ from ktop.waitviews import (
     percent,
     pressure_line,
 )
-from ktop.widgets.pane import WIDE, WIDER, CgroupFilter, Display, Drill, Pane, View
+from ktop.widgets.pane import WIDE, WIDER, Display, Drill, Pane, View
 from ktop.widgets.table import Cell, Column, num
 
 _SHARE_COLUMNS = (
@@ -157,8 +157,8 @@ class WaitsPane(Pane):
 
         if isinstance(row, WaitReason):
             return partial(WaitStacksScreen, ("reason", row.reason), self._snapshot)
-        if self.view == "cgroups":
-            return CgroupFilter(row.cgroup)
+        if self.view == "cgroups":  # G filters every pane to it
+            return partial(WaitStacksScreen, ("cgroup", row.cgroup), self._snapshot)
         if self.view == "commands":
             return partial(WaitStacksScreen, ("comm", row.comm), self._snapshot)
         return partial(WaitStacksScreen, ("pid", str(row.pid)), self._snapshot)
