@@ -280,3 +280,34 @@ def test_a_replayed_window_lists_requests_of_every_process_as_live_does():
         listed = {(r.pid, r.rw) for r in profile.requests}
         assert listed == {(p.pid, p.rw) for p in profile.processes}, listed
     assert comparable(merged) == comparable(live)
+
+
+# ---- waits -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_a_window_of_wait_records_equals_the_live_window(window):
+    from test_waits import KALLSYMS, NANOSLEEP, TIMER_WAKE, blocked, drain, stack, times
+
+    from ktop.aggregate.waits import WaitAggregator
+    from ktop.panes import pane
+    from ktop.symbols import Kallsyms
+
+    futex = stack("__schedule", "schedule", "futex_do_wait")
+    wake = stack("try_to_wake_up", "futex_wake", "do_futex")
+    drains = []
+    for i in range(4):
+        rows = [blocked(kernel=NANOSLEEP, waker_kernel=TIMER_WAKE, total=900 + i, count=9),
+                blocked(pid=20 + i % 2, comm="ponger", kernel=futex, waker_kernel=wake,
+                        waker_pid=21 - i % 2, waker_comm="pinger", total=50 * (i + 1), count=i + 1)]
+        drains.append(drain(float(i), rows, [times(), times(pid=20 + i % 2, comm="ponger",
+                                                           d=i + 1, other=i)]))
+    frames = (UserFrame("main+0x1", "/bin/app"),)
+    drains = [dataclasses.replace(d, stacks=tuple(
+        dataclasses.replace(s, user=(0x401000,)) for s in d.stacks)) for d in drains]
+    aggregator = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=float(window),
+                                resolve_user=lambda pid, addresses: frames, min_walk_us=10)
+    records, live = recorded_and_window(aggregator, drains, "waits")
+    assert fields_never_set(live) == set()
+    merged = pane("waits").merge(records[-window:])
+    assert comparable(merged) == comparable(live)

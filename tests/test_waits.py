@@ -74,9 +74,10 @@ def blocked(pid=10, comm="sleeper", state="S", kernel=(), kernel_error=0, total=
         count=count, max_ns=total // count, hist=hist(14, count))
 
 
-def times(pid=10, comm="sleeper", on_cpu=50_000_000, runq=50_000_000, s=900_000_000, d=0):
+def times(pid=10, comm="sleeper", on_cpu=50_000_000, runq=50_000_000, s=900_000_000, d=0,
+          other=0):
     return ProcessTimes(pid=pid, comm=comm, cgroup="/app", on_cpu_ns=on_cpu, runq_ns=runq,
-                        runq_count=90, blocked_ns=(s, d, 0), blocked_count=(90, 0, 0),
+                        runq_count=90, blocked_ns=(s, d, other), blocked_count=(90, 0, 0),
                         runq_hist=hist(6, 90))
 
 
