@@ -309,3 +309,22 @@ def test_drill_picture_of_a_waiting_process(recorded_snapshot):
                                      drill="waits:10"))
     assert text.startswith("blocked waits of pid 10")
     assert "woken by ponger 77" in text and "run-queue wait" in text
+
+
+def test_on_cpu_time_is_split_into_user_and_system_as_proc_splits_it(recorded_snapshot):
+    from ktop.model import ProcessRow
+
+    snapshot = snapshot_with_waits(recorded_snapshot)
+    row = ProcessRow(10, "sleeper", "root", "S", 4.0, 1.0, 1, 4096, user_percent=3.0)
+    snapshot = dataclasses.replace(snapshot, processes=(*snapshot.processes, row))
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("5")
+        await pilot.pause(0.2)
+        seen["text"] = screen_text(pilot.app)
+
+    run_app(build_app(RecordedSource([snapshot])), scenario, size=(160, 50))
+    lines = [" ".join(line.strip("│┃ ").split()) for line in seen["text"].splitlines()]
+    # 50 ms on the CPU in 1 s: 5.0%, three quarters user as /proc says
+    assert any(line.startswith("10 5.0 3.8 1.2 ") for line in lines), lines

@@ -48,12 +48,24 @@ def _share_cells(g: WaitGroup, window_s: float) -> tuple[Cell, ...]:
     )
 
 
+def _split_cells(g: WaitGroup, window_s: float, cpu: tuple[float, float] | None) -> tuple[Cell, ...]:
+    """USR% and SYS%: the on-CPU time the scheduler counted, split as /proc/PID/stat's user
+    and system ticks split it over the last refresh ("-" where the process pane has none)."""
+    if cpu is None or cpu[0] + cpu[1] <= 0:
+        return num("-", -1.0), num("-", -1.0)
+    user = g.on_cpu_ns * cpu[0] / (cpu[0] + cpu[1])
+    return _share(round(user), window_s), _share(g.on_cpu_ns - round(user), window_s)
+
+
 class WaitsPane(Pane):
     PANE = PANE_WAITS
     VIEWS = (
         View("processes", (
             Column("pid", "PID", 7, right=True, descending=False, priority=8),
-            *_SHARE_COLUMNS,
+            *_SHARE_COLUMNS[:1],
+            Column("usr", "USR%", 6, right=True, shown_from=WIDE),
+            Column("sys", "SYS%", 6, right=True, shown_from=WIDE),
+            *_SHARE_COLUMNS[1:],
             Column("comm", "COMMAND", 15, descending=False, priority=9),
             Column("reason", "top reason", None, descending=False, priority=7, min_width=12),
         ), "runq"),
@@ -105,15 +117,14 @@ class WaitsPane(Pane):
                 for r in reasons
             ]
         elif self.view == "processes":
-            rows = [
-                (
-                    g.key,
-                    (num(format_pid(g.pid), g.pid), *_share_cells(g, window), Cell(g.comm),
-                     Cell(g.reason)),
-                    g,
-                )
-                for g in by_process(waits, shows)
-            ]
+            cpu = {p.pid: (p.usr_percent, p.sys_percent) for p in snapshot.processes}
+            rows = []
+            for g in by_process(waits, shows):
+                shares = _share_cells(g, window)
+                cells = (num(format_pid(g.pid), g.pid), shares[0],
+                         *_split_cells(g, window, cpu.get(g.pid)), *shares[1:], Cell(g.comm),
+                         Cell(g.reason))
+                rows.append((g.key, cells, g))
         elif self.view == "commands":
             rows = [
                 (
