@@ -328,3 +328,18 @@ def test_on_cpu_time_is_split_into_user_and_system_as_proc_splits_it(recorded_sn
     lines = [" ".join(line.strip("│┃ ").split()) for line in seen["text"].splitlines()]
     # 50 ms on the CPU in 1 s: 5.0%, three quarters user as /proc says
     assert any(line.startswith("10 5.0 3.8 1.2 ") for line in lines), lines
+
+
+def test_wakers_that_differ_in_offsets_show_as_one_until_o():
+    from ktop.model import WaitWaker
+    from ktop.screens.waits import merged_wakers
+
+    irq = ("try_to_wake_up+0x3a4", "hrtimer_wakeup+0x1e", "sysvec_apic_timer_interrupt+0x2c")
+    wakers = (WaitWaker(0, "[hardirq]", irq, 5, 50),
+              WaitWaker(0, "[hardirq]", (*irq[:2], "sysvec_apic_timer_interrupt+0x60"), 3, 30),
+              WaitWaker(0, "[hardirq]", irq[1:], 1, 10),  # stored without its innermost frame
+              WaitWaker(77, "ponger", ("try_to_wake_up+0x1", "futex_wake+0x2"), 2, 100))
+    merged = merged_wakers(wakers)
+    assert [(w.comm, w.count, w.total_ns) for w in merged] == [("ponger", 2, 100),
+                                                                ("[hardirq]", 9, 90)]
+    assert merged[1].frames == irq  # the most frequent's frames

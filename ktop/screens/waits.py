@@ -3,10 +3,12 @@ function, with time, count, histogram and who woke them; the run-queue histogram
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.console import Group
 from rich.text import Text
 
-from ktop.model import Snapshot, WaitStack
+from ktop.model import Snapshot, WaitStack, WaitWaker
 from ktop.screens.stacks import (
     DetailScreen,
     DrillHost,
@@ -16,6 +18,7 @@ from ktop.screens.stacks import (
     _histogram_table,
     _safe,
 )
+from ktop.stacktree import function_name as function_of
 from ktop.text import format_pid, printable
 from ktop.units import format_ns
 from ktop.waitviews import hist_buckets_us, percent
@@ -47,6 +50,20 @@ def selected_runq_hist(snapshot: Snapshot, selection: Selection) -> tuple[int, .
         return ()
     rows = [p for p in waits.processes if _key(kind, p) == what]
     return tuple(map(sum, zip(*(p.runq_hist for p in rows)))) if rows else ()
+
+
+def merged_wakers(wakers: tuple[WaitWaker, ...]) -> list[WaitWaker]:
+    """Wakers that differ only in offsets (or in a frame lost to a stack-map collision at
+    the innermost end) as one, with the frames of the most frequent: `o` splits them."""
+    merged: dict[tuple, WaitWaker] = {}
+    for w in wakers:
+        key = (w.pid, w.comm, tuple(function_of(f) for f in w.frames if
+                                    function_of(f) != "try_to_wake_up"))
+        seen = merged.get(key)
+        merged[key] = w if seen is None else replace(
+            seen if seen.count >= w.count else w,
+            count=seen.count + w.count, total_ns=seen.total_ns + w.total_ns)
+    return sorted(merged.values(), key=lambda w: -w.total_ns)
 
 
 class WaitStacksScreen(DetailScreen):
@@ -96,7 +113,7 @@ class WaitStacksScreen(DetailScreen):
             lines.append(head)
             lines.extend(_frame_line(frame) for frame in s.frames)
             lines.extend(_frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.user)
-            for w in s.wakers[:WAKERS_SHOWN]:
+            for w in (merged_wakers(s.wakers) if self.merge_offsets else s.wakers)[:WAKERS_SHOWN]:
                 who = f"{w.comm} {format_pid(w.pid)}" if w.pid else w.comm
                 waker = Text("    woken by ", style="dim")
                 waker.append_text(_safe(who, "bold magenta"))
