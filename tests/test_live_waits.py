@@ -288,3 +288,36 @@ def test_processes_pane_runq_agrees_with_the_waits_pane(collector, kallsyms) -> 
         waits_share = 100 * process(profile, pid).runq_ns / (wall_s * 1e9)
         assert row.runq_percent is not None and row.runq_percent > 10, row
         assert abs(row.runq_percent - waits_share) <= 0.10 * waits_share + 1, (row, waits_share)
+
+
+def test_full_maps_are_counted_and_the_totals_keep_what_fit(kallsyms) -> None:
+    """Maps of two entries: the waits that found no room are counted by reason."""
+    small = WaitCollector(map_entries={"PROC_ENTRIES": 2, "WAIT_STACK_ENTRIES": 2,
+                                       "THREAD_ENTRIES": 8})
+    small.start()
+    try:
+        with started("import time\nwhile True: time.sleep(0.001)\n"):
+            time.sleep(1.0)
+            small.drain()
+            time.sleep(1.0)
+            drain = small.drain()
+    finally:
+        small.close()
+    assert drain.lost["procs_map_full"] > 0 and drain.lost["wait_stacks_full"] > 0
+    assert drain.lost["threads_map_full"] > 0
+    assert 0 < len(drain.processes) <= 2 and 0 < len(drain.stacks) <= 2
+
+
+def test_a_thread_whose_exit_was_missed_is_forgotten_and_counted(collector) -> None:
+    """A thread's record goes at its last switch-out; one the program missed (it was
+    skipped while another BPF program ran) is dropped by user space, and counted."""
+    from ktop.collectors.waits import MAP_THREADS
+
+    threads = collector._program.table(MAP_THREADS)
+    gone = 4_000_000  # above pid_max's default: no thread has it
+    threads[threads.Key(gone)] = threads.Leaf()
+    before = collector.lost()["exited_unseen"]
+    for _ in range(10):
+        drain = collector.drain()
+    assert drain.lost["exited_unseen"] >= before + 1
+    assert gone not in {key.value for key in threads.keys()}

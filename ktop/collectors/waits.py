@@ -173,11 +173,14 @@ class WaitCollector:
     def __init__(
         self, interval_s: float = 1.0, user_stacks: bool = True, pass_on: bool = True,
         min_walk_us: int = DEFAULT_MIN_WALK_US, cgroups: CgroupNames | None = None,
+        map_entries: dict[str, int] | None = None,
     ) -> None:
         """min_walk_us: walk a blocking thread's stacks only when its previous blocked wait
         lasted this long, and the waker's only for a wait that did (every wait's time is
         counted regardless). user_stacks: walk user stacks too. pass_on: let other perf
-        users of the sched tracepoints see the events."""
+        users of the sched tracepoints see the events. map_entries: sizes other than
+        bpf/waits.bpf.c's defaults ({"PROC_ENTRIES": 2}: the tests fill maps)."""
+        self._map_entries = dict(map_entries or {})
         self._interval_s = interval_s
         self._user_stacks = user_stacks
         self._pass_on = pass_on
@@ -201,7 +204,8 @@ class WaitCollector:
         program = load_program(
             PROGRAM,
             [f"-DUSER_STACKS={int(self._user_stacks)}", f"-DPASS_ON={int(self._pass_on)}",
-             f"-DMIN_WALK_NS={self.min_walk_us * 1000}ULL"],
+             f"-DMIN_WALK_NS={self.min_walk_us * 1000}ULL",
+             *(f"-D{name}={int(size)}" for name, size in self._map_entries.items())],
             {name: "TRACEPOINT" for name in FUNCTIONS},
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
