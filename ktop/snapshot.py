@@ -65,9 +65,9 @@ async def render_screen(
 
 def _open_drill(app: KtopApp, drill: str) -> bool:
     name, _, what = drill.partition(":")
-    pane = app.pane(name)
+    pane = app.main_screen.pane(name)
     key = pane.row_named(what)
-    return key is not None and app.open_drill(pane, key)
+    return key is not None and app.main_screen.open_drill(pane, key)
 
 
 def screen_text(app: KtopApp) -> str:

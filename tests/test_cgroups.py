@@ -157,23 +157,23 @@ async def _g_filters(recorded_snapshot):
         await wait_for_data(pilot)
         await pilot.press("4", "G")
         await pilot.pause(0.1)
-        table = app.pane("processes").table
+        table = app.main_screen.pane("processes").table
         assert {table.get_row_at(i)[0].text for i in range(table.row_count)} == {
             str(snapshot.processes[0].pid), str(snapshot.processes[1].pid)}
-        assert "cgroup /ktop-test only (Esc: all)" in app.note
+        assert "cgroup /ktop-test only (Esc: all)" in app.main_screen.note
         await pilot.press("v")
         await pilot.pause(0.1)
-        assert table is not app.pane("processes").table
-        names = [app.pane("processes").table.get_row_at(i)[0].text
-                 for i in range(app.pane("processes").table.row_count)]
+        assert table is not app.main_screen.pane("processes").table
+        names = [app.main_screen.pane("processes").table.get_row_at(i)[0].text
+                 for i in range(app.main_screen.pane("processes").table.row_count)]
         assert sorted(names) == ["inner", "ktop-test"]
         await pilot.press("escape")
         await pilot.pause(0.1)
-        assert app.display_settings.cgroup is None and "cgroup" not in app.note
+        assert app.main_screen.display_settings.cgroup is None and "cgroup" not in app.main_screen.note
 
 
 def test_a_cgroup_removed_while_shown_says_so_in_the_header(recorded_snapshot, monkeypatch):
-    monkeypatch.setattr("ktop.app.cgroup_exists", lambda path: False)
+    monkeypatch.setattr("ktop.cgroups.cgroup_exists", lambda path: False)
     asyncio.run(_removed(recorded_snapshot))
 
 
@@ -183,8 +183,8 @@ async def _removed(recorded_snapshot):
     app = build_app(source, interval_s=0.2, cgroup="/ktop-test")
     async with app.run_test(size=SCREEN_SIZE) as pilot:
         await wait_for_data(pilot)
-        assert "cgroup /ktop-test removed (Esc: all)" in app.note
-        assert app.display_settings.cgroup_gone
+        assert "cgroup /ktop-test removed (Esc: all)" in app.main_screen.note
+        assert app.main_screen.display_settings.cgroup_gone
         await pilot.press("3")
         await pilot.pause(0.1)
-        assert "nothing from cgroup /ktop-test (removed) here" in app.pane("blockio").table.message
+        assert "nothing from cgroup /ktop-test (removed) here" in app.main_screen.pane("blockio").table.message

@@ -90,7 +90,7 @@ def test_a_changed_row_asks_only_the_widgets_under_it(recorded_snapshot):
     async def scenario(pilot):
         app = pilot.app
         await next_frames(pilot, source)
-        header = app.header_bar()
+        header = app.main_screen.header_bar()
         for widget in app.main_screen.walk_children(with_self=True):
             original = widget.render_lines
 

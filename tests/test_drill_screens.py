@@ -22,7 +22,7 @@ from ktop.model import (
     LockTask,
     StackSample,
 )
-from ktop.screens.stacks import LockCallerScreen
+from ktop.screens.details import LockCallerScreen
 from ktop.snapshot import render_screen, screen_text
 
 SIZES = [(80, 24), (180, 50)]

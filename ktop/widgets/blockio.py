@@ -187,7 +187,7 @@ class BlockIoPane(Pane):
         if isinstance(row, IoRequest):  # a request opens its process
             row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
         if isinstance(row, IoProcess):
-            from ktop.screens.stacks import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
+            from ktop.screens.details import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
 
             return partial(IoProcessScreen, row, self._snapshot)
         if isinstance(row, IoCommand):

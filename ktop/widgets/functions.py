@@ -137,7 +137,7 @@ class FunctionsPane(Pane):
             self.notify("callers are drilled into from kernel functions: their stacks run down "
                         "to user space (v back to the kernel view)")
             return None
-        from ktop.screens.stacks import FunctionScreen  # noqa: PLC0415  (loaded when first opened)
+        from ktop.screens.function import FunctionScreen  # noqa: PLC0415  (loaded when first opened)
 
         return partial(FunctionScreen, function.symbol, self._snapshot)
 

@@ -150,7 +150,7 @@ class LocksPane(Pane):
 
     def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
         if isinstance(row, LockCaller):
-            from ktop.screens.stacks import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
+            from ktop.screens.details import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
 
             return partial(LockCallerScreen, row, self._snapshot)
         if isinstance(row, LockTask):

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the drill-down screens' module loads when the first one ope
 
     from textual.screen import Screen
 
-    from ktop.screens.stacks import DrillHost
+    from ktop.screens.drill import DrillHost
 
     Drill = Callable[[DrillHost], Screen] | int | CgroupFilter | None
 else:
