@@ -1,14 +1,9 @@
 """Fold drained lock waits into the lock contention profile over a window of recent seconds.
-
-Callers are found as `perf lock contention` means them: the first frame outside the lock
-and scheduler internals, judged by the kernel's own `__lock_text` and `__sched_text`
-ranges rather than by skipping a fixed number of frames.
-"""
+Their stacks and callers are named by ktop.kernelframes."""
 
 from __future__ import annotations
 
 import errno
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -16,6 +11,7 @@ from typing import TYPE_CHECKING
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
+from ktop.kernelframes import StackSymbolizer
 from ktop.model import (
     EXITED_PID,
     Bucket,
@@ -28,7 +24,7 @@ from ktop.model import (
     LockUserStack,
     UserFrame,
 )
-from ktop.symbols import KERNEL_MODULE, Kallsyms
+from ktop.symbols import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.locks import LockCollector
@@ -59,18 +55,6 @@ LOCK_TYPES = {
     LCB_F_MUTEX | LCB_F_SPIN: "mutex",  # a mutex's optimistic spin, before it sleeps
 }
 
-# Frames of the tracing machinery itself, above the lock function that hit the tracepoint.
-_TRACING_PREFIXES = (
-    "bpf_prog_",
-    "bpf_trampoline_",
-    "bpf_trace_run",
-    "__bpf_trace_",
-    "__traceiter_",
-    "trace_contention_",
-    "perf_trace_",
-)
-# Section markers in kallsyms: a lock past one of these is not "inside" it.
-_SECTION_MARKER = re.compile(r"^(__start_|__stop_|__end_|__init_|__bss_|__per_cpu_)|^_[se][a-z]*$")
 # Why a stack is missing, as its caller column says it.
 _MISSING_STACK = {
     -errno.EEXIST: "[stack lost: collision]",
@@ -106,74 +90,9 @@ def hist_buckets(slots: Sequence[int]) -> tuple[Bucket, ...]:
 LOCK_STACKS_KEPT = 1000
 RARE_STACKS = "[rare stacks not kept]"  # the frame of that entry
 
-# Lock stacks named lately, kept for the next interval (a cache: each holds its addresses
-# and frames, ~1 KB; under process churn distinct stacks keep coming, ~300 a minute).
-SYMBOLIZED_KEPT = 1024
 # Lock addresses named lately (a cache: locks in allocated memory come and go with the
 # processes and files that hold them).
 LOCK_NAMES_KEPT = 4096
-
-
-class StackSymbolizer:
-    """Kernel stacks to frames and caller, judged by the kernel's lock/sched text ranges."""
-
-    def __init__(self, kallsyms: Kallsyms) -> None:
-        self._kallsyms = kallsyms
-        ranges = (
-            kallsyms.range_of("__lock_text_start", "__lock_text_end"),
-            kallsyms.range_of("__sched_text_start", "__sched_text_end"),
-        )
-        self._internal = tuple(r for r in ranges if r)
-        self._text = kallsyms.range_of("_stext", "_etext")
-        self._cache: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
-
-    def is_internal(self, address: int) -> bool:
-        """Inside the spinlock (__lock_text) or mutex/rwsem/scheduler (__sched_text) code."""
-        return any(lo <= address < hi for lo, hi in self._internal)
-
-    def is_tracing(self, address: int) -> bool:
-        resolved = self._kallsyms.lookup(address)
-        return bool(
-            resolved and (resolved.module == "[bpf]" or resolved.name.startswith(_TRACING_PREFIXES))
-        )
-
-    def resolve(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
-        """(frames "symbol+0xoff" innermost first without the tracing frames, caller)."""
-        cached = self._cache.get(addresses)
-        if cached is None:
-            cached = self._resolve(addresses)
-            if len(self._cache) > SYMBOLIZED_KEPT:
-                self._cache.clear()
-            self._cache[addresses] = cached
-        return cached
-
-    def _resolve(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
-        start = 0
-        while start < len(addresses) and self.is_tracing(addresses[start]):
-            start += 1
-        kept = addresses[start:] or addresses
-        frames = tuple(self._kallsyms.format(a) for a in kept)
-        if not frames:
-            return (), _MISSING_STACK[-errno.EFAULT]
-        for address, frame in zip(kept, frames):
-            if not self.is_internal(address):
-                return frames, frame
-        return frames, frames[0]  # all internal: the innermost lock function says the most
-
-    def lock_symbol(self, address: int) -> str:
-        """The global variable a lock lives in: an exact kallsyms match, or symbol+0xoff inside
-        a kernel data symbol (as perf's -l names it); "" for locks in allocated memory."""
-        exact = self._kallsyms.exact(address)
-        if exact and not _SECTION_MARKER.match(exact):
-            return exact
-        if self._text and self._text[0] <= address < self._text[1]:
-            return ""  # no lock lives in code: the nearest symbol would be a function
-        resolved = self._kallsyms.lookup(address)
-        if resolved is None or resolved.module != KERNEL_MODULE:
-            return ""
-        if _SECTION_MARKER.match(resolved.name) or resolved.name.startswith("__pfx_"):
-            return ""  # without CONFIG_KALLSYMS_ALL only markers precede data: not a name
-        return str(resolved)
 
 
 @dataclass
