@@ -276,8 +276,7 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 def _recording(args: argparse.Namespace):
     """(what to replay: a ReplaySource for a recording, a Snapshot for a JSON file, the
-    header's note), or (None, "") for live data. Raises export's or recording's
-    RecordingError, one line each."""
+    header's note), or (None, "") for live data. Raises RecordingError, one line."""
     if args.replay is None:
         return None, ""
     from ktop.recording import Recording, is_recording
@@ -287,7 +286,7 @@ def _recording(args: argparse.Namespace):
         from ktop.export import read_recording
 
         return read_recording(args.replay), note
-    from ktop.recording import RecordingError
+    from ktop.codec import RecordingError
     from ktop.replay import ReplaySource, find_time
 
     recording = Recording(args.replay)
@@ -317,14 +316,13 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
+    from ktop.codec import RecordingError
     from ktop.dump import dump
-    from ktop.export import RecordingError as SnapshotFileError
-    from ktop.recording import RecordingError
 
     try:
         source, _ = _recording(args)
         return dump(source.recording, args.dump, sys.stdout, show_idle=args.idle)
-    except (RecordingError, SnapshotFileError) as e:
+    except RecordingError as e:
         return _fail(str(e))
     except BrokenPipeError:  # | head: the reader has what it wanted
         # Python flushes stdout again on exit: point it at /dev/null, as its docs advise.
@@ -355,8 +353,7 @@ def _check_cgroup(args: argparse.Namespace) -> str:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from ktop.export import RecordingError
-    from ktop.recording import RecordingError as RecordFileError
+    from ktop.codec import RecordingError
     from ktop.snapshot import run_snapshot
     from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
@@ -369,7 +366,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         else:
             check_writable(args.snapshot)
         recorded, note = _recording(args)
-    except (SnapshotError, RecordingError, RecordFileError) as e:
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -379,7 +376,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
             cgroup=args.cgroup,
             drill=args.drill, source_note=note,
         )
-    except (SnapshotError, RecordFileError) as e:
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return _fail("interrupted; nothing written", 130)
@@ -393,8 +390,8 @@ def run_snapshot(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     import threading
 
+    from ktop.codec import RecordingError
     from ktop.engine import LiveSource, RecordedSource
-    from ktop.export import RecordingError
     from ktop.exports.openmetrics import MetricsPage
     from ktop.exports.serve import ServeError, bind, serve
 
@@ -425,12 +422,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_interactive(args: argparse.Namespace) -> int:
-    from ktop.export import RecordingError
-    from ktop.recording import RecordingError as RecordFileError
+    from ktop.codec import RecordingError
 
     try:
         recorded, note = _recording(args)
-    except (RecordingError, RecordFileError) as e:
+    except RecordingError as e:
         return _fail(str(e))
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
