@@ -95,7 +95,7 @@ class PaneSpec:
 # the collect thread's garbage of every refresh stays resident.
 TRIM_EVERY = 30  # refreshes
 # Totals since start fold exited processes once crowded; looking for them walks every entry,
-# so not on every refresh (at 4000 Hz that walk was a fifth of the collecting).
+# so not on every refresh.
 FOLD_EVERY = 10  # refreshes
 
 
@@ -103,13 +103,12 @@ FOLD_EVERY = 10  # refreshes
 # (a cancelled compile returns at once; the process exiting would close it anyway).
 LOADER_JOIN_S = 2.0
 
-# The compiler's niceness while the first screen is drawn: a compile competing for the one
-# free CPU made the first screen 0.2 s later, and the compile itself no sooner.
+# The compiler's niceness while the first screen is drawn: competing for the one free CPU,
+# a compile makes the first screen later and itself no sooner (README: Start-up).
 COMPILE_NICE = 10
-# Building the first pane parses the kernel's symbols: 0.17 s of Python holding the
-# interpreter's lock, which made the screen's imports and first frame 0.15 s later. A patient
-# start builds it once the first frame is drawn (the compiler process starts meanwhile: its
-# own start-up is most of the head start), or after this long without one.
+# Building the first pane parses the kernel's symbols, holding the interpreter's lock: a
+# patient start builds it once the first frame is drawn (README: Start-up), or after this
+# long without one.
 FIRST_FRAME_WAIT_S = 1.0
 
 def bpf_specs() -> list[PaneSpec]:
@@ -206,8 +205,7 @@ class LiveSource:
                     self._load(spec)
             self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
-            # as ktop: out of the collector's sight, a full collection no longer walks it
-            # (at 4000 Hz those walks took 20 ms a second).
+            # as ktop: out of the collector's sight, a full collection no longer walks it.
             gc.freeze()
             # What ktop costs from here on: the next figure no longer counts compiling.
             self._self_cost.start_span()

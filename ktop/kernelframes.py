@@ -57,8 +57,8 @@ class KernelFrames:
 # Section markers in kallsyms: a lock past one of these is not "inside" it.
 _SECTION_MARKER = re.compile(r"^(__start_|__stop_|__end_|__init_|__bss_|__per_cpu_)|^_[se][a-z]*$")
 
-# Lock stacks named lately, kept for the next interval (a cache: each holds its addresses
-# and frames, ~1 KB; under process churn distinct stacks keep coming, ~300 a minute).
+# Lock stacks named lately, kept for the next interval: bounded, as process churn brings
+# new stacks without end (README: Memory).
 SYMBOLIZED_KEPT = 1024
 
 

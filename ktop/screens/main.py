@@ -345,7 +345,7 @@ class MainScreen(ChangedRowsScreen):
         self.action_focus_pane(message.pane)
 
     def action_help(self) -> None:
-        from ktop.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: 7 ms at start)
+        from ktop.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: not at start)
 
         bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and self._applies(b.action)]
         first = next(i for i, b in enumerate(bindings) if b.action.startswith("focus_pane_number"))
