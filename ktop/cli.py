@@ -200,7 +200,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.dump and args.snapshot:
         parser.error("--dump writes to stdout: not with --snapshot")
     if args.replay is not None:
-        from ktop.recording import is_recording
+        from ktop.record.fileformat import is_recording
 
         # A recording's window is chosen on replay (-w); a single snapshot's was fixed.
         recording = is_recording(args.replay)
@@ -279,15 +279,15 @@ def _recording(args: argparse.Namespace):
     header's note), or (None, "") for live data. Raises RecordingError, one line."""
     if args.replay is None:
         return None, ""
-    from ktop.recording import Recording, is_recording
+    from ktop.record.fileformat import Recording, is_recording
 
     note = f"replay of {printable(args.replay)}"
     if not is_recording(args.replay):
-        from ktop.export import read_recording
+        from ktop.exports.jsonfile import read_snapshot_file
 
-        return read_recording(args.replay), note
+        return read_snapshot_file(args.replay), note
     from ktop.codec import RecordingError
-    from ktop.replay import ReplaySource, find_time
+    from ktop.record.replay import ReplaySource, find_time
 
     recording = Recording(args.replay)
     if recording.dropped:  # cut off by kill -9 or a full disk: say so, replay the rest
@@ -305,7 +305,7 @@ def _recording(args: argparse.Namespace):
 def run_record(args: argparse.Namespace) -> int:
     import threading
 
-    from ktop.recorder import record
+    from ktop.record.session import record
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -317,7 +317,7 @@ def run_record(args: argparse.Namespace) -> int:
 
 def run_dump(args: argparse.Namespace) -> int:
     from ktop.codec import RecordingError
-    from ktop.dump import dump
+    from ktop.record.dump import dump
 
     try:
         source, _ = _recording(args)
@@ -354,7 +354,7 @@ def _check_cgroup(args: argparse.Namespace) -> str:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.codec import RecordingError
-    from ktop.snapshot import run_snapshot
+    from ktop.ui.headless import run_snapshot
     from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
     try:
@@ -450,7 +450,7 @@ def run_interactive(args: argparse.Namespace) -> int:
     # Started before Textual is even imported: the processes pane's first CPU% interval and
     # the BPF compile run while Textual loads, and the first screen shows them at once.
     source.start(wait=False, patient=True)
-    from ktop.app import build_app  # noqa: PLC0415
+    from ktop.ui.app import build_app  # noqa: PLC0415
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     cgroup=args.cgroup,

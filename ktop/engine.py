@@ -27,13 +27,13 @@ from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.panes import Aggregator, Collector, bpf_panes
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 from ktop.units import format_span
 
 if TYPE_CHECKING:
-    from ktop.recording import RecordInfo
-    from ktop.replay import TimelineView
-    from ktop.usersyms import UserSymbolizer
+    from ktop.record.fileformat import RecordInfo
+    from ktop.record.replay import TimelineView
+    from ktop.symbolize.user import UserSymbolizer
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Options:
 
 
 class Timeline(Protocol):
-    """A recording as a data source moves through time (ktop.replay.ReplaySource): what the
+    """A recording as a data source moves through time (ktop.record.replay.ReplaySource): what the
     app's timeline keys and bar need of it."""
 
     records: Sequence[RecordInfo]
@@ -251,7 +251,7 @@ class LiveSource:
 
     def kernel_lines(self):
         """The debug vmlinux line table, or None and why (said once, in the stacks view)."""
-        from ktop.dwarflines import KernelLineTable  # noqa: PLC0415
+        from ktop.symbolize.lines import KernelLineTable  # noqa: PLC0415
 
         table = KernelLineTable.open(path=self.options.vmlinux)
         if table is not None:
@@ -263,7 +263,7 @@ class LiveSource:
         """User frames named while the process lives; a process that exited keeps the names
         resolved before (the aggregate holds them), later addresses show as hex."""
         if self._user_symbols is None:
-            from ktop.usersyms import UserSymbolizer  # noqa: PLC0415
+            from ktop.symbolize.user import UserSymbolizer  # noqa: PLC0415
 
             self._user_symbols = UserSymbolizer()
         return tuple(self._user_symbols.resolve(pid, addresses))

@@ -10,8 +10,8 @@ from rich.segment import ControlType
 from test_ui import INTERVAL, SwitchableSource, many_processes, next_frames
 from textual._compositor import Compositor
 
-from ktop.app import build_app
-from ktop.widgets.compositor import ChangedRowsCompositor
+from ktop.ui.app import build_app
+from ktop.ui.widgets.compositor import ChangedRowsCompositor
 
 
 def with_changes(snapshot, count: int, step: int):

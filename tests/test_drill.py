@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from conftest import run_app
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import StackSample, UserFrame
-from ktop.screens.details import IoProcessScreen, LockCallerScreen
-from ktop.screens.function import FunctionScreen
-from ktop.snapshot import SnapshotError, render_screen, screen_text
 from ktop.stacktree import callees_tree, callers_tree, processes_hitting, unique_stacks
+from ktop.ui.app import build_app
+from ktop.ui.headless import SnapshotError, render_screen, screen_text
+from ktop.ui.screens.details import IoProcessScreen, LockCallerScreen
+from ktop.ui.screens.function import FunctionScreen
 
 # ---- trees from stacks ---------------------------------------------------------------------
 
@@ -272,7 +272,7 @@ def test_a_click_selects_a_row_and_a_second_click_opens_it(recorded_snapshot):
 
 
 def test_help_documents_drilling_down_and_coming_back(recorded_snapshot):
-    from ktop.screens.help import HelpScreen
+    from ktop.ui.screens.help import HelpScreen
 
     app = _app(recorded_snapshot)
     seen = {}

@@ -8,11 +8,11 @@ import pytest
 from conftest import run_app
 
 from ktop import panes
-from ktop.app import build_app
 from ktop.engine import RecordedSource
-from ktop.screens.help import HelpScreen
-from ktop.snapshot import screen_text
-from ktop.widgets.processes import ProcessesPane
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.help import HelpScreen
+from ktop.ui.widgets.processes import ProcessesPane
 
 
 class FifthPane(ProcessesPane):

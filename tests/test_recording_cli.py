@@ -18,7 +18,7 @@ import pytest
 from conftest import as_nobody, check_contract
 
 from ktop.model import CpuTimes, Snapshot, StackSample
-from ktop.recording import Recording, RecordWriter
+from ktop.record.fileformat import Recording, RecordWriter
 from ktop.stacktree import hot_functions
 
 START = 1767268245.0  # 2026-01-01 11:50:45 UTC (the tests run with TZ=UTC)

@@ -11,13 +11,13 @@ from conftest import run_app
 from test_recording_cli import SPIKE, SPIKE_FUNCTION, make_recording
 from test_ui import INTERVAL, SwitchableSource, column, next_frames
 
-from ktop import recording as recording_module
-from ktop.app import build_app
-from ktop.recording import Recording, RecordingError
-from ktop.replay import ReplaySource, TimelineView
-from ktop.screens.function import FunctionScreen
-from ktop.snapshot import screen_text
-from ktop.widgets.timeline import timeline_text
+from ktop.record import fileformat as recording_module
+from ktop.record.fileformat import Recording, RecordingError
+from ktop.record.replay import ReplaySource, TimelineView
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.function import FunctionScreen
+from ktop.ui.widgets.timeline import timeline_text
 
 
 @pytest.fixture

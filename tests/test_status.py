@@ -13,10 +13,10 @@ from conftest import PANE_TITLES, run_app
 from painted import PaintedScreen
 from test_ui import INTERVAL, SwitchableSource, app_for, next_frames, toasts
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import CpuTimes
-from ktop.snapshot import screen_text
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
 
 SIZES = [(80, 24), (180, 50)]
 REPLAY_NOTE = "replay of /var/tmp/recordings/a-long-directory-name/ktop-20260101-115045.json"

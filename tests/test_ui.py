@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 from conftest import PANE_TITLES, SCREEN_SIZE, run_app, wait_for_data
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import EXITED_PID
-from ktop.screens.help import HelpScreen
-from ktop.snapshot import screen_text
 from ktop.stacktree import hot_functions
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.help import HelpScreen
 
 PANES = ("functions", "locks", "blockio", "processes")
 HOSTILE = ("\x1b[2J evil", "[bold]red[/]", "[/]")

@@ -10,8 +10,8 @@ from conftest import run_app
 from test_ui import app_for, column, rows
 
 from ktop.model import NOT_CODE, StackSample, UserFrame
-from ktop.snapshot import screen_text
 from ktop.stacktree import hot_functions
+from ktop.ui.headless import screen_text
 
 PYTHON = "/usr/bin/python3.11"
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"

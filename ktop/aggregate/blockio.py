@@ -12,9 +12,9 @@ from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, kernel_dev, split_dev
-from ktop.kernelframes import KernelFrames
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
-from ktop.symbols import Kallsyms
+from ktop.symbolize.frames import KernelFrames
+from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.blockio import BlockCollector

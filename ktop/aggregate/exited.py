@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ktop.model import EXITED_PID, UserFrame
-from ktop.usersyms import UNKNOWN
+from ktop.symbolize.user import UNKNOWN
 
 # Entries in one table of totals before its exited processes fold (README: Memory).
 FOLD_AFTER = 500

@@ -1,5 +1,5 @@
 """Fold drained lock waits into the lock contention profile over a window of recent seconds.
-Their stacks and callers are named by ktop.kernelframes."""
+Their stacks and callers are named by ktop.symbolize.frames."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
 from ktop.collectors.locks import HIST_SLOTS, LockDrain
-from ktop.kernelframes import StackSymbolizer
 from ktop.model import (
     EXITED_PID,
     Bucket,
@@ -24,7 +23,8 @@ from ktop.model import (
     LockUserStack,
     UserFrame,
 )
-from ktop.symbols import Kallsyms
+from ktop.symbolize.frames import StackSymbolizer
+from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.locks import LockCollector

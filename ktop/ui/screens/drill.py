@@ -127,7 +127,7 @@ class DrillScreen(Screen[None]):
         self.rebuild()
 
     def action_help(self) -> None:
-        from ktop.screens.help import HelpScreen, bindings_help
+        from ktop.ui.screens.help import HelpScreen, bindings_help
 
         own = [b for b in self.BINDINGS if self.check_action(b.action, ()) is not False]
         taken = {key for b in own for key in b.key.split(",")}

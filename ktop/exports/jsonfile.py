@@ -100,7 +100,7 @@ def _inclusive(low: int, high: int, count: int) -> list[int]:
     return [low, high - 1 if exclusive else high, count]
 
 
-def read_recording(path: str) -> Snapshot:
+def read_snapshot_file(path: str) -> Snapshot:
     """The snapshot in a file written by `ktop --snapshot FILE.json`."""
     fix = "replay a file written by `ktop --snapshot FILE.json`"
     name = printable(path)

@@ -18,15 +18,15 @@ from textual.widgets import Footer, Input
 from ktop import cgroups
 from ktop.panes import PANES
 from ktop.text import printable
-from ktop.widgets.compositor import ChangedRowsScreen
-from ktop.widgets.header import Badge, HeaderBar, loss_lines
-from ktop.widgets.pane import CgroupFilter, Display, Pane
-from ktop.widgets.table import KeyedTable
-from ktop.widgets.tabs import PaneTabs
+from ktop.ui.widgets.compositor import ChangedRowsScreen
+from ktop.ui.widgets.header import Badge, HeaderBar, loss_lines
+from ktop.ui.widgets.pane import CgroupFilter, Display, Pane
+from ktop.ui.widgets.table import KeyedTable
+from ktop.ui.widgets.tabs import PaneTabs
 
 if TYPE_CHECKING:
-    from ktop.app import KtopApp
     from ktop.engine import Timeline
+    from ktop.ui.app import KtopApp
 
 # Number keys for up to this many panes (ktop.panes has them, in order).
 MAX_PANES = 9
@@ -94,7 +94,7 @@ class MainScreen(ChangedRowsScreen):
         yield HeaderBar(id="header")
         if self.timeline is not None:
             # Imported for a replay only: the live screen's start-up does not wait for it.
-            from ktop.widgets.timeline import TimelineBar  # noqa: PLC0415
+            from ktop.ui.widgets.timeline import TimelineBar  # noqa: PLC0415
 
             yield TimelineBar(self.timeline.view(), id="timeline")
         yield PaneTabs([(spec.name, f"{spec.number} {spec.key_label}",
@@ -243,7 +243,7 @@ class MainScreen(ChangedRowsScreen):
 
     def action_losses(self) -> None:
         """L: each loss the header's total folds, with why it happens."""
-        from ktop.screens.losses import LossesScreen  # noqa: PLC0415 - on the first L only
+        from ktop.ui.screens.losses import LossesScreen  # noqa: PLC0415 - on the first L only
         from ktop.units import format_span  # noqa: PLC0415
 
         def latest():  # what the header shows now (paused: the paused frame)
@@ -345,7 +345,7 @@ class MainScreen(ChangedRowsScreen):
         self.action_focus_pane(message.pane)
 
     def action_help(self) -> None:
-        from ktop.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: not at start)
+        from ktop.ui.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: not at start)
 
         bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and self._applies(b.action)]
         first = next(i for i, b in enumerate(bindings) if b.action.startswith("focus_pane_number"))
@@ -436,7 +436,7 @@ class MainScreen(ChangedRowsScreen):
             self._prompt_return.table.focus()
 
     def _timeline_answer(self, prompt: Input) -> None:
-        from ktop.replay import parse_window  # noqa: PLC0415
+        from ktop.record.replay import parse_window  # noqa: PLC0415
 
         timeline = self._moving()
         self._close_prompt()

@@ -24,7 +24,7 @@ starts at a later one, and a gap anywhere else means a damaged file. The frame's
 record. The JSON is the snapshot of that one interval alone (the fields of ktop.model, as
 `--snapshot FILE.json` writes them, floats unrounded, fields at their default left out,
 hot functions left out: they are derived from the stacks and computed again on reading).
-A replay sums any run of records as the live window sums intervals (ktop.replay).
+A replay sums any run of records as the live window sums intervals (ktop.record.replay).
 
 A reader stops at the first record that is not whole. If that record runs to the end of
 the file (cut off, or zero-filled by a crash) the records before it are the recording and

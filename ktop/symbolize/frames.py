@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ktop.symbols import KERNEL_MODULE, Kallsyms
+from ktop.symbolize.kernel import KERNEL_MODULE, Kallsyms
 
 # Frames of the tracing machinery itself (and, above them, the BPF program: named "[bpf]"
 # with bpf_jit_kallsyms, hex without), innermost in every stack a tracepoint takes; they say

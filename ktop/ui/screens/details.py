@@ -15,7 +15,13 @@ from ktop.model import (
     LockCaller,
     Snapshot,
 )
-from ktop.screens.drill import (
+from ktop.stackmerge import (
+    merge_io_stacks,
+    merge_lock_stacks,
+    merge_lock_user_stacks,
+)
+from ktop.text import format_pid, human_bytes, printable
+from ktop.ui.screens.drill import (
     DetailScreen,
     DrillHost,
     count_of,
@@ -25,12 +31,6 @@ from ktop.screens.drill import (
     merged_note,
     offsets_title,
 )
-from ktop.stackmerge import (
-    merge_io_stacks,
-    merge_lock_stacks,
-    merge_lock_user_stacks,
-)
-from ktop.text import format_pid, human_bytes, printable
 from ktop.units import format_bucket, format_ns
 
 

@@ -15,15 +15,6 @@ from ktop.model import (
     Snapshot,
     StackSample,
 )
-from ktop.screens.drill import (
-    COMMON_BINDINGS,
-    DrillHost,
-    DrillScreen,
-    count_of,
-    escaped,
-    frame_line,
-    merged_note,
-)
 from ktop.stackmerge import merge_cpu_stacks
 from ktop.stacktree import (
     CALLERS_DROPPED,
@@ -35,6 +26,15 @@ from ktop.stacktree import (
     unique_stacks,
 )
 from ktop.text import format_pid, printable
+from ktop.ui.screens.drill import (
+    COMMON_BINDINGS,
+    DrillHost,
+    DrillScreen,
+    count_of,
+    escaped,
+    frame_line,
+    merged_note,
+)
 
 
 class FunctionScreen(DrillScreen):

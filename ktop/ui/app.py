@@ -1,5 +1,5 @@
 """The Textual app: collects in a worker thread and hands each Snapshot to the panes' screen
-(ktop.screens.main), which lays them out and owns their keys; here only what works on every
+(ktop.ui.screens.main), which lays them out and owns their keys; here only what works on every
 screen: quit, pause, cumulative, save, record. It knows nothing of bcc: `build_app` takes any
 data source, live collectors or recorded data."""
 
@@ -21,13 +21,13 @@ from textual.worker import get_current_worker
 
 from ktop.engine import DataSource
 from ktop.model import Snapshot
-from ktop.screens.main import MainScreen
 from ktop.text import printable
-from ktop.widgets.pane import Display
+from ktop.ui.screens.main import MainScreen
+from ktop.ui.widgets.pane import Display
 from ktop.writer import SnapshotError, write_atomically
 
 if TYPE_CHECKING:
-    from ktop.recorder import SessionRecorder
+    from ktop.record.session import SessionRecorder
 
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
@@ -56,7 +56,7 @@ class RecordingStopped(Message):
 def _drill_screens(stack) -> list:
     """The drill-down screens open. Their module is imported when the first one opens (its
     widgets cost 18 ms on the way to the first screen): none before."""
-    drill = sys.modules.get("ktop.screens.drill")
+    drill = sys.modules.get("ktop.ui.screens.drill")
     return [s for s in stack[1:] if isinstance(s, drill.DrillScreen)] if drill else []
 
 
@@ -76,12 +76,12 @@ class KtopApp(App[None]):
 
     def get_driver_class(self):
         """Textual's own, but on Linux one whose input thread sleeps until a key comes
-        (ktop/driver.py); TEXTUAL_DRIVER still chooses."""
+        (ktop/ui/driver.py); TEXTUAL_DRIVER still chooses."""
         driver = super().get_driver_class()
         from textual.drivers.linux_driver import LinuxDriver  # noqa: PLC0415
 
         if driver is LinuxDriver:
-            from ktop.driver import QuietLinuxDriver  # noqa: PLC0415
+            from ktop.ui.driver import QuietLinuxDriver  # noqa: PLC0415
 
             return QuietLinuxDriver
         return driver
@@ -257,8 +257,8 @@ class KtopApp(App[None]):
             self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
                         f"({recorder.describe()})", timeout=8, markup=False)
         else:
-            from ktop.recorder import SessionRecorder  # noqa: PLC0415 - on the first R only
-            from ktop.recording import RecordingError  # noqa: PLC0415
+            from ktop.record.fileformat import RecordingError  # noqa: PLC0415
+            from ktop.record.session import SessionRecorder  # noqa: PLC0415 - on the first R only
 
             path = os.path.join(self.save_dir, time.strftime("ktop-%Y%m%d-%H%M%S.krec"))
             try:
