@@ -116,14 +116,14 @@ def decoder(hint: Any) -> Callable[[Any], Any]:
     if origin is Mapping:
         key, value = map(decoder, get_args(hint))
         return lambda data: {key(k): value(v) for k, v in _object(data).items()}
-    if dataclasses.is_dataclass(hint):
-        return _recorddecoder(hint)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _record_decoder(hint)
     if hint is float:
         return _float
     return _checked(hint, hint.__name__)
 
 
-def _recorddecoder(cls: type) -> Callable[[Any], Any]:
+def _record_decoder(cls: type) -> Callable[[Any], Any]:
     hints = get_type_hints(cls)
     fields = [(f.name, decoder(hints[f.name]),
                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)

@@ -37,7 +37,7 @@ def newest_requests(
     """From requests newest first: the newest `max_requests`, and besides them the newest
     KEEP_REQUESTS_EACH of every (pid, disk, rw) in `shown`. What the live profile lists
     (BlockAggregator keeps the same per process as requests come), for a replayed window."""
-    picked = []
+    picked: list[IoRequest] = []
     seen: Counter = Counter()
     for request in requests:
         key = (request.pid, request.disk, request.rw)
@@ -187,6 +187,7 @@ class BlockAggregator:
         self, cumulative: bool = False, latest: bool = False, *, max_requests: int = MAX_REQUESTS
     ) -> BlockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
+        requests: Sequence[tuple[float, CompletedRequest]]
         if latest:  # every request the newest drain brought, late ones too: none falls between
             merged, window_s = self._window.latest()
             requests, oldest = self._newest, float("-inf")
@@ -220,7 +221,7 @@ class BlockAggregator:
     ) -> list[tuple[float, CompletedRequest]]:
         """The newest requests, and beside them the newest few of every process in the
         window (`each`), so any process's drill-down has requests to show; newest first."""
-        picked = []
+        picked: list[tuple[float, CompletedRequest]] = []
         for timed in reversed(requests):
             if len(picked) >= max_requests or timed[1].time <= oldest:
                 break
@@ -341,8 +342,9 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
     merged = _IoCounts()
     for profile in profiles:
         merged.merge(_counted(profile))
-    names = {kernel_dev(p.major, p.minor): p.disk for profile in profiles
-             for p in (*profile.disks, *profile.processes)}
+    names = {kernel_dev(d.major, d.minor): d.disk for profile in profiles for d in profile.disks}
+    names.update((kernel_dev(p.major, p.minor), p.disk)
+                 for profile in profiles for p in profile.processes)
 
     def disk_name(dev: int) -> str:
         return names.get(dev) or "{}:{}".format(*split_dev(dev))

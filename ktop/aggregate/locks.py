@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
@@ -114,6 +114,7 @@ class _Waits:
         self.add(other.contended, other.total_ns, other.max_ns, other.min_ns)
 
 
+K = TypeVar("K")
 TaskStackKey = tuple[int, str, tuple[str, ...], tuple[UserFrame, ...]]
 TaskKey = tuple[int, str, str]  # (tid, comm, cgroup)
 
@@ -161,7 +162,7 @@ def _merged(into: _Waits, other: _Waits) -> _Waits:
     return into
 
 
-def _merge_into(into: dict, other: dict[object, _Waits]) -> None:
+def _merge_into(into: dict[K, _Waits], other: dict[K, _Waits]) -> None:
     for key, waits in other.items():
         into.setdefault(key, _Waits()).merge(waits)
 
@@ -173,7 +174,7 @@ _RARE_USER = (UserFrame(RARE_STACKS, RARE_STACKS),)
 def _merge_rare_stacks(callers: Iterable[_CallerWaits]) -> None:
     """Past LOCK_STACKS_KEPT stacks in these callers' totals, the rarest down to 3/4 of it
     merge into their caller's (or task's) one entry of rare stacks."""
-    entries = []
+    entries: list[tuple[int, Any, dict[Any, _Waits], Any]] = []
     for caller in callers:
         entries += [(w.contended, key, caller.stacks, _RARE_KERNEL)
                     for key, w in caller.stacks.items() if key != _RARE_KERNEL]
@@ -238,23 +239,24 @@ class LockAggregator:
             waits.stacks.setdefault(frames, _Waits()).add(
                 row.contended, row.total_ns, row.max_ns, row.min_ns
             )
-        for row in drain.tasks:
-            frames, caller = self._stack(row.kernel, row.kernel_error)
-            task = (row.tid, row.comm, row.cgroup)
-            stats = (row.contended, row.total_ns, row.max_ns, row.min_ns)
+        for task_row in drain.tasks:
+            frames, caller = self._stack(task_row.kernel, task_row.kernel_error)
+            task = (task_row.tid, task_row.comm, task_row.cgroup)
+            stats = (task_row.contended, task_row.total_ns, task_row.max_ns, task_row.min_ns)
             contention.tasks.setdefault(task, _Waits()).add(*stats)
-            waits = contention.callers.get((caller, lock_type_name(row.flags)))
-            if waits is not None:  # None only if the per-stack map was full
-                waits.tasks.setdefault(task, _Waits()).add(*stats)
+            found = contention.callers.get((caller, lock_type_name(task_row.flags)))
+            if found is not None:  # None only if the per-stack map was full
+                found.tasks.setdefault(task, _Waits()).add(*stats)
                 user: tuple[UserFrame, ...] = ()
-                if row.user and self._resolve_user is not None:
-                    user = tuple(self._resolve_user(row.tgid, row.user))
-                    waits.user_stacks.setdefault(user, _Waits()).add(*stats)
-                waits.task_stacks.setdefault((row.tid, row.comm, frames, user), _Waits()).add(*stats)
-        for row in drain.locks:
-            key = (row.address, lock_type_name(row.flags))
+                if task_row.user and self._resolve_user is not None:
+                    user = tuple(self._resolve_user(task_row.tgid, task_row.user))
+                    found.user_stacks.setdefault(user, _Waits()).add(*stats)
+                found.task_stacks.setdefault((task_row.tid, task_row.comm, frames, user),
+                                             _Waits()).add(*stats)
+        for lock_row in drain.locks:
+            key = (lock_row.address, lock_type_name(lock_row.flags))
             contention.locks.setdefault(key, _Waits()).add(
-                row.contended, row.total_ns, row.max_ns, row.min_ns
+                lock_row.contended, lock_row.total_ns, lock_row.max_ns, lock_row.min_ns
             )
         return contention
 
