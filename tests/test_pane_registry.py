@@ -27,11 +27,13 @@ FIFTH = panes.PaneDef(name="fifth", field="processes", title="Fifth pane", key_l
 
 @pytest.fixture
 def five_panes():
-    panes.PANES.append(FIFTH)
+    """The first four panes and the stand-in (whatever the registry holds by then)."""
+    saved = list(panes.PANES)
+    panes.PANES[:] = [*saved[:4], FIFTH]
     try:
         yield
     finally:
-        panes.PANES.remove(FIFTH)
+        panes.PANES[:] = saved
 
 
 def regions(app) -> dict[str, tuple[int, int, int, int]]:
@@ -80,7 +82,17 @@ def test_five_panes_under_tabs_on_a_small_screen(recorded_snapshot, five_panes):
     assert "5" in seen["help"] and "Fifth" in seen["help"]
 
 
-def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot):
+@pytest.fixture
+def four_panes():
+    saved = list(panes.PANES)
+    panes.PANES[:] = saved[:4]
+    try:
+        yield
+    finally:
+        panes.PANES[:] = saved
+
+
+def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot, four_panes):
     seen = {}
 
     async def scenario(pilot):
