@@ -78,7 +78,7 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
             blocked_s_ns=sum(p.blocked_s_ns for p in rows),
             blocked_other_ns=sum(p.blocked_other_ns for p in rows),
             waits=sum(p.blocked_count for p in rows),
-            reason=max(top, key=top.get) if top else "",
+            reason=max(top, key=lambda reason: top[reason]) if top else "",
             runq_hist=tuple(map(sum, zip(*(p.runq_hist for p in rows)))),
         ))
     groups.sort(key=lambda g: (-g.waiting_ns, g.key))

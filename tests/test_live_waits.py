@@ -18,7 +18,7 @@ import pytest
 from ktop.aggregate.waits import WaitAggregator, function_of
 from ktop.collectors.waits import WaitCollector
 from ktop.model import WaitProcess, WaitProfile
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 pytestmark = [
     pytest.mark.live,

@@ -1,5 +1,5 @@
-"""A pane is one entry of ktop.panes: the fifth, waits, gets its place in the grid, its
-number key, its tab and its line in the help; a sixth registered by a test gets them too,
+"""A pane is one entry of ktop.panes: a fifth pane, registered by a test as the waits pane
+will be, gets its place in the grid, its number key, its tab and its line in the help,
 with nothing else changed."""
 
 from __future__ import annotations
@@ -8,39 +8,41 @@ import pytest
 from conftest import run_app
 
 from ktop import panes
-from ktop.app import build_app
 from ktop.engine import RecordedSource
-from ktop.screens.help import HelpScreen
-from ktop.snapshot import screen_text
-from ktop.widgets.processes import ProcessesPane
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.help import HelpScreen
+from ktop.ui.widgets.processes import ProcessesPane
 
 
-class SixthPane(ProcessesPane):
+class FifthPane(ProcessesPane):
     """A stand-in widget: the processes again, under its own name."""
 
-    PANE = "sixth"
+    PANE = "fifth"
 
 
-SIXTH = panes.PaneDef(name="sixth", field="processes", title="Sixth pane", key_label="Sixth",
-                      short_label="6th", drill_by="pid", widget=lambda: SixthPane)
+FIFTH = panes.PaneDef(name="fifth", field="processes", title="Fifth pane", key_label="Fifth",
+                      short_label="5th", drill_by="pid", widget=lambda: FifthPane)
 
 
 @pytest.fixture
-def six_panes():
-    panes.PANES.append(SIXTH)
+def five_panes():
+    """The first four panes and the stand-in (whatever the registry holds by then)."""
+    saved = list(panes.PANES)
+    panes.PANES[:] = [*saved[:4], FIFTH]
     try:
         yield
     finally:
-        panes.PANES.remove(SIXTH)
+        panes.PANES[:] = saved
 
 
 def regions(app) -> dict[str, tuple[int, int, int, int]]:
     """Each pane's (x, y, width, height) on screen, the hidden ones left out."""
-    return {spec.name: tuple(app.pane(spec.name).region) for spec in panes.PANES
-            if app.pane(spec.name).display}
+    return {spec.name: tuple(app.main_screen.pane(spec.name).region) for spec in panes.PANES
+            if app.main_screen.pane(spec.name).display}
 
 
-def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot):
+def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot, five_panes):
     seen = {}
 
     async def scenario(pilot):
@@ -54,19 +56,19 @@ def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot):
     for name in ("functions", "locks", "blockio", "processes"):
         x, y, width, height = shown[name]
         assert width >= 78 and height >= 13, (name, shown[name])
-    x, y, width, height = shown["waits"]
+    x, y, width, height = shown["fifth"]
     assert (x, width) == (0, 160) and height >= 13  # the odd one out spans the row
     assert y > max(shown[name][1] for name in ("functions", "locks", "blockio", "processes"))
-    assert "5 Waits (off-CPU)" in seen["text"]
+    assert "5 Fifth pane" in seen["text"]
 
 
-def test_six_panes_under_tabs_on_a_small_screen(recorded_snapshot, six_panes):
+def test_five_panes_under_tabs_on_a_small_screen(recorded_snapshot, five_panes):
     seen = {}
 
     async def scenario(pilot):
         app = pilot.app
         seen["tabs"] = app.query_one("#tabs").tabs_text().plain
-        await pilot.press("6")
+        await pilot.press("5")
         await pilot.pause(0.1)
         seen["regions"] = regions(app)
         await pilot.press("question_mark")
@@ -75,12 +77,22 @@ def test_six_panes_under_tabs_on_a_small_screen(recorded_snapshot, six_panes):
 
     run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(80, 24))
     tabs = seen["tabs"]
-    assert len(tabs) <= 80 and "6 6th" in tabs and "Tab/1-6 switch" in tabs, tabs
-    assert list(seen["regions"]) == ["sixth"] and seen["regions"]["sixth"][2] == 80
-    assert "6" in seen["help"] and "Sixth" in seen["help"]
+    assert tabs.index("5 Fifth") + len("5 Fifth") < 80 and "Tab/1-5" in tabs, tabs
+    assert list(seen["regions"]) == ["fifth"] and seen["regions"]["fifth"][2] == 80
+    assert "5" in seen["help"] and "Fifth" in seen["help"]
 
 
-def test_six_panes_make_three_rows_of_two(recorded_snapshot, six_panes):
+@pytest.fixture
+def four_panes():
+    saved = list(panes.PANES)
+    panes.PANES[:] = saved[:4]
+    try:
+        yield
+    finally:
+        panes.PANES[:] = saved
+
+
+def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot, four_panes):
     seen = {}
 
     async def scenario(pilot):
@@ -88,7 +100,23 @@ def test_six_panes_make_three_rows_of_two(recorded_snapshot, six_panes):
 
     run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(160, 50))
     shown = seen["regions"]
-    assert len(shown) == 6
+    assert len(shown) == 4
     assert {x for x, _, _, _ in shown.values()} == {0, 80}  # two columns
-    assert len({y for _, y, _, _ in shown.values()}) == 3  # three rows
+    assert len({y for _, y, _, _ in shown.values()}) == 2  # two rows
     assert {width for _, _, width, _ in shown.values()} == {80}
+
+
+def test_the_waits_pane_is_the_fifth_entry_and_spans_the_last_row(recorded_snapshot):
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.pause(0.1)
+        seen["regions"] = regions(pilot.app)
+        seen["text"] = screen_text(pilot.app)
+
+    run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(160, 50))
+    shown = seen["regions"]
+    assert [spec.name for spec in panes.PANES][4] == "waits" and len(shown) == 5
+    x, y, width, height = shown["waits"]
+    assert (x, width) == (0, 160) and height >= 13
+    assert "5 Waits (off-CPU)" in seen["text"]

@@ -10,7 +10,6 @@ import pytest
 from conftest import run_app
 
 from ktop.aggregate.waits import WaitAggregator, interrupt_of, merge_profiles, reason_of
-from ktop.app import build_app
 from ktop.cli import parse_args
 from ktop.collectors.pressure import parse_pressure
 from ktop.collectors.runqueue import RunDelays, parse_run_delay
@@ -27,8 +26,9 @@ from ktop.exports.folded import to_folded
 from ktop.exports.openmetrics import to_prom
 from ktop.exports.pprof import SAMPLE_TYPES, profile_class
 from ktop.model import UserFrame
-from ktop.snapshot import screen_text
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
 from ktop.waitviews import by_command, by_process, by_reason, hist_buckets_us, pressure_line
 
 KALLSYMS = """\
@@ -184,7 +184,7 @@ def test_the_pane_shows_shares_of_wall_time_and_drills_into_stacks_and_wakers(re
         await pilot.press("5")
         await pilot.pause(0.2)
         seen["pane"] = screen_text(app)
-        pane = app.pane("waits")
+        pane = app.main_screen.pane("waits")
         key = pane.row_named("10")
         seen["drill"] = pane.drill(key)
 
@@ -197,7 +197,7 @@ def test_the_pane_shows_shares_of_wall_time_and_drills_into_stacks_and_wakers(re
 
 
 def test_drill_down_lists_the_blocking_stack_and_who_woke_it(recorded_snapshot):
-    from ktop.screens.waits import WaitStacksScreen, selected_stacks
+    from ktop.ui.screens.waits import WaitStacksScreen, selected_stacks
 
     snapshot = snapshot_with_waits(recorded_snapshot)
     (found,) = selected_stacks(snapshot, ("pid", "10"))
@@ -282,7 +282,7 @@ def test_a_process_gone_in_the_middle_is_not_a_user_frame_crash():
 def test_header_shows_pressure_and_bpf_time_per_pane(recorded_snapshot):
     from ktop.collectors.selfcost import pane_of_program
     from ktop.model import Pressure, SelfCostRow
-    from ktop.widgets.header import header_text
+    from ktop.ui.widgets.header import header_text
 
     names = {"on_sched_switch": "waits", "on_cpu_sample": "functions",
              "on_contention_b": "locks", "block_rq_issue": "blockio", "something": ""}
@@ -302,7 +302,7 @@ def test_header_shows_pressure_and_bpf_time_per_pane(recorded_snapshot):
 def test_drill_picture_of_a_waiting_process(recorded_snapshot):
     import asyncio
 
-    from ktop.snapshot import render_screen
+    from ktop.ui.headless import render_screen
 
     snapshot = snapshot_with_waits(recorded_snapshot)
     text = asyncio.run(render_screen(RecordedSource([snapshot]), (160, 50), ".txt",
@@ -332,7 +332,7 @@ def test_on_cpu_time_is_split_into_user_and_system_as_proc_splits_it(recorded_sn
 
 def test_wakers_that_differ_in_offsets_show_as_one_until_o():
     from ktop.model import WaitWaker
-    from ktop.screens.waits import merged_wakers
+    from ktop.ui.screens.waits import merged_wakers
 
     irq = ("try_to_wake_up+0x3a4", "hrtimer_wakeup+0x1e", "sysvec_apic_timer_interrupt+0x2c")
     wakers = (WaitWaker(0, "[hardirq]", irq, 5, 50),

@@ -16,7 +16,7 @@ from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window
 from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.waits import WaitCollector
@@ -179,10 +179,10 @@ class WaitCounts:
             if mine is None:
                 mine = self.procs[key] = _Times()
             mine.merge(times)
-        for key, blocked in other.stacks.items():
-            mine_b = self.stacks.get(key)
+        for stack_key, blocked in other.stacks.items():
+            mine_b = self.stacks.get(stack_key)
             if mine_b is None:
-                mine_b = self.stacks[key] = _Blocked(blocked.reason)
+                mine_b = self.stacks[stack_key] = _Blocked(blocked.reason)
             mine_b.merge(blocked)
 
 
@@ -231,11 +231,11 @@ class WaitAggregator:
 
     def fold(self, drain: WaitDrain) -> WaitCounts:
         counts = WaitCounts()
-        for row in drain.processes:
-            times = counts.procs.setdefault((row.pid, row.comm, row.cgroup), _Times())
+        for process in drain.processes:
+            times = counts.procs.setdefault((process.pid, process.comm, process.cgroup), _Times())
             times.merge(_Times(
-                row.on_cpu_ns, row.runq_ns, row.runq_count, list(row.blocked_ns),
-                sum(row.blocked_count), list(row.runq_hist),
+                process.on_cpu_ns, process.runq_ns, process.runq_count,
+                list(process.blocked_ns), sum(process.blocked_count), list(process.runq_hist),
             ))
         for row in drain.stacks:
             frames, reason = self._kernel(row)
@@ -329,10 +329,10 @@ def counts_of(profile: WaitProfile) -> WaitCounts:
         blocked = _Blocked(s.reason, s.count, s.total_ns, s.max_ns, list(s.hist))
         for w in s.wakers:
             blocked.add_waker((w.pid, w.comm, w.frames), w.count, w.total_ns)
-        key = (s.pid, s.comm, s.cgroup, s.state, s.frames, s.user)
-        mine = counts.stacks.get(key)
+        stack_key = (s.pid, s.comm, s.cgroup, s.state, s.frames, s.user)
+        mine = counts.stacks.get(stack_key)
         if mine is None:
-            counts.stacks[key] = blocked
+            counts.stacks[stack_key] = blocked
         else:
             mine.merge(blocked)
     return counts

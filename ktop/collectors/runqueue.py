@@ -46,7 +46,7 @@ class RunDelays:
         return value
 
     def _read_threads(self, pid: int) -> dict[int, int]:
-        delays = {}
+        delays: dict[int, int] = {}
         try:
             tids = os.listdir(f"{self._proc}/{pid}/task")
         except OSError:

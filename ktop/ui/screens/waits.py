@@ -9,17 +9,17 @@ from rich.console import Group
 from rich.text import Text
 
 from ktop.model import Snapshot, WaitStack, WaitWaker
-from ktop.screens.stacks import (
-    DetailScreen,
-    DrillHost,
-    _count,
-    _frame_line,
-    _heading,
-    _histogram_table,
-    _safe,
-)
 from ktop.stacktree import function_name as function_of
 from ktop.text import format_pid, printable
+from ktop.ui.screens.details import _histogram_table
+from ktop.ui.screens.drill import (
+    DetailScreen,
+    DrillHost,
+    count_of,
+    escaped,
+    frame_line,
+    heading,
+)
 from ktop.units import format_ns
 from ktop.waitviews import hist_buckets_us, percent
 
@@ -97,7 +97,7 @@ class WaitStacksScreen(DetailScreen):
         text.append("blocked waits of " if kind != "reason" else "blocked waits in ", style="bold")
         label = {"pid": "pid ", "comm": "command ", "cgroup": "cgroup ", "reason": ""}[kind]
         text.append(label + printable(what), style="bold cyan")
-        text.append(f"   {_count(count, 'wait')} {self.window_label(self._window())},"
+        text.append(f"   {count_of(count, 'wait')} {self.window_label(self._window())},"
                     f" total {format_ns(total)}")
         text.append_text(self.stale_text())
         return text
@@ -107,20 +107,20 @@ class WaitStacksScreen(DetailScreen):
         window = self._window()
         lines: list = []
         for s in self.stacks[:STACKS_SHOWN]:
-            head = Text(f"{s.state}  {printable(s.reason)}  {_count(s.count, 'wait')}, total "
+            head = Text(f"{s.state}  {printable(s.reason)}  {count_of(s.count, 'wait')}, total "
                         f"{format_ns(s.total_ns)} ({percent(s.total_ns, window):.1f}%), max "
                         f"{format_ns(s.max_ns)}   {s.comm} {format_pid(s.pid)}", style="bold")
             lines.append(head)
-            lines.extend(_frame_line(frame) for frame in s.frames)
-            lines.extend(_frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.user)
+            lines.extend(frame_line(frame) for frame in s.frames)
+            lines.extend(frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.user)
             for w in (merged_wakers(s.wakers) if self.merge_offsets else s.wakers)[:WAKERS_SHOWN]:
                 who = f"{w.comm} {format_pid(w.pid)}" if w.pid else w.comm
                 waker = Text("    woken by ", style="dim")
-                waker.append_text(_safe(who, "bold magenta"))
-                waker.append(f"  {_count(w.count, 'time')}, {format_ns(w.total_ns)} of waiting",
+                waker.append_text(escaped(who, "bold magenta"))
+                waker.append(f"  {count_of(w.count, 'time')}, {format_ns(w.total_ns)} of waiting",
                              style="dim")
                 lines.append(waker)
-                lines.extend(_frame_line("  " + frame, "magenta") for frame in w.frames[:12])
+                lines.extend(frame_line("  " + frame, "magenta") for frame in w.frames[:12])
             lines.append(_histogram_table("wait time", hist_buckets_us(s.hist), 1000))
         if len(self.stacks) > STACKS_SHOWN:
             lines.append(Text(f"... {len(self.stacks) - STACKS_SHOWN} more stacks", style="dim"))
@@ -128,6 +128,6 @@ class WaitStacksScreen(DetailScreen):
             lines.append(Text("no blocked waits kept for this", style="dim"))
         runq = hist_buckets_us(selected_runq_hist(self.snapshot, self.selection))
         if runq:
-            lines.append(_heading("waiting for a CPU"))
+            lines.append(heading("waiting for a CPU"))
             lines.append(_histogram_table("run-queue wait", runq, 1000))
         self.query_one("#stack-list-text").update(Group(*lines))

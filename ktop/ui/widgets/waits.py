@@ -8,6 +8,8 @@ from functools import partial
 from ktop.cgroups import short_name
 from ktop.model import PANE_WAITS, Snapshot
 from ktop.text import format_pid
+from ktop.ui.widgets.pane import WIDE, WIDER, Display, Drill, Pane, View
+from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
 from ktop.waitviews import (
     WaitGroup,
@@ -19,8 +21,6 @@ from ktop.waitviews import (
     percent,
     pressure_line,
 )
-from ktop.widgets.pane import WIDE, WIDER, Display, Drill, Pane, View
-from ktop.widgets.table import Cell, Column, num
 
 _SHARE_COLUMNS = (
     Column("cpu", "CPU%", 6, right=True, priority=6),
@@ -164,7 +164,7 @@ class WaitsPane(Pane):
                 "commands": "by command", "cgroups": "by cgroup"}.get(self.view, self.view)
 
     def drill_row(self, row: WaitGroup | WaitReason) -> Drill:
-        from ktop.screens.waits import WaitStacksScreen  # noqa: PLC0415  (loaded when opened)
+        from ktop.ui.screens.waits import WaitStacksScreen  # noqa: PLC0415  (loaded when opened)
 
         if isinstance(row, WaitReason):
             return partial(WaitStacksScreen, ("reason", row.reason), self._snapshot)

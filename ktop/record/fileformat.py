@@ -24,7 +24,7 @@ starts at a later one, and a gap anywhere else means a damaged file. The frame's
 record. The JSON is the snapshot of that one interval alone (the fields of ktop.model, as
 `--snapshot FILE.json` writes them, floats unrounded, fields at their default left out,
 hot functions left out: they are derived from the stacks and computed again on reading).
-A replay sums any run of records as the live window sums intervals (ktop.replay).
+A replay sums any run of records as the live window sums intervals (ktop.record.replay).
 
 A reader stops at the first record that is not whole. If that record runs to the end of
 the file (cut off, or zero-filled by a crash) the records before it are the recording and
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -49,12 +48,11 @@ import struct
 import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import UnionType
-from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop.codec import RecordingError, from_data, to_data
+from ktop.model import Snapshot
 from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
@@ -72,11 +70,6 @@ MAX_JSON = 1 << 30
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
 FIGURES = 3  # f32 figures in a frame: kernel CPU %, lock wait ms, I/O latency ms
 CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
-
-
-class RecordingError(Exception):
-    """A recording that cannot be read or written; str() is one line naming the problem and
-    the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,126 +98,12 @@ class RecordInfo:
 # ---- a snapshot as a record's payload -----------------------------------------------------
 
 
-_NO_DEFAULT = object()
-# Per model class: its fields and their defaults, looked up once (dataclasses.fields() on
-# each of the thousands of values in a record was most of the cost of writing it).
-_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
-
-
-def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
-    plan = _PLANS.get(cls)
-    if plan is None:
-        plan = _PLANS[cls] = tuple(
-            (f.name, f.default if f.default is not dataclasses.MISSING
-             else f.default_factory() if f.default_factory is not dataclasses.MISSING
-             else _NO_DEFAULT)
-            for f in dataclasses.fields(cls)
-        )
-    return plan
-
-
-def _plain(value: Any) -> Any:
-    """A model value as JSON data, floats unrounded, fields at their default left out."""
-    cls = type(value)
-    if cls is tuple or cls is list or cls is BuiltOnRead:
-        return [_plain(item) for item in value]
-    if cls is str or cls is int or cls is float or cls is bool or value is None:
-        return value
-    if cls is Bucket:  # as everywhere: [low, high, count]
-        return [value.low, value.high, value.count]
-    if dataclasses.is_dataclass(value):
-        data = {}
-        for name, default in _plan(cls):
-            item = getattr(value, name)
-            if item is default or (default is not _NO_DEFAULT and item == default):
-                continue
-            data[name] = _plain(item)
-        return data
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
-
-
 def encode_snapshot(snapshot: Snapshot) -> bytes:
     """One interval's snapshot as a record's (uncompressed) payload."""
-    data = _plain(dataclasses.replace(snapshot, paused=False))
+    data = to_data(dataclasses.replace(snapshot, paused=False), skip_defaults=True)
     if data.get("cpu"):
         del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
     return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _checked(kind: type, name: str) -> Callable[[Any], Any]:
-    def check(data: Any) -> Any:
-        if type(data) is not kind:  # exact: JSON's true is no int here
-            raise TypeError(f"found {data!r:.40} where {name} belongs")
-        return data
-    return check
-
-
-def _float(data: Any) -> float:
-    if type(data) is float or type(data) is int:
-        return float(data)
-    raise TypeError(f"found {data!r:.40} where a number belongs")
-
-
-def _list(data: Any) -> list:
-    if type(data) is not list:
-        raise TypeError(f"found {data!r:.40} where a list belongs")
-    return data
-
-
-def _object(data: Any) -> dict:
-    if type(data) is not dict:
-        raise TypeError(f"found {data!r:.40} where an object belongs")
-    return data
-
-
-@functools.cache
-def _decoder(hint: Any) -> Callable[[Any], Any]:
-    """A function from JSON data to the model type `hint`, made once per type: what
-    export.decode does for one file, at the speed a replay of thousands of records needs
-    (11 ms a busy record through export.decode, 2.5 through these)."""
-    origin = get_origin(hint)
-    if origin is UnionType:  # only ever "X | None"
-        (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
-        decode_inner = _decoder(inner)
-        return lambda data: None if data is None else decode_inner(data)
-    if origin is tuple or origin is Sequence:
-        item = _decoder(get_args(hint)[0])
-        return lambda data: tuple(map(item, _list(data)))
-    if origin is Mapping:
-        key, value = map(_decoder, get_args(hint))
-        return lambda data: {key(k): value(v) for k, v in _object(data).items()}
-    if dataclasses.is_dataclass(hint):
-        return _record_decoder(hint)
-    if hint is float:
-        return _float
-    return _checked(hint, hint.__name__)
-
-
-def _record_decoder(cls: type) -> Callable[[Any], Any]:
-    hints = get_type_hints(cls)
-    fields = [(f.name, _decoder(hints[f.name]),
-               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(cls)]
-    if cls is Bucket:  # [low, high, count]
-        int_ = _checked(int, "int")
-
-        def bucket(data: Any) -> Bucket:
-            low, high, count = _list(data)
-            return Bucket(int_(low), int_(high), int_(count))
-        return bucket
-
-    def record(data: Any) -> Any:
-        data = _object(data)
-        values = {}
-        for name, convert, required in fields:
-            if name in data:
-                values[name] = convert(data[name])
-            elif required:
-                raise KeyError(name)
-        return cls(**values)
-    return record
 
 
 def decode_snapshot(payload: bytes) -> Snapshot:
@@ -236,7 +115,7 @@ def decode_snapshot(payload: bytes) -> Snapshot:
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
         cpu["functions"] = []
-    snapshot = _decoder(Snapshot)(data)
+    snapshot = from_data(Snapshot, data)
     cpu = snapshot.cpu
     if cpu is not None:  # as the live aggregator derives them, from the same stacks
         functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
