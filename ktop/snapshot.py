@@ -19,7 +19,15 @@ from ktop.app import KtopApp, build_app
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
-from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
+from ktop.writer import (
+    MODES,
+    PRIVATE,
+    STDOUT,
+    SnapshotError,
+    check_writable,
+    snapshot_format,
+    write_atomically,
+)
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
@@ -118,5 +126,5 @@ def run_snapshot(
             sys.stdout.write(content)
         sys.stdout.flush()
         return STDOUT
-    write_atomically(path, content)
+    write_atomically(path, content, MODES.get(fmt, PRIVATE))
     return os.path.abspath(path)
