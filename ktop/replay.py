@@ -143,7 +143,7 @@ def merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
     user_stacks: dict[tuple[str, str], dict[tuple, _Waits]] = {}
     task_stacks: dict[tuple[str, str], dict[tuple, _Waits]] = {}
     locks: dict[tuple[int, str], _Waits] = {}
-    lock_symbols: dict[tuple[int, str], str] = {}
+    lock_symbols: dict[tuple[str, str], str] = {}
     all_tasks: dict[tuple[int, str], _Waits] = {}
     for profile in profiles:
         for c in profile.callers:
@@ -167,7 +167,8 @@ def merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
                     (t.pid, t.comm, t.frames, t.user_frames), _Waits()).add(
                     t.contended, t.total_wait_ns, 0)
         for lock in profile.locks:
-            key = (int(lock.address, 16), lock.type)
+            # As written ("0xffff..."): a forged one is a name like any other, not a crash.
+            key = (lock.address, lock.type)
             locks.setdefault(key, _Waits()).add(lock.contended, lock.total_wait_ns, lock.max_wait_ns)
             lock_symbols[key] = lock.symbol
         for t in profile.tasks:
@@ -205,7 +206,7 @@ def merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
         lost=dict(profiles[-1].lost),
         callers=merged_callers,
         locks=tuple(
-            LockAddress(f"{address:#x}", lock_symbols[(address, lock_type)], lock_type,
+            LockAddress(address, lock_symbols[(address, lock_type)], lock_type,
                         w.contended, w.total_ns, w.max_ns)
             for (address, lock_type), w in _by_total_wait(locks)
         ),
