@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io
 import os
 import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -202,6 +204,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.replay is not None:
         from ktop.recording import is_recording
 
+        # A FIFO or a device would block the first read, before anything is shown.
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.stat(args.replay).st_mode):
+                parser.error(f"--replay {printable(args.replay)}: not a regular file; replay "
+                             "a file written by --record FILE or --snapshot FILE.json")
+
         # A recording's window is chosen on replay (-w); a single snapshot's was fixed.
         recording = is_recording(args.replay)
         live_only = {"-F": args.frequency != 99, "-d": args.interval != 1.0,
@@ -386,7 +394,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `ktop --snapshot - ... | head`
         return 0
     if written != STDOUT:
-        _say(f"wrote {written}")
+        _say(f"wrote {printable(written)}")
     return 0
 
 

@@ -195,3 +195,14 @@ def test_a_live_cgroup_not_named_in_utf8_holds_its_process():
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def test_replaying_a_fifo_is_one_line_not_a_hang(tmp_path):
+    fifo = tmp_path / "snapshot.json"
+    os.mkfifo(fifo)
+    result = subprocess.run([sys.executable, "-m", "ktop", "--replay", str(fifo), "--snapshot",
+                             str(tmp_path / "out.txt")], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ktop: error: --replay {fifo}: not a regular file; replay a file written by "
+        "--record FILE or --snapshot FILE.json")
