@@ -39,7 +39,8 @@ def snapshot_format(path: str, name: str | None = None) -> str:
     """The format `name` gives (--format), else the one the file's suffix says."""
     if name is not None:
         if name not in FORMATS.values():
-            raise SnapshotError(f"no format {printable(repr(name))}: choose {', '.join(FORMATS.values())}")
+            raise SnapshotError(f"no format {printable(repr(name))}: "
+                                f"choose {', '.join(FORMATS.values())}")
         return name
     lower = path.lower()
     for suffix, fmt in FORMATS.items():
@@ -48,7 +49,8 @@ def snapshot_format(path: str, name: str | None = None) -> str:
     if path == STDOUT:
         raise SnapshotError("--snapshot - writes to standard output: say which format with --format")
     raise SnapshotError(
-        f"cannot tell the format of {printable(repr(path))}: name it {', '.join(FORMATS)} (or give --format)"
+        f"cannot tell the format of {printable(repr(path))}: "
+        f"name it {', '.join(FORMATS)} (or give --format)"
     )
 
 

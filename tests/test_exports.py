@@ -410,7 +410,8 @@ def test_snapshot_writes_each_format_by_its_suffix(tmp_path):
     assert parse_folded((tmp_path / "top.folded").read_text())
     profile, strings = decoded(tmp_path, (tmp_path / "top.pb.gz").read_bytes())
     assert "chacha_permute" in strings
-    assert (tmp_path / "top.pb.gz").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "top.pb.gz").stat().st_mode & 0o777 == 0o600  # kernel addresses
+    assert (tmp_path / "top.prom").stat().st_mode & 0o777 == 0o644  # neither those nor cmdlines
     assert "ktop_up" in families((tmp_path / "top.prom").read_text())
 
 
