@@ -19,6 +19,7 @@ from ktop.app import KtopApp, build_app
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
+from ktop.text import printable
 from ktop.writer import (
     MODES,
     PRIVATE,
@@ -62,7 +63,7 @@ async def render_screen(
         if drill:
             if not _open_drill(app, drill):
                 raise SnapshotError(
-                    f"--drill {drill}: no such row in the data collected; "
+                    f"--drill {printable(drill)}: no such row in the data collected; "
                     "run without --drill to see what there is"
                 )
             await pilot.pause(0.3)
