@@ -73,9 +73,21 @@ def test_s_and_r_in_a_working_directory_named_so(tmp_path, monkeypatch, recorded
 # ---- in a terminal ----------------------------------------------------------------------
 
 
-def run_in_terminal(code: str, keys: str, cwd: str, seconds: float = 30.0) -> tuple[int | None, str]:
-    """Run `python -c code` on a pseudo-terminal of 160x50, type `keys` once the screen is up,
-    and return (exit status, or None if it had to be killed; everything it wrote)."""
+_CONTROL_SEQUENCE = re.compile(r"\x1b\[[0-9;?<>=]*[A-Za-z~]")
+
+
+def flat(output: bytes | bytearray | str) -> str:
+    """What a terminal's output says, without its control sequences, spaces and the
+    toasts' side bar: text wrapped over several lines of a toast reads as one."""
+    text = output if isinstance(output, str) else output.decode("utf-8", "replace")
+    return re.sub(r"[\s▌]", "", _CONTROL_SEQUENCE.sub("", text))
+
+
+def run_in_terminal(code: str, steps: list[tuple[str, str]], cwd: str,
+                    seconds: float = 60.0) -> tuple[int | None, str]:
+    """Run `python -c code` on a pseudo-terminal of 160x50; once the screen is up, type each
+    step's key and wait until its text shows (or the program ends). Returns (exit status,
+    or None if it had to be killed; everything it wrote)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the terminal is its stdin, stdout and stderr
         os.chdir(cwd)
@@ -84,22 +96,21 @@ def run_in_terminal(code: str, keys: str, cwd: str, seconds: float = 30.0) -> tu
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
     output = bytearray()
     deadline = time.monotonic() + seconds
-    typed = False
+    pending = list(steps)
+    waiting_for = "Processes"  # the screen is up
     status = None
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
+        if select.select([fd], [], [], 0.1)[0]:
             try:
-                chunk = os.read(fd, 65536)
+                output += os.read(fd, 65536)
             except OSError:  # the child closed the terminal
-                chunk = b""
-            output += chunk
-        if not typed and b"Processes" in output:
-            time.sleep(0.5)
-            for key in keys:
+                pass
+        if waiting_for is not None and waiting_for in flat(output):
+            waiting_for = None
+            if pending:
+                time.sleep(0.2)
+                key, waiting_for = pending.pop(0)
                 os.write(fd, key.encode())
-                time.sleep(0.3)
-            typed = True
         done, wait_status = os.waitpid(pid, os.WNOHANG)
         if done:
             status = os.waitstatus_to_exitcode(wait_status)
@@ -130,9 +141,10 @@ def test_s_in_the_terminal_saves_and_says_so(tmp_path, directory, shown):
     toast was drawn (exit 1)."""
     where = tmp_path / directory
     where.mkdir(parents=True)
-    status, output = run_in_terminal(ktop_code("--replay", RECORDED), "sq", str(where))
+    steps = [("s", "/ktop-"), ("q", "never shown")]
+    status, output = run_in_terminal(ktop_code("--replay", RECORDED), steps, str(where))
     assert status == 0, output[-2000:]
-    assert f"{shown}/ktop-" in output  # the save notice, escaped where it must be
+    assert f"saved{tmp_path}/{shown}/ktop-" in flat(output)  # the notice, escaped if need be
     assert "Traceback" not in output
     assert [n for n in os.listdir(where) if n.endswith(".svg")]
 
@@ -140,7 +152,8 @@ def test_s_in_the_terminal_saves_and_says_so(tmp_path, directory, shown):
 def test_a_crash_restores_the_terminal_and_says_where_the_traceback_went(tmp_path):
     """An unexpected error: one line naming it and a private file with the traceback."""
     crash = "from ktop.app import KtopApp\nKtopApp.action_help = lambda self: 1 / 0"
-    status, output = run_in_terminal(ktop_code("--replay", RECORDED, before=crash), "?",
+    status, output = run_in_terminal(ktop_code("--replay", RECORDED, before=crash),
+                                     [("?", "never shown")],
                                      str(tmp_path))
     assert status == 1
     leave_alternate_screen = output.rfind("\x1b[?1049l")
