@@ -343,3 +343,28 @@ def test_wakers_that_differ_in_offsets_show_as_one_until_o():
     assert [(w.comm, w.count, w.total_ns) for w in merged] == [("ponger", 2, 100),
                                                                 ("[hardirq]", 9, 90)]
     assert merged[1].frames == irq  # the most frequent's frames
+
+
+def test_hostile_names_are_escaped_in_the_pane_note_and_the_drill_down(recorded_snapshot):
+    import asyncio
+
+    from ktop.ui.headless import render_screen
+
+    evil = "\x1b[2Jevil"
+    agg = aggregator()
+    agg.add(drain(0.0, [blocked(kernel=NANOSLEEP, comm=evil)],
+                  [times(comm=evil, runq=500_000_000)]))
+    snapshot = dataclasses.replace(recorded_snapshot, waits=agg.profile())
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("5")
+        await pilot.pause(0.2)
+        seen["text"] = screen_text(pilot.app)
+
+    run_app(build_app(RecordedSource([snapshot])), scenario, size=(160, 50))
+    drill = asyncio.run(render_screen(RecordedSource([snapshot]), (160, 50), ".txt",
+                                      drill="waits:10"))
+    for text in (seen["text"], drill):
+        assert "\x1b" not in text and "\\x1b[2Jevil" in text
+    assert "pressure from  cpu: \\x1b[2Jevil 10" in seen["text"]

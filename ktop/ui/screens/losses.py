@@ -14,6 +14,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ktop.text import printable
+
 # (pane, loss name, count, why), as header.loss_lines gives them, the window's label, and the
 # BPF run time by pane (% of one CPU) over the last refresh.
 Losses = tuple[list[tuple[str, str, int, str]], str, tuple[tuple[str, float], ...]]
@@ -47,7 +49,7 @@ class LossesScreen(ModalScreen[None]):
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
         table.add_column(ratio=1)
         for pane, name, count, why in rows:
-            what = Text(name, style="bold")
+            what = Text(printable(name), style="bold")  # a replayed file names its own
             what.append(f"  in {pane}\n", style="dim")
             what.append(why)
             table.add_row(Text(str(count)), what)
@@ -56,7 +58,7 @@ class LossesScreen(ModalScreen[None]):
         if bpf_panes:
             cost = Text("\nBPF run time by pane (% of one CPU, last refresh):\n", style="bold")
             for pane, percent in bpf_panes:
-                cost.append(f"  {pane:12} {percent:6.2f}%\n")
+                cost.append(f"  {printable(pane):12} {percent:6.2f}%\n")
             lost = Group(lost, cost)
         self.query_one("#losses-list", Static).update(lost)
 

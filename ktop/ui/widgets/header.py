@@ -116,9 +116,10 @@ def header_text(
         bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
         text.append(f"   ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", style="dim")
         if cost.bpf_panes:
-            shown = "  ".join(f"{pane} {percent:.1f}" for pane, percent in cost.bpf_panes.items())
+            shown = "  ".join(f"{printable(pane)} {percent:.1f}"
+                              for pane, percent in cost.bpf_panes.items())
             text.append(f" ({shown})", style="dim")
-    text.append(f"  v{snapshot.ktop_version}", style="dim")
+    text.append(f"  v{printable(snapshot.ktop_version)}", style="dim")
     text.append("\n")
     times = cpu.times if cpu else snapshot.cpu_times
     if times is not None:
@@ -139,7 +140,7 @@ def header_text(
             f"  idle-task {cpu.idle_samples}{hidden}"
         )
     elif PANE_FUNCTIONS in snapshot.loading:
-        text.append(f"   CPU sampling: {snapshot.loading[PANE_FUNCTIONS]}", style="dim")
+        text.append(f"   CPU sampling: {printable(snapshot.loading[PANE_FUNCTIONS])}", style="dim")
     elif PANE_FUNCTIONS in snapshot.unavailable:
         text.append("   CPU sampling unavailable", style="yellow")
     else:  # attached, its first drain not yet in
@@ -153,7 +154,8 @@ def header_text(
     if snapshot.pressure is not None:
         text.append("   ")
         text.append_text(pressure_text(snapshot.pressure))
-    text.append(f"   kernel {snapshot.kernel}  headers: {snapshot.headers}", style="dim")
+    text.append(f"   kernel {printable(snapshot.kernel)}  headers: {printable(snapshot.headers)}",
+                style="dim")
     return text
 
 

@@ -7,7 +7,7 @@ from functools import partial
 
 from ktop.cgroups import short_name
 from ktop.model import PANE_WAITS, Snapshot
-from ktop.text import format_pid
+from ktop.text import format_pid, printable
 from ktop.ui.widgets.pane import WIDE, WIDER, Display, Drill, Pane, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
@@ -157,7 +157,7 @@ class WaitsPane(Pane):
         if waits is None:
             return ""
         line = pressure_line(waits, waits.window_s or snapshot.duration_s)
-        return f"pressure from  {line}" if line else ""
+        return f"pressure from  {printable(line)}" if line else ""
 
     def view_description(self) -> str:
         return {"processes": "by process", "reasons": "by blocking function",
