@@ -133,9 +133,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
     parser.add_argument("-p", "--pid", type=_pid, metavar="PID",
                         help="show only this process in every pane")
-    parser.add_argument("--cgroup", metavar="PATH",
+    parser.add_argument("--cgroup", metavar="PATH|NAME",
                         help="show only this cgroup v2 and the cgroups below it in every pane "
-                        "(/system.slice/nginx.service, or its full path under the mount; key G)")
+                        "(/system.slice/nginx.service, its full path under the mount, or the "
+                        "name ktop shows: nginx.service, podman:ace6f0acfc2f; key G)")
     parser.add_argument("--snapshot", metavar="FILE",
                         help="run headless and write FILE, then exit: the screen (.svg, .txt), "
                         "its data (.json), flame graph stacks (.folded), pprof (.pb.gz) or "
