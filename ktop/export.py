@@ -10,16 +10,12 @@ from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
 from ktop.model import (
-    BlockProfile,
     Bucket,
     BuiltOnRead,
-    CpuProfile,
-    CpuTimes,
     DiskStats,
     HotFunction,
     IoProcess,
     IoRequest,
-    LockProfile,
     ProcessRow,
     Snapshot,
 )
@@ -30,16 +26,13 @@ from ktop.text import printable
 # as block I/O's do (ktop wrote an exclusive one); sample_hz and cpus are in "cpu" too.
 FORMAT = 2
 
-# Floats are written rounded to what they can mean; those not named here are written whole.
+# Floats only shown are written rounded to what they can mean. Those not named here are
+# written whole: spans, CPU shares and I/O latencies feed the exports (pprof, folded,
+# Prometheus), which must come out of a replayed file as they came out of the live run.
 ROUNDING: dict[type, dict[str, int]] = {
-    Snapshot: {"duration_s": 3},
-    CpuProfile: {"window_s": 3},
-    CpuTimes: {"user": 2, "kernel": 2, "idle": 2, "steal": 2},
     HotFunction: {"percent": 3, "children_percent": 3},
-    LockProfile: {"window_s": 3},
-    BlockProfile: {"window_s": 3},
     DiskStats: {"avg_lat_ms": 4},
-    IoProcess: {"avg_lat_ms": 4, "avg_queue_ms": 4},
+    IoProcess: {"avg_queue_ms": 4},
     IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4},
     ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0},
 }
@@ -116,14 +109,16 @@ def _expect(data: Any, kind: type | tuple[type, ...], name: str) -> Any:
 
 
 def to_json(snapshot: Snapshot, include_idle: bool = False) -> dict[str, Any]:
-    """The snapshot as JSON data, with idle functions and stacks only if asked. Stacks
-    without kernel frames are left out: the file lists kernel stacks."""
+    """The snapshot as JSON data, with idle functions and stacks only if asked. Every stack
+    with frames is kept, user-only ones too: the exports of a replayed file are the live
+    run's."""
     cpu = snapshot.cpu
     if cpu is not None:
         cpu = dataclasses.replace(
             cpu,
             functions=tuple(f for f in cpu.functions if include_idle or not f.idle),
-            stacks=tuple(s for s in cpu.stacks if s.frames and (include_idle or not s.idle)),
+            stacks=tuple(s for s in cpu.stacks
+                         if (s.frames or s.user_frames) and (include_idle or not s.idle)),
         )
     data: dict[str, Any] = {"format": FORMAT, **encode(dataclasses.replace(snapshot, cpu=cpu))}
     # Derived values, for tools that read the file (replay computes them again).

@@ -8,6 +8,7 @@ class for profile.proto and `go tool pprof`, prometheus_client's parser.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ktop.export import from_json
 from ktop.exports import ExportOptions, export
 from ktop.exports.folded import folded_stacks, io_stack_shares, to_folded
 from ktop.exports.openmetrics import SnapshotMetrics, TopCounters, render, to_prom
@@ -448,3 +450,31 @@ def test_standard_output_without_a_format_is_one_line(tmp_path):
     assert result.returncode == 1 and result.stdout == b""
     assert result.stderr.decode() == (
         "ktop: --snapshot - writes to standard output: say which format with --format\n")
+
+
+# ---- from a replayed file as from the live run -----------------------------------------
+
+
+def every_export(snapshot) -> dict:
+    formats = {f"folded {of}": export("folded", snapshot, ExportOptions(folded_of=of))
+               for of in ("cpu", "locks", "io", "io-latency")}
+    formats["pprof"] = gzip.decompress(export("pprof", snapshot))
+    formats["prom"] = export("prom", snapshot)
+    return formats
+
+
+def test_every_export_of_a_json_file_is_the_live_runs(snapshot):
+    """A spinner's samples have no kernel frames: the file keeps them, and an odd span and
+    latency come back whole, so every format written from the file is the live one."""
+    spinner = StackSample(pid=4321, comm="spin", samples=816, frames=(), user_frames=(
+        UserFrame("spin+0x12", "/usr/local/bin/spin"), UserFrame("main+0x30", "/usr/local/bin/spin")))
+    cpu = replace(snapshot.cpu, stacks=(*snapshot.cpu.stacks, spinner), window_s=3.0001234567,
+                  user_samples=snapshot.cpu.user_samples + 816)
+    process = replace(snapshot.blockio.processes[0], avg_lat_ms=1 / 3)
+    blockio = replace(snapshot.blockio, processes=(process, *snapshot.blockio.processes[1:]))
+    live = replace(snapshot, cpu=cpu, blockio=blockio, duration_s=3.0001234567)
+    replayed = from_json(json.loads(export("json", live)))
+    assert parse_folded(to_folded(replayed))[("spin", "main", "spin")] == 816
+    live_exports, replayed_exports = every_export(live), every_export(replayed)
+    for name, content in live_exports.items():
+        assert replayed_exports[name] == content, name
