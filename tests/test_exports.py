@@ -29,6 +29,7 @@ from ktop.model import (
     Bucket,
     IoSubmitStack,
     LockTaskStack,
+    ProcessRow,
     StackSample,
     UserFrame,
 )
@@ -319,12 +320,32 @@ def test_prom_parses_with_prometheus_client_and_bounds_the_series(snapshot):
     assert waits[("mutex", "pipe_read+0x4d")] == pytest.approx(0.04125)
     written = series(parsed["ktop_disk_io_bytes"], disk="vda", op="write")
     assert written[0].value == 10_485_760 + 663_552
-    processes = {s.labels["pid"] for s in parsed["ktop_process_cpu_ratio"].samples}
+    processes = {s.labels["comm"] for s in parsed["ktop_process_cpu_ratio"].samples}
     assert len(processes) == 4
     # No stack is ever a label: no value holds a frame separator or an offset chain.
     for family in parsed.values():
         for sample in family.samples:
             assert not any(";" in value for value in sample.labels.values())
+
+
+def test_process_series_stay_as_few_as_the_commands_under_pid_churn(snapshot):
+    """Fifty short dd a second, each its own pid, for 100 refreshes: Prometheus keeps every
+    series it ever saw, so the series are those of the commands (and cgroups), not the pids."""
+    metrics = SnapshotMetrics(top=5)
+    seen = set()
+    for refresh in range(100):
+        shell = ProcessRow(100, "bash", "root", "S", 3.0, 2.0, 1, 4096, cgroup="/user.slice")
+        dds = tuple(ProcessRow(1000 + 50 * refresh + i, "dd", "root", "R", 1.5, 1.0, 1, 4096,
+                               cgroup=f"/machine.slice/libpod-{'ab' * 32}.scope")
+                    for i in range(50))
+        text = render(metrics.families(replace(snapshot, processes=(shell, *dds)))).decode()
+        for sample in families(text)["ktop_process_cpu_ratio"].samples:
+            seen.add(tuple(sorted(sample.labels.items())))
+        if refresh == 0:
+            dd = series(families(text)["ktop_process_cpu_ratio"], comm="dd", mode="user")
+            assert dd[0].labels["cgroup"] == "podman:abababababab"
+            assert dd[0].value == pytest.approx(0.25)  # fifty of 0.5% user each
+    assert len(seen) == 6  # (bash, dd, other) x (user, system)
 
 
 def test_exp2_buckets_become_cumulative_le_buckets(snapshot):

@@ -333,3 +333,46 @@ def test_the_page_is_rendered_once_per_refresh(recorded_snapshot):
     assert page.body() is first  # the same bytes: a scrape costs no rendering
     page.update(recorded_snapshot)
     assert page.body() is not first
+
+
+class SlowSource(StartingSource):
+    """A collect that takes most of an interval, as on saturated CPUs."""
+
+    def __init__(self, snapshot, seconds: float) -> None:
+        super().__init__(snapshot)
+        self.loading = {}
+        self.seconds = seconds
+        self.started: list[float] = []
+
+    def collect(self):
+        self.started.append(time.monotonic())
+        time.sleep(self.seconds)
+        return super().collect()
+
+
+def test_slow_collects_keep_to_the_interval_so_the_page_is_never_more_than_one_old(
+        recorded_snapshot):
+    page = MetricsPage()
+    server = bind(LOCALHOST, 0, page, print)
+    source = SlowSource(recorded_snapshot, 0.25)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(server, source, 0.4, stop))
+    thread.start()
+    time.sleep(3.0)
+    stop.set()
+    thread.join(timeout=10)
+    gaps = [b - a for a, b in zip(source.started, source.started[1:])]
+    # The page is updated every 0.4 s, not every 0.4 s after a 0.25 s collect (0.65 s).
+    assert statistics.median(gaps) == pytest.approx(0.4, abs=0.06)
+    assert len(source.started) >= 7
+    source.seconds = 0.6  # a collect longer than the interval: the next follows at once
+    stop.clear()
+    source.started.clear()
+    server = bind(LOCALHOST, 0, page, print)
+    thread = threading.Thread(target=serve, args=(server, source, 0.4, stop))
+    thread.start()
+    time.sleep(2.0)
+    stop.set()
+    thread.join(timeout=10)
+    gaps = [b - a for a, b in zip(source.started, source.started[1:])]
+    assert max(gaps) == pytest.approx(0.6, abs=0.1)

@@ -2,8 +2,9 @@
 
 The source runs cumulative, so counters count since ktop started and Prometheus' rate()
 gives the recent figures. Cardinality stays bounded: functions, lock callers, disks and
-processes get a series each for the top N only (N configurable) and the rest are summed
-into one series labelled `other`; stacks never go into labels. Label values are made
+processes (by command and cgroup, never by pid) get a series each for the top N only (N
+configurable) and the rest are summed into one series labelled `other`; stacks and pids never
+go into labels. Label values are made
 visible-safe (control characters escaped, as on ktop's screen) and then escaped by
 prometheus_client as the exposition format requires (backslash, quote, newline).
 
@@ -30,8 +31,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ktop.cgroups import short_name
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Bucket, Snapshot
-from ktop.text import format_pid, printable
+from ktop.text import printable
 
 DEFAULT_TOP = 20
 OTHER = "other"
@@ -291,25 +293,25 @@ class SnapshotMetrics:
 
     def _processes(self, snapshot: Snapshot) -> list[Metric]:
         cpu = GaugeMetricFamily(
-            "ktop_process_cpu_ratio", "CPU of each process over the last refresh (1 = one CPU), "
-            "by mode (top N processes by CPU; the rest as pid=\"other\")",
-            labels=["pid", "comm", "mode"])
-        # (cpu, system) by (pid, comm): exited children's rows (pid "exited") of parents of
-        # one command are summed
+            "ktop_process_cpu_ratio", "CPU of the processes of each command and cgroup over "
+            "the last refresh (1 = one CPU), by mode (top N by CPU; the rest as "
+            "comm=\"other\")", labels=["comm", "cgroup", "mode"])
+        # (cpu, system) by (comm, cgroup as ktop names it), never by pid: every pid would be
+        # a series Prometheus keeps, and pids churn (498 series in 8 minutes of short dd).
+        # Exited children's rows count under their parent's command, as on the screen.
         values: dict[tuple[str, str], tuple[float, float]] = {}
         for p in snapshot.processes:
-            key = (format_pid(p.pid), p.comm)
+            key = (label_value(p.comm), label_value(short_name(p.cgroup)))
             busy, system = values.get(key, (0.0, 0.0))
             values[key] = (busy + p.cpu_percent, system + p.sys_percent)
         top = top_keys({key: busy for key, (busy, _) in values.items()}, self.top)
         picked = set(top)
         rest = [v for key, v in values.items() if key not in picked]
         rows = []
-        for pid, comm in top:
-            busy, system = values[(pid, comm)]
-            labels = (pid, label_value(comm))
-            rows.append(((*labels, "system"), _ratio(system)))
-            rows.append(((*labels, "user"), _ratio(busy - system)))
+        for comm, cgroup in top:
+            busy, system = values[(comm, cgroup)]
+            rows.append(((comm, cgroup, "system"), _ratio(system)))
+            rows.append(((comm, cgroup, "user"), _ratio(busy - system)))
         system = sum(s for _, s in rest)
         rows.append(((OTHER, OTHER, "system"), _ratio(system)))
         rows.append(((OTHER, OTHER, "user"), _ratio(sum(c for c, _ in rest) - system)))

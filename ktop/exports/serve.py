@@ -13,6 +13,7 @@ import errno
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
@@ -161,15 +162,24 @@ def serve(
     interval_s: float,
     stop: threading.Event,
 ) -> None:
-    """Serve in a thread while the source is collected every interval, until `stop`."""
+    """Serve in a thread while the source is collected every interval, until `stop`. The
+    collects keep to a fixed schedule, not an interval's sleep after each: on saturated
+    CPUs a collect takes a good part of a second, and sleeping a whole interval after it made
+    the page seconds stale and its counters advance in uneven steps, which rate() reads
+    short. A collect that overruns its interval is followed by the next at once."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="ktop-metrics", daemon=True)
     thread.start()
     try:
         source.start(wait=False)
+        due = time.monotonic()
         while not stop.is_set():
             server.page.update(source.collect())
-            stop.wait(interval_s)
+            due += interval_s
+            now = time.monotonic()
+            if due < now:  # late: collect now, and keep the schedule from here
+                due = now
+            stop.wait(due - now)
     finally:
         server.shutdown()
         server.server_close()
