@@ -88,6 +88,7 @@ def _series(text: str) -> int:
 # --snapshot FILE's formats, as --format names them (ktop.writer maps suffixes to them).
 FORMAT_NAMES = ("svg", "txt", "json", "folded", "pprof", "prom")
 FOLDED_OF = ("cpu", "locks", "io", "io-latency")
+PPROF_OF = ("cpu", "locks", "io")  # as exports.pprof.PROFILES (not imported: protobuf loads slowly)
 
 
 def _megabytes(text: str) -> int:
@@ -146,6 +147,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--folded-of", choices=FOLDED_OF, metavar="|".join(FOLDED_OF),
                         help="with folded stacks: CPU samples (default), lock waits in us, "
                         "I/O bytes, or I/O latency in us")
+    parser.add_argument("--pprof-of", choices=PPROF_OF, metavar="|".join(PPROF_OF),
+                        help="with pprof: the profile of CPU samples (default), lock waits, or "
+                        "I/O (one pane a profile, each over its pane's own seconds)")
     parser.add_argument("--serve", type=_serve_address, metavar="[ADDR:]PORT",
                         help="run headless and serve Prometheus metrics at /metrics (PORT "
                         "alone: 127.0.0.1 only; 0.0.0.0:PORT for every interface)")
@@ -240,6 +244,8 @@ def _check_export_options(parser: argparse.ArgumentParser, args: argparse.Namesp
     fmt = _snapshot_format(args)
     if args.folded_of is not None and fmt != "folded":
         parser.error("--folded-of goes with folded stacks: --snapshot FILE.folded")
+    if args.pprof_of is not None and fmt != "pprof":
+        parser.error("--pprof-of goes with pprof: --snapshot FILE.pb.gz")
     if args.top is not None and args.serve is None and fmt != "prom":
         parser.error("--top goes with --serve or --snapshot FILE.prom")
 
@@ -335,6 +341,7 @@ def _export_options(args: argparse.Namespace):
     from ktop.exports import ExportOptions
 
     return ExportOptions(include_idle=args.idle, folded_of=args.folded_of or "cpu",
+                         pprof_of=args.pprof_of or "cpu",
                          top=args.top or 20)
 
 
