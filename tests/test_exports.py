@@ -385,6 +385,16 @@ def test_process_series_stay_as_few_as_the_commands_under_pid_churn(snapshot):
     assert len(seen) == 6  # (bash, dd, other) x (user, system)
 
 
+def test_kernel_threads_are_one_series_whatever_work_renames_them(snapshot):
+    workers = [ProcessRow(10 + i, name, "root", "I", 1.0, 1.0, 1, 0, cmdline="", cgroup="/")
+               for i, name in enumerate(("kworker/0:2-events", "kworker/1:2-virtio_vsock",
+                                         "kworker/u8:0-writeback", "ksoftirqd/0", "ksoftirqd/1"))]
+    odd = ProcessRow(99, "my/tool", "root", "S", 1.0, 1.0, 1, 0, cmdline="my/tool --x", cgroup="/")
+    parsed = families(to_prom(replace(snapshot, processes=(*workers, odd))))
+    comms = {s.labels["comm"]: s.value for s in series(parsed["ktop_process_cpu_ratio"], mode="system")}
+    assert comms == {"kworker": 0.03, "ksoftirqd": 0.02, "my/tool": 0.01, "other": 0.0}
+
+
 def test_exp2_buckets_become_cumulative_le_buckets(snapshot):
     evil = replace(snapshot.blockio.processes[0], hist_us=(
         Bucket(64, 127, 12), Bucket(128, 255, 95), Bucket(256, 511, 3)))

@@ -32,7 +32,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ktop.cgroups import short_name
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Bucket, Snapshot
+from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Bucket, ProcessRow, Snapshot
 from ktop.text import printable
 
 DEFAULT_TOP = 20
@@ -301,7 +301,7 @@ class SnapshotMetrics:
         # Exited children's rows count under their parent's command, as on the screen.
         values: dict[tuple[str, str], tuple[float, float]] = {}
         for p in snapshot.processes:
-            key = (label_value(p.comm), label_value(short_name(p.cgroup)))
+            key = (label_value(command_label(p)), label_value(short_name(p.cgroup)))
             busy, system = values.get(key, (0.0, 0.0))
             values[key] = (busy + p.cpu_percent, system + p.sys_percent)
         top = top_keys({key: busy for key, (busy, _) in values.items()}, self.top)
@@ -317,6 +317,16 @@ class SnapshotMetrics:
         rows.append(((OTHER, OTHER, "user"), _ratio(sum(c for c, _ in rest) - system)))
         _add_rows(cpu, rows)
         return [cpu]
+
+
+def command_label(process: ProcessRow) -> str:
+    """A process's command as a label value. A kernel thread (no command line) is named by
+    what comes before its instance: the kernel renames its workers as they take work
+    ("kworker/1:2-events", "kworker/u8:0-writeback") and numbers them per CPU
+    ("ksoftirqd/0"), a series each that comes and goes."""
+    if not process.cmdline and process.pid > 0:
+        return process.comm.split("/", 1)[0]
+    return process.comm
 
 
 def _ratio(percent: float) -> float:
