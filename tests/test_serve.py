@@ -376,3 +376,40 @@ def test_slow_collects_keep_to_the_interval_so_the_page_is_never_more_than_one_o
     thread.join(timeout=10)
     gaps = [b - a for a, b in zip(source.started, source.started[1:])]
     assert max(gaps) == pytest.approx(0.6, abs=0.1)
+
+
+def test_counters_carry_the_time_they_count_up_to_and_gauges_none(recorded_snapshot):
+    """A collect that drains at once and then takes 0.3 s more (saturated CPUs): the counters'
+    samples carry the drain's time, so Prometheus' rate() divides by the seconds they cover."""
+    page = MetricsPage()
+    server = bind(LOCALHOST, 0, page, print)
+    source = SlowSource(recorded_snapshot, 0.3)
+    drained: list[float] = []
+    collect = source.collect
+
+    def draining_then_slow():
+        drained.append(time.time())
+        return collect()
+
+    source.collect = draining_then_slow
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(server, source, 5.0, stop))
+    thread.start()
+    try:
+        wait_for(lambda: b"ktop_function_samples" in page.body())
+        text = page.body().decode()
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    stamps = {}  # metric -> how many numbers its lines end with: value, and a timestamp?
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            name, rest = line.split("{", 1)[0].split(" ")[0], line.rsplit("}", 1)[-1]
+            if "{" not in line:
+                rest = line.split(" ", 1)[1]
+            stamps.setdefault(name, set()).add(len(rest.split()))
+    assert stamps["ktop_function_samples_total"] == {2}  # value and timestamp
+    assert stamps["ktop_up"] == {1} and stamps["ktop_process_cpu_ratio"] == {1}  # value alone
+    stamp_ms = int(next(line for line in text.splitlines()
+                        if line.startswith("ktop_cpu_samples_expected_total")).split()[-1])
+    assert abs(stamp_ms / 1000 - drained[0]) < 0.05  # the drain's time, not 0.3 s later

@@ -366,6 +366,17 @@ def to_prom(snapshot: Snapshot, top: int = DEFAULT_TOP, include_idle: bool = Fal
     return render(families).decode("utf-8")
 
 
+def timestamped(family: Metric, counted_at: float) -> Metric:
+    """A counter or histogram with the time its values count up to on every sample. A
+    collect can come late on saturated CPUs, and Prometheus stamps a sample with the scrape's
+    time: rate() then reads counts of the seconds before a late collect as if they were of
+    the seconds to the scrape (188.8/s for 198 over 30 s). Gauges say how things are now,
+    and keep the scrape's time (and Prometheus' staleness marking)."""
+    if family.type in ("counter", "histogram"):
+        family.samples = [sample._replace(timestamp=counted_at) for sample in family.samples]
+    return family
+
+
 class MetricsPage:
     """The latest exposition, rendered once per refresh and per format, whatever the number
     of scrapes: a scrape costs a lookup, and what it holds is one snapshot's text."""
@@ -376,9 +387,13 @@ class MetricsPage:
         self._families = self._metrics.families(None)
         self._rendered: dict[bool, bytes] = {}
 
-    def update(self, snapshot: Snapshot, starting: bool = False) -> None:
-        """Called by the one collecting thread."""
+    def update(self, snapshot: Snapshot, starting: bool = False,
+               counted_at: float | None = None) -> None:
+        """Called by the one collecting thread. counted_at: the unix time the counters
+        count up to (when the collect drained them), written with each counter's samples."""
         families = self._metrics.families(snapshot, starting)
+        if counted_at is not None:
+            families = [timestamped(family, counted_at) for family in families]
         with self._lock:
             self._families = families
             self._rendered = {}

@@ -166,7 +166,8 @@ def serve(
     collects keep to a fixed schedule, not an interval's sleep after each: on saturated
     CPUs a collect takes a good part of a second, and sleeping a whole interval after it made
     the page seconds stale and its counters advance in uneven steps, which rate() reads
-    short. A collect that overruns its interval is followed by the next at once."""
+    short. A collect that overruns its interval is followed by the next at once; and the
+    counters carry the time they were drained at, so rate() is right whatever the lateness."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="ktop-metrics", daemon=True)
     thread.start()
@@ -174,7 +175,8 @@ def serve(
         source.start(wait=False)
         due = time.monotonic()
         while not stop.is_set():
-            server.page.update(source.collect())
+            counted_at = time.time()  # the collectors are drained as collect() begins
+            server.page.update(source.collect(), counted_at=counted_at)
             due += interval_s
             now = time.monotonic()
             if due < now:  # late: collect now, and keep the schedule from here
