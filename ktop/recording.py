@@ -16,7 +16,11 @@ Layout (little-endian):
     frame   = "KREC"  u32 payload length  u32 seq  u32 crc32 of the payload
               f64 taken_at (unix time)  f32 duration_s  f32 kernel CPU %  f32 lock wait ms
               f32 I/O latency ms  u32 crc32 of the 40 bytes before
-    payload = zlib (deflate) of the interval's Snapshot as JSON, UTF-8
+    payload = zlib (deflate) of the interval's Snapshot as JSON, UTF-8; from format 2 its
+              first key "names" is a table of the record's frame names (a string, or
+              [symbol, module] for a user frame), and every frames, modules, sources and
+              user_frames field a list of numbers into it; the block I/O requests are one
+              list per field, their times rounded to what the screen shows (REQUEST_DIGITS)
 
 `seq` counts records from the first the recording ever had: a ring that dropped its oldest
 starts at a later one, and a gap anywhere else means a damaged file. The frame's figures
@@ -54,12 +58,14 @@ from dataclasses import dataclass
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop.model import Bucket, BuiltOnRead, IoRequest, Snapshot
 from ktop.stacktree import hot_functions
 from ktop.text import printable
 
 MAGIC = b"KTOPREC\x00"
-FORMAT = 1
+# 2: a record's frames are numbers into its own table of names (format 1 files are read as
+# before, and continued in their own format).
+FORMAT = 2
 _HEADER = struct.Struct("<8sHHI")
 _FRAME = struct.Struct("<4sIIIdffffI")
 SYNC = b"KREC"
@@ -116,11 +122,36 @@ def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
     return plan
 
 
-def _plain(value: Any) -> Any:
-    """A model value as JSON data, floats unrounded, fields at their default left out."""
+# Fields that hold frames (kernel "symbol+0xoff", modules, file:line, user frames): written
+# as numbers into the record's table of names, each name once. A busy record repeats the
+# same few hundred frames over thousands of stacks, farther apart than zlib's 32 KB window.
+NAMED_FIELDS = frozenset({"frames", "modules", "sources", "user_frames"})
+
+
+class _Names:
+    """The table of a record's names: a string, or [symbol, module] for a user frame."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[Any, int] = {}
+        self.table: list[Any] = []
+
+    def numbered(self, items: Sequence[Any]) -> list[int]:
+        numbers = []
+        for item in items:
+            number = self.numbers.get(item)
+            if number is None:
+                number = self.numbers[item] = len(self.table)
+                self.table.append(item if type(item) is str else [item.symbol, item.module])
+            numbers.append(number)
+        return numbers
+
+
+def _plain(value: Any, names: _Names | None = None) -> Any:
+    """A model value as JSON data, floats unrounded, fields at their default left out; with
+    names, frames as numbers in its table."""
     cls = type(value)
     if cls is tuple or cls is list or cls is BuiltOnRead:
-        return [_plain(item) for item in value]
+        return [_plain(item, names) for item in value]
     if cls is str or cls is int or cls is float or cls is bool or value is None:
         return value
     if cls is Bucket:  # as everywhere: [low, high, count]
@@ -131,19 +162,86 @@ def _plain(value: Any) -> Any:
             item = getattr(value, name)
             if item is default or (default is not _NO_DEFAULT and item == default):
                 continue
-            data[name] = _plain(item)
+            if names is not None and name in NAMED_FIELDS and type(item) is tuple:
+                data[name] = names.numbered(item)
+            else:
+                data[name] = _plain(item, names)
         return data
     if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: _plain(item, names) for key, item in value.items()}
     return value
 
 
-def encode_snapshot(snapshot: Snapshot) -> bytes:
-    """One interval's snapshot as a record's (uncompressed) payload."""
-    data = _plain(dataclasses.replace(snapshot, paused=False))
+def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
+    """One interval's snapshot as a record's (uncompressed) payload, in the format of the
+    file it goes to."""
+    names = _Names() if format >= 2 else None
+    data = _plain(dataclasses.replace(snapshot, paused=False), names)
     if data.get("cpu"):
         del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
+    if names is not None:
+        requests = (data.get("blockio") or {}).get("requests")
+        if requests:
+            data["blockio"]["requests"] = _request_columns(requests)
+        # First: a reader meets the names before the numbers that stand for them.
+        data = {"names": names.table, **data}
     return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+
+# A request's times as the screen shows them (time to the microsecond, queue and latency to
+# a tenth of one): the digits below are noise, and a busy record lists hundreds of requests.
+REQUEST_DIGITS = {"time_s": 6, "queue_ms": 4, "lat_ms": 4}
+_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(IoRequest))
+
+
+def _request_columns(requests: list[dict]) -> dict[str, list]:
+    """Requests as one list per field (each field's values side by side compress better
+    than objects in turn), times rounded to what they can mean."""
+    columns: dict[str, list] = {}
+    for name in _REQUEST_FIELDS:
+        digits = REQUEST_DIGITS.get(name)
+        values = [request.get(name) for request in requests]
+        if digits is not None:
+            values = [None if v is None else round(v, digits) for v in values]
+        if any(v is not None for v in values):
+            columns[name] = values
+    return columns
+
+
+def _request_rows(columns: Any) -> list[dict]:
+    columns = _object(columns)
+    lengths = {len(_list(values)) for values in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError("request columns of different lengths")
+    count = lengths.pop() if lengths else 0
+    return [{name: values[i] for name, values in columns.items() if values[i] is not None}
+            for i in range(count)]
+
+
+def _named(data: Any, table: list) -> None:
+    """A payload's frame numbers back to the names they stand for, in place."""
+    if type(data) is list:
+        for item in data:
+            if type(item) is dict or type(item) is list:
+                _named(item, table)
+        return
+    if type(data) is not dict:
+        return
+    for key, value in data.items():
+        if key in NAMED_FIELDS and type(value) is list:
+            data[key] = [_name(table, number) for number in value]
+        elif type(value) is dict or type(value) is list:
+            _named(value, table)
+
+
+def _name(table: list, number: Any) -> Any:
+    if type(number) is not int or not 0 <= number < len(table):
+        raise ValueError(f"frame {number!r:.20} is in no table of names")
+    name = table[number]
+    if type(name) is list:
+        symbol, module = name
+        return {"symbol": symbol, "module": module}
+    return name
 
 
 def _checked(kind: type, name: str) -> Callable[[Any], Any]:
@@ -226,6 +324,12 @@ def decode_snapshot(payload: bytes) -> Snapshot:
     data = json.loads(payload)
     if not isinstance(data, dict):
         raise TypeError("a record holds no object")
+    names = data.pop("names", None)
+    if names is not None:  # format 2: frames as numbers in the record's table
+        _named(data, _list(names))
+        blockio = data.get("blockio")
+        if isinstance(blockio, dict) and isinstance(blockio.get("requests"), dict):
+            blockio["requests"] = _request_rows(blockio["requests"])
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
         cpu["functions"] = []
@@ -253,9 +357,9 @@ def _figures(snapshot: Snapshot) -> tuple[float, float, float]:
     return kernel, lock_wait, latency
 
 
-def frame_record(seq: int, snapshot: Snapshot, level: int = 6) -> bytes:
+def frame_record(seq: int, snapshot: Snapshot, level: int = 6, format: int = FORMAT) -> bytes:
     """The bytes appended for one interval: frame and compressed payload."""
-    payload = zlib.compress(encode_snapshot(snapshot), level)
+    payload = zlib.compress(encode_snapshot(snapshot, format), level)
     head = _FRAME.pack(SYNC, len(payload), seq, zlib.crc32(payload), snapshot.taken_at,
                        snapshot.duration_s, *_figures(snapshot), 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload
@@ -285,9 +389,11 @@ class _Scan:
     records: list[RecordInfo]
     end: int  # where the whole records end: a writer continues from here
     dropped: str  # "" or what was dropped at the end, for the one-line note
+    format: int = FORMAT
 
 
-def _check_header(head: bytes, name: str) -> None:
+def _check_header(head: bytes, name: str) -> int:
+    """The file's format, or RecordingError saying why it cannot be read."""
     if len(head) < HEADER_SIZE:
         if MAGIC.startswith(head[: len(MAGIC)]) and head:
             raise RecordingError(f"{name} is a ktop recording cut off in its header: "
@@ -306,13 +412,14 @@ def _check_header(head: bytes, name: str) -> None:
                              f"reads (format {FORMAT}): replay it with a newer ktop")
     if version < 1:
         raise RecordingError(f"{name} is not a ktop recording (format {version})")
+    return version
 
 
 def _scan(fd: int, name: str) -> _Scan:
     """Every whole record's frame, checksums verified; raises RecordingError for a file that
     is not a recording or is damaged before its last record."""
     size = os.fstat(fd).st_size
-    _check_header(os.pread(fd, HEADER_SIZE, 0), name)
+    version = _check_header(os.pread(fd, HEADER_SIZE, 0), name)
     records: list[RecordInfo] = []
     offset = HEADER_SIZE
     chunk = 1 << 20
@@ -343,10 +450,10 @@ def _scan(fd: int, name: str) -> _Scan:
                 )
             return _Scan(records, offset,
                          f"{problem}: {size - offset} bytes dropped after record "
-                         f"{records[-1].seq if records else 'none'}")
+                         f"{records[-1].seq if records else 'none'}", version)
         records.append(RecordInfo(seq, offset, length, taken_at, duration, *figures))
         offset += FRAME_SIZE + length
-    return _Scan(records, offset, "")
+    return _Scan(records, offset, "", version)
 
 
 def _only_tail(fd: int, offset: int, size: int, head: bytes) -> bool:
@@ -462,6 +569,7 @@ class RecordWriter:
         self.max_bytes = max_bytes
         self.level = level
         self.records = 0  # appended by this writer
+        self.format = FORMAT
         self.continued = 0  # whole records the file already held
         self.dropped = ""  # what was cut off its end, when continued
         self._offsets = array.array("Q")  # of the records in the file, kept for the ring
@@ -525,6 +633,7 @@ class RecordWriter:
             raise
         self.continued = len(scan.records)
         self.dropped = scan.dropped
+        self.format = scan.format  # a file of an older format goes on in it
         self._end = scan.end
         self._seq = scan.records[-1].seq + 1 if scan.records else 0
         if self.max_bytes:
@@ -540,7 +649,7 @@ class RecordWriter:
         the file is cut back to its last whole record and RecordingError says so."""
         if self._fd < 0:
             raise self._fail("the recording is closed")
-        record = frame_record(self._seq, snapshot, self.level)
+        record = frame_record(self._seq, snapshot, self.level, self.format)
         if self.max_bytes and self._end + len(record) > self.max_bytes and self._offsets:
             self._drop_oldest(len(record))
         try:
