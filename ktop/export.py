@@ -9,16 +9,8 @@ from collections.abc import Mapping, Sequence
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.model import (
-    Bucket,
-    BuiltOnRead,
-    DiskStats,
-    HotFunction,
-    IoProcess,
-    IoRequest,
-    ProcessRow,
-    Snapshot,
-)
+from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop.panes import PANES
 from ktop.stacktree import callers_tree
 from ktop.text import printable
 
@@ -26,15 +18,12 @@ from ktop.text import printable
 # as block I/O's do (ktop wrote an exclusive one); sample_hz and cpus are in "cpu" too.
 FORMAT = 2
 
-# Floats only shown are written rounded to what they can mean. Those not named here are
-# written whole: spans, CPU shares and I/O latencies feed the exports (pprof, folded,
-# Prometheus), which must come out of a replayed file as they came out of the live run.
-ROUNDING: dict[type, dict[str, int]] = {
-    HotFunction: {"percent": 3, "children_percent": 3},
-    DiskStats: {"avg_lat_ms": 4},
-    IoProcess: {"avg_queue_ms": 4},
-    IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4},
-    ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0},
+# Floats only shown are written rounded to what they can mean (each pane's own, in
+# ktop.panes). Those not named there are written whole: spans, CPU shares and I/O latencies
+# feed the exports (pprof, folded, Prometheus), which must come out of a replayed file as
+# they came out of the live run.
+ROUNDING: dict[type, Mapping[str, int]] = {
+    **{cls: digits for spec in PANES for cls, digits in spec.rounding.items()},
 }
 
 # Written as a list of their fields, not an object: histograms always were [low, high, count].
