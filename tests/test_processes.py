@@ -419,3 +419,21 @@ def test_a_scan_preempted_midway_measures_each_process_over_its_own_interval(
     monkeypatch.setattr(collector, "_pread", preempted)
     rows = collector.collect()
     assert [r.cpu_percent for r in rows] == [100.0, 100.0]
+
+
+def test_a_thread_that_exits_keeps_its_bytes_on_its_process_row(tmp_path, monkeypatch):
+    """A shell that waits for children also lost a thread: the thread's bytes move to the
+    process's dead tasks' share, but it wrote them itself (and its row showed them)."""
+    mib = 1 << 20
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0", io=(0, 10 * mib), own_io=(0, 10 * mib))
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()  # a child writes 5 MiB and is waited for
+    proc.process(100, "bash", b"bash\0", io=(0, 15 * mib), own_io=(0, 10 * mib), cutime=10)
+    assert exited(collector.collect())[100].disk_write_bps == 5 * mib
+    proc.tick()  # a thread that wrote 4 MiB of those 10 exits; the shell writes 1 MiB more
+    proc.process(100, "bash", b"bash\0", io=(0, 16 * mib), own_io=(0, 7 * mib), cutime=10)
+    rows = collector.collect()
+    assert next(r for r in rows if r.pid == 100).disk_write_bps == 1 * mib
+    assert exited(rows) == {}

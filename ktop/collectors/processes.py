@@ -437,7 +437,8 @@ class ProcessCollector:
         known = self._dead_io.get(pid)
         if known is not None and known[0] != start:
             known = None
-        if not (gained[0] or gained[1]) or not (waited or known or self._disk_owed.owes(pid)):
+        waited = waited or self._disk_owed.owes(pid)
+        if not (gained[0] or gained[1]) or not (waited or known):
             return (0, 0) if known else None
         dead = self._dead_tasks_io(pid)
         if dead is None:
@@ -446,6 +447,8 @@ class ProcessCollector:
         if before is not None:
             dead = (max(dead[0], before[0]), max(dead[1], before[1]))
         self._dead_io[pid] = (start, dead)
+        if not waited:  # no child waited for: its threads that exited, whose bytes it showed
+            return (0, 0)
         if before is None:  # first seen waiting: its dead tasks' bytes, at most
             return (min(gained[0], dead[0]), min(gained[1], dead[1]))
         return (min(gained[0], dead[0] - before[0]), min(gained[1], dead[1] - before[1]))
