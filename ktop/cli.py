@@ -205,7 +205,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.dump and args.snapshot:
         parser.error("--dump writes to stdout: not with --snapshot")
     if args.replay is not None:
-        from ktop.recording import is_recording
+        from ktop.record.fileformat import is_recording
 
         # A recording's window is chosen on replay (-w); a single snapshot's was fixed.
         recording = is_recording(args.replay)
@@ -283,19 +283,18 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 def _recording(args: argparse.Namespace):
     """(what to replay: a ReplaySource for a recording, a Snapshot for a JSON file, the
-    header's note), or (None, "") for live data. Raises export's or recording's
-    RecordingError, one line each."""
+    header's note), or (None, "") for live data. Raises RecordingError, one line."""
     if args.replay is None:
         return None, ""
-    from ktop.recording import Recording, is_recording
+    from ktop.record.fileformat import Recording, is_recording
 
     note = f"replay of {printable(args.replay)}"
     if not is_recording(args.replay):
-        from ktop.export import read_recording
+        from ktop.exports.jsonfile import read_snapshot_file
 
-        return read_recording(args.replay), note
-    from ktop.recording import RecordingError
-    from ktop.replay import ReplaySource, find_time
+        return read_snapshot_file(args.replay), note
+    from ktop.codec import RecordingError
+    from ktop.record.replay import ReplaySource, find_time
 
     recording = Recording(args.replay)
     if recording.dropped:  # cut off by kill -9 or a full disk: say so, replay the rest
@@ -313,7 +312,7 @@ def _recording(args: argparse.Namespace):
 def run_record(args: argparse.Namespace) -> int:
     import threading
 
-    from ktop.recorder import record
+    from ktop.record.session import record
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -324,14 +323,13 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    from ktop.dump import dump
-    from ktop.export import RecordingError as SnapshotFileError
-    from ktop.recording import RecordingError
+    from ktop.codec import RecordingError
+    from ktop.record.dump import dump
 
     try:
         source, _ = _recording(args)
         return dump(source.recording, args.dump, sys.stdout, show_idle=args.idle)
-    except (RecordingError, SnapshotFileError) as e:
+    except RecordingError as e:
         return _fail(str(e))
     except BrokenPipeError:  # | head: the reader has what it wanted
         # Python flushes stdout again on exit: point it at /dev/null, as its docs advise.
@@ -363,9 +361,8 @@ def _check_cgroup(args: argparse.Namespace) -> str:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from ktop.export import RecordingError
-    from ktop.recording import RecordingError as RecordFileError
-    from ktop.snapshot import run_snapshot
+    from ktop.codec import RecordingError
+    from ktop.ui.headless import run_snapshot
     from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
     try:
@@ -377,7 +374,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         else:
             check_writable(args.snapshot)
         recorded, note = _recording(args)
-    except (SnapshotError, RecordingError, RecordFileError) as e:
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -387,7 +384,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
             cgroup=args.cgroup,
             drill=args.drill, source_note=note,
         )
-    except (SnapshotError, RecordFileError) as e:
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return _fail("interrupted; nothing written", 130)
@@ -401,8 +398,8 @@ def run_snapshot(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     import threading
 
+    from ktop.codec import RecordingError
     from ktop.engine import LiveSource, RecordedSource
-    from ktop.export import RecordingError
     from ktop.exports.openmetrics import MetricsPage
     from ktop.exports.serve import ServeError, bind, serve
 
@@ -433,12 +430,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_interactive(args: argparse.Namespace) -> int:
-    from ktop.export import RecordingError
-    from ktop.recording import RecordingError as RecordFileError
+    from ktop.codec import RecordingError
 
     try:
         recorded, note = _recording(args)
-    except (RecordingError, RecordFileError) as e:
+    except RecordingError as e:
         return _fail(str(e))
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
@@ -462,7 +458,7 @@ def run_interactive(args: argparse.Namespace) -> int:
     # Started before Textual is even imported: the processes pane's first CPU% interval and
     # the BPF compile run while Textual loads, and the first screen shows them at once.
     source.start(wait=False, patient=True)
-    from ktop.app import build_app  # noqa: PLC0415
+    from ktop.ui.app import build_app  # noqa: PLC0415
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     cgroup=args.cgroup,

@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ktop.export import from_json
 from ktop.exports import ExportOptions, export
 from ktop.exports.folded import folded_stacks, io_stack_shares, to_folded
+from ktop.exports.jsonfile import from_json
 from ktop.exports.openmetrics import SnapshotMetrics, TopCounters, render, to_prom
 from ktop.exports.pprof import PROFILES, file_descriptor, to_pprof
 from ktop.model import (

@@ -16,7 +16,7 @@ from ktop.cgroups import cgroup2_mount, short_name
 from ktop.cli import _check_cgroup, parse_args
 from ktop.engine import LiveSource, Options, RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS
-from ktop.snapshot import render_screen
+from ktop.ui.headless import render_screen
 
 pytestmark = root_only
 

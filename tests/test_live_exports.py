@@ -13,8 +13,8 @@ import pytest
 from conftest import root_only
 
 from ktop.engine import LiveSource, Options
-from ktop.export import from_json
 from ktop.exports import ExportOptions, export
+from ktop.exports.jsonfile import from_json
 
 pytestmark = [pytest.mark.live, root_only]
 

@@ -13,7 +13,7 @@ from cpu_drains import counts_of
 
 import ktop.collectors.maps as maps
 from ktop.collectors.cpu import CpuSampler
-from ktop.symbols import IdleClassifier, Kallsyms
+from ktop.symbolize.kernel import IdleClassifier, Kallsyms
 
 pytestmark = [pytest.mark.live, root_only]
 

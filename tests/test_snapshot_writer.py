@@ -14,9 +14,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from conftest import PANE_TITLES, SCREEN_SIZE, root_only
 
-from ktop import snapshot as snapshot_module
 from ktop.engine import Options, RecordedSource
-from ktop.snapshot import render_screen, run_snapshot
+from ktop.ui import headless as snapshot_module
+from ktop.ui.headless import render_screen, run_snapshot
 from ktop.writer import SnapshotError, write_atomically
 
 CONTENT = "<svg>new snapshot</svg>\n"
@@ -86,7 +86,7 @@ def test_dangling_symlink_does_not_create_its_target(tmp_path):
 def test_imports_go_one_way_runner_to_app_to_writer():
     """The writer knows no app, and the app (its `s` key) knows no headless runner."""
     code = ("import sys, ktop.writer; assert 'textual' not in sys.modules; "
-            "import ktop.app; assert 'ktop.snapshot' not in sys.modules")
+            "import ktop.ui.app; assert 'ktop.ui.headless' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -28,7 +28,7 @@ starts at a later one, and a gap anywhere else means a damaged file. The frame's
 record. The JSON is the snapshot of that one interval alone (the fields of ktop.model, as
 `--snapshot FILE.json` writes them, floats unrounded, fields at their default left out,
 hot functions left out: they are derived from the stacks and computed again on reading).
-A replay sums any run of records as the live window sums intervals (ktop.replay).
+A replay sums any run of records as the live window sums intervals (ktop.record.replay).
 
 A reader stops at the first record that is not whole. If that record runs to the end of
 the file (cut off, or zero-filled by a crash) the records before it are the recording and
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -53,12 +52,12 @@ import struct
 import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import UnionType
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any
 
-from ktop.model import Bucket, BuiltOnRead, IoRequest, Snapshot
+from ktop.codec import RecordingError, from_data, to_data
+from ktop.model import IoRequest, Snapshot
 from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
@@ -78,11 +77,6 @@ MAX_JSON = 1 << 30
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
 FIGURES = 3  # f32 figures in a frame: kernel CPU %, lock wait ms, I/O latency ms
 CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
-
-
-class RecordingError(Exception):
-    """A recording that cannot be read or written; str() is one line naming the problem and
-    the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,28 +105,31 @@ class RecordInfo:
 # ---- a snapshot as a record's payload -----------------------------------------------------
 
 
-_NO_DEFAULT = object()
-# Per model class: its fields and their defaults, looked up once (dataclasses.fields() on
-# each of the thousands of values in a record was most of the cost of writing it).
-_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
-
-
-def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
-    plan = _PLANS.get(cls)
-    if plan is None:
-        plan = _PLANS[cls] = tuple(
-            (f.name, f.default if f.default is not dataclasses.MISSING
-             else f.default_factory() if f.default_factory is not dataclasses.MISSING
-             else _NO_DEFAULT)
-            for f in dataclasses.fields(cls)
-        )
-    return plan
-
-
 # Fields that hold frames (kernel "symbol+0xoff", modules, file:line, user frames): written
 # as numbers into the record's table of names, each name once. A busy record repeats the
 # same few hundred frames over thousands of stacks, farther apart than zlib's 32 KB window.
 NAMED_FIELDS = frozenset({"frames", "modules", "sources", "user_frames"})
+# A request's times as the screen shows them (time to the microsecond, queue and latency to
+# a tenth of one): the digits below are noise, and a busy record lists hundreds of requests.
+REQUEST_DIGITS = {"time_s": 6, "queue_ms": 4, "lat_ms": 4}
+_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(IoRequest))
+
+
+def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
+    """One interval's snapshot as a record's (uncompressed) payload, in the format of the
+    file it goes to."""
+    data = to_data(dataclasses.replace(snapshot, paused=False), skip_defaults=True)
+    if data.get("cpu"):
+        del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
+    if format >= 2:
+        names = _Names()
+        names.number(data)
+        requests = (data.get("blockio") or {}).get("requests")
+        if requests:
+            data["blockio"]["requests"] = _request_columns(requests)
+        # First: a reader meets the names before the numbers that stand for them.
+        data = {"names": names.table, **data}
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
 
 class _Names:
@@ -142,63 +139,28 @@ class _Names:
         self.numbers: dict[Any, int] = {}
         self.table: list[Any] = []
 
-    def numbered(self, items: Sequence[Any]) -> list[int]:
-        numbers = []
-        for item in items:
-            number = self.numbers.get(item)
-            if number is None:
-                number = self.numbers[item] = len(self.table)
-                self.table.append(item if type(item) is str else [item.symbol, item.module])
-            numbers.append(number)
-        return numbers
+    def number(self, data: Any) -> None:
+        """The frames of the payload's data as numbers into the table, in place."""
+        if type(data) is list:
+            for item in data:
+                if type(item) is dict or type(item) is list:
+                    self.number(item)
+            return
+        if type(data) is not dict:
+            return
+        for key, value in data.items():
+            if key in NAMED_FIELDS and type(value) is list:
+                data[key] = [self._numbered(item) for item in value]
+            elif type(value) is dict or type(value) is list:
+                self.number(value)
 
-
-def _plain(value: Any, names: _Names | None = None) -> Any:
-    """A model value as JSON data, floats unrounded, fields at their default left out; with
-    names, frames as numbers in its table."""
-    cls = type(value)
-    if cls is tuple or cls is list or cls is BuiltOnRead:
-        return [_plain(item, names) for item in value]
-    if cls is str or cls is int or cls is float or cls is bool or value is None:
-        return value
-    if cls is Bucket:  # as everywhere: [low, high, count]
-        return [value.low, value.high, value.count]
-    if dataclasses.is_dataclass(value):
-        data = {}
-        for name, default in _plan(cls):
-            item = getattr(value, name)
-            if item is default or (default is not _NO_DEFAULT and item == default):
-                continue
-            if names is not None and name in NAMED_FIELDS and type(item) is tuple:
-                data[name] = names.numbered(item)
-            else:
-                data[name] = _plain(item, names)
-        return data
-    if isinstance(value, Mapping):
-        return {key: _plain(item, names) for key, item in value.items()}
-    return value
-
-
-def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
-    """One interval's snapshot as a record's (uncompressed) payload, in the format of the
-    file it goes to."""
-    names = _Names() if format >= 2 else None
-    data = _plain(dataclasses.replace(snapshot, paused=False), names)
-    if data.get("cpu"):
-        del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
-    if names is not None:
-        requests = (data.get("blockio") or {}).get("requests")
-        if requests:
-            data["blockio"]["requests"] = _request_columns(requests)
-        # First: a reader meets the names before the numbers that stand for them.
-        data = {"names": names.table, **data}
-    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
-
-
-# A request's times as the screen shows them (time to the microsecond, queue and latency to
-# a tenth of one): the digits below are noise, and a busy record lists hundreds of requests.
-REQUEST_DIGITS = {"time_s": 6, "queue_ms": 4, "lat_ms": 4}
-_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(IoRequest))
+    def _numbered(self, item: Any) -> int:
+        key = item if type(item) is str else (item["symbol"], item["module"])
+        number = self.numbers.get(key)
+        if number is None:
+            number = self.numbers[key] = len(self.table)
+            self.table.append(item if type(item) is str else list(key))
+        return number
 
 
 def _request_columns(requests: list[dict]) -> dict[str, list]:
@@ -216,8 +178,9 @@ def _request_columns(requests: list[dict]) -> dict[str, list]:
 
 
 def _request_rows(columns: Any) -> list[dict]:
-    columns = _object(columns)
-    lengths = {len(_list(values)) for values in columns.values()}
+    if type(columns) is not dict or any(type(v) is not list for v in columns.values()):
+        raise TypeError("request columns are no object of lists")
+    lengths = {len(values) for values in columns.values()}
     if len(lengths) > 1:
         raise ValueError("request columns of different lengths")
     count = lengths.pop() if lengths else 0
@@ -251,80 +214,6 @@ def _name(table: list, number: Any) -> Any:
     return name
 
 
-def _checked(kind: type, name: str) -> Callable[[Any], Any]:
-    def check(data: Any) -> Any:
-        if type(data) is not kind:  # exact: JSON's true is no int here
-            raise TypeError(f"found {data!r:.40} where {name} belongs")
-        return data
-    return check
-
-
-def _float(data: Any) -> float:
-    if type(data) is float or type(data) is int:
-        return float(data)
-    raise TypeError(f"found {data!r:.40} where a number belongs")
-
-
-def _list(data: Any) -> list:
-    if type(data) is not list:
-        raise TypeError(f"found {data!r:.40} where a list belongs")
-    return data
-
-
-def _object(data: Any) -> dict:
-    if type(data) is not dict:
-        raise TypeError(f"found {data!r:.40} where an object belongs")
-    return data
-
-
-@functools.cache
-def _decoder(hint: Any) -> Callable[[Any], Any]:
-    """A function from JSON data to the model type `hint`, made once per type: what
-    export.decode does for one file, at the speed a replay of thousands of records needs
-    (11 ms a busy record through export.decode, 2.5 through these)."""
-    origin = get_origin(hint)
-    if origin is UnionType:  # only ever "X | None"
-        (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
-        decode_inner = _decoder(inner)
-        return lambda data: None if data is None else decode_inner(data)
-    if origin is tuple or origin is Sequence:
-        item = _decoder(get_args(hint)[0])
-        return lambda data: tuple(map(item, _list(data)))
-    if origin is Mapping:
-        key, value = map(_decoder, get_args(hint))
-        return lambda data: {key(k): value(v) for k, v in _object(data).items()}
-    if dataclasses.is_dataclass(hint):
-        return _record_decoder(hint)
-    if hint is float:
-        return _float
-    return _checked(hint, hint.__name__)
-
-
-def _record_decoder(cls: type) -> Callable[[Any], Any]:
-    hints = get_type_hints(cls)
-    fields = [(f.name, _decoder(hints[f.name]),
-               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(cls)]
-    if cls is Bucket:  # [low, high, count]
-        int_ = _checked(int, "int")
-
-        def bucket(data: Any) -> Bucket:
-            low, high, count = _list(data)
-            return Bucket(int_(low), int_(high), int_(count))
-        return bucket
-
-    def record(data: Any) -> Any:
-        data = _object(data)
-        values = {}
-        for name, convert, required in fields:
-            if name in data:
-                values[name] = convert(data[name])
-            elif required:
-                raise KeyError(name)
-        return cls(**values)
-    return record
-
-
 def decode_snapshot(payload: bytes) -> Snapshot:
     """A record's payload back to the Snapshot it was made from. Raises ValueError, KeyError
     or TypeError for data that is not one."""
@@ -333,14 +222,16 @@ def decode_snapshot(payload: bytes) -> Snapshot:
         raise TypeError("a record holds no object")
     names = data.pop("names", None)
     if names is not None:  # format 2: frames as numbers in the record's table
-        _named(data, _list(names))
+        if type(names) is not list:
+            raise TypeError("a record's names are no list")
+        _named(data, names)
         blockio = data.get("blockio")
         if isinstance(blockio, dict) and isinstance(blockio.get("requests"), dict):
             blockio["requests"] = _request_rows(blockio["requests"])
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
         cpu["functions"] = []
-    snapshot = _decoder(Snapshot)(data)
+    snapshot = from_data(Snapshot, data)
     cpu = snapshot.cpu
     if cpu is not None:  # as the live aggregator derives them, from the same stacks
         functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
@@ -630,8 +521,8 @@ class RecordWriter:
             os.close(fd)
             raise
         self.continued = len(scan.records)
-        self.dropped = scan.dropped
         self.format = scan.format  # a file of an older format goes on in it
+        self.dropped = scan.dropped
         self._end = scan.end
         self._seq = scan.records[-1].seq + 1 if scan.records else 0
         if self.max_bytes:

@@ -1,6 +1,6 @@
 """`ktop --snapshot FILE`: run the collectors headless, then write the screen or its data.
 
-This drives the real app (`ktop.app`) on the collected snapshot for a picture (svg, txt);
+This drives the real app (`ktop.ui.app`) on the collected snapshot for a picture (svg, txt);
 data formats come from `ktop.exports`. The app never imports this module. Files are written
 by `ktop.writer`.
 """
@@ -15,10 +15,10 @@ import time
 
 from rich.console import Console
 
-from ktop.app import KtopApp, build_app
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
+from ktop.ui.app import KtopApp, build_app
 from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
 
 
@@ -65,9 +65,9 @@ async def render_screen(
 
 def _open_drill(app: KtopApp, drill: str) -> bool:
     name, _, what = drill.partition(":")
-    pane = app.pane(name)
+    pane = app.main_screen.pane(name)
     key = pane.row_named(what)
-    return key is not None and app.open_drill(pane, key)
+    return key is not None and app.main_screen.open_drill(pane, key)
 
 
 def screen_text(app: KtopApp) -> str:

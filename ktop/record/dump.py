@@ -2,7 +2,7 @@
 scripts (as `atop -P` and `below dump` do).
 
 jsonl: each line is the interval's snapshot in the JSON format `--snapshot FILE.json` writes
-(ktop.export, with its "format" field). csv: a header line, then one row of figures per
+(ktop.exports.jsonfile, with its "format" field). csv: a header line, then one row of figures per
 interval, with the top function, lock caller and I/O process named. Strings from the
 recording are escaped (ktop.text.printable): a hostile process name reaches no terminal.
 """
@@ -14,9 +14,9 @@ import json
 import time
 from typing import TextIO
 
-from ktop.export import to_json
+from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID, Snapshot
-from ktop.recording import Recording
+from ktop.record.fileformat import Recording
 from ktop.text import printable
 
 CSV_COLUMNS = (

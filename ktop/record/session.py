@@ -1,7 +1,7 @@
 """Recording live data: `ktop --record FILE` headless, and the `R` key of the live screen.
 
 Both append the newest interval alone (LiveSource.collect(latest=True), or
-interval_snapshot() beside the window the screen shows) through ktop.recording's writer.
+interval_snapshot() beside the window the screen shows) through ktop.record.fileformat's writer.
 Nothing here imports Textual.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ktop.engine import LiveSource, Options
 from ktop.model import Snapshot
-from ktop.recording import RecordingError, RecordWriter
+from ktop.record.fileformat import RecordingError, RecordWriter
 from ktop.text import human_bytes
 
 
