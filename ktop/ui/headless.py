@@ -18,8 +18,17 @@ from rich.console import Console
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
+from ktop.text import printable
 from ktop.ui.app import KtopApp, build_app
-from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
+from ktop.writer import (
+    MODES,
+    PRIVATE,
+    STDOUT,
+    SnapshotError,
+    check_writable,
+    snapshot_format,
+    write_atomically,
+)
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
@@ -54,7 +63,7 @@ async def render_screen(
         if drill:
             if not _open_drill(app, drill):
                 raise SnapshotError(
-                    f"--drill {drill}: no such row in the data collected; "
+                    f"--drill {printable(drill)}: no such row in the data collected; "
                     "run without --drill to see what there is"
                 )
             await pilot.pause(0.3)
@@ -118,5 +127,5 @@ def run_snapshot(
             sys.stdout.write(content)
         sys.stdout.flush()
         return STDOUT
-    write_atomically(path, content)
+    write_atomically(path, content, MODES.get(fmt, PRIVATE))
     return os.path.abspath(path)
