@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -40,8 +41,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.mark.parametrize("user", ["self", "nobody"])
-def test_a_closed_terminal_ends_ktop(user, shared_dir, recorded_snapshot):
+@pytest.mark.parametrize("user,how", [("self", "close"), ("nobody", "close"),
+                                      ("nobody", "SIGHUP")])
+def test_a_closed_terminal_ends_ktop(user, how, shared_dir, recorded_snapshot):
     if user == "nobody" and os.geteuid() != 0:
         pytest.skip("becoming nobody needs root")
     path = make_recording(os.path.join(shared_dir, "r.krec"), recorded_snapshot, count=20)
@@ -57,8 +59,11 @@ def test_a_closed_terminal_ends_ktop(user, shared_dir, recorded_snapshot):
     try:
         drawn = read_until_drawn(master, time.monotonic() + STARTED_S)
         assert b"replay of" in drawn, drawn[-2000:]
-        os.close(master)
-        master = -1
+        if how == "SIGHUP":
+            process.send_signal(signal.SIGHUP)
+        else:
+            os.close(master)
+            master = -1
         before = cpu_seconds(process.pid)
         try:
             code = process.wait(LEAVE_S)
