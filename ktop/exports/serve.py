@@ -55,7 +55,7 @@ def parse_address(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise ValueError(f"write an IPv6 address in brackets, as [{host}]:{port_text}")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"expected [ADDR:]PORT with a port from 1 to 65535, not {text!r}")
     if not host:
         raise ValueError(f"no address before the port in {text!r}")

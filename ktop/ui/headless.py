@@ -18,6 +18,7 @@ from rich.console import Console
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
+from ktop.text import printable
 from ktop.ui.app import KtopApp, build_app
 from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
 
@@ -54,7 +55,7 @@ async def render_screen(
         if drill:
             if not _open_drill(app, drill):
                 raise SnapshotError(
-                    f"--drill {drill}: no such row in the data collected; "
+                    f"--drill {printable(drill)}: no such row in the data collected; "
                     "run without --drill to see what there is"
                 )
             await pilot.pause(0.3)
