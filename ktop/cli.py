@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import os
 import signal
+import stat
 import sys
 import tempfile
+import traceback
 
 from ktop import __version__
 from ktop.engine import Options
@@ -219,6 +223,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.replay is not None:
         from ktop.record.fileformat import is_recording
 
+        # A FIFO or a device would block the first read, before anything is shown.
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.stat(args.replay).st_mode):
+                parser.error(f"--replay {printable(args.replay)}: not a regular file; replay "
+                             "a file written by --record FILE or --snapshot FILE.json")
+
         # A recording's window is chosen on replay (-w); a single snapshot's was fixed.
         recording = is_recording(args.replay)
         live_only = {"-F": args.frequency != 99, "-d": args.interval != 1.0,
@@ -401,7 +411,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `ktop --snapshot - ... | head`
         return 0
     if written != STDOUT:
-        _say(f"wrote {written}")
+        _say(f"wrote {printable(written)}")
     return 0
 
 
@@ -463,23 +473,41 @@ def run_interactive(args: argparse.Namespace) -> int:
     terminal_fd = os.dup(2)
     original_stderr = sys.__stderr__
     log = tempfile.TemporaryFile(mode="w+b")
-    sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False)
+    # backslashreplace: a lone surrogate that escaped escaping must not kill Textual's writer
+    # thread (the screen then froze and ignored q, Ctrl-C and SIGTERM).
+    sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False, encoding="utf-8",
+                               errors="backslashreplace")
     os.dup2(log.fileno(), 2)
     # Started before Textual is even imported: the processes pane's first CPU% interval and
     # the BPF compile run while Textual loads, and the first screen shows them at once.
     source.start(wait=False, patient=True)
+    from rich.console import Console  # noqa: PLC0415 - loaded by Textual anyway, from here on
+
     from ktop.ui.app import build_app  # noqa: PLC0415
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     cgroup=args.cgroup,
                     source_note=note)
+    # Textual prints an unhandled error's traceback here once the terminal is restored.
+    traceback_text = io.StringIO()
+    app.error_console = Console(file=traceback_text, width=120, color_system=None,
+                                force_terminal=False, markup=False, highlight=False)
+    error: BaseException | None = None
     try:
         app.run()
+    except Exception as e:  # outside Textual's own handling (start-up, shut-down)
+        error = e
+        traceback_text.write(traceback.format_exc())
     finally:
         os.dup2(terminal_fd, 2)
         os.close(terminal_fd)
         sys.__stderr__ = original_stderr
         log.close()
+    error = error or getattr(app, "_exception", None)  # Textual keeps the one it handled
+    if error is not None or traceback_text.getvalue().strip():
+        from ktop.crash import crash_line
+
+        return _fail(crash_line(error, traceback_text.getvalue()))
     return app.return_code or 0
 
 

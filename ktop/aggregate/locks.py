@@ -348,12 +348,21 @@ def _counted(profile: LockProfile) -> _Contention:
         waits.user_stacks = {u.frames: _Waits(u.contended, u.total_wait_ns) for u in c.user_stacks}
         waits.task_stacks = {(t.pid, t.comm, t.frames, t.user_frames):
                              _Waits(t.contended, t.total_wait_ns) for t in c.task_stacks}
-    contention.locks = {(int(lock.address, 16), lock.type):
+    contention.locks = {(_recorded_address(lock.address), lock.type):
                         _Waits(lock.contended, lock.total_wait_ns, lock.max_wait_ns)
                         for lock in profile.locks}
     contention.tasks = {(t.pid, t.comm, t.cgroup): _Waits(t.contended, t.total_wait_ns, t.max_wait_ns)
                         for t in profile.tasks}
     return contention
+
+
+def _recorded_address(text: str) -> int:
+    """A recorded lock's address ("0xffff..."); one that is none (a forged file) counts as
+    0, an unknown address, rather than ending the replay."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return 0
 
 
 def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
@@ -362,7 +371,7 @@ def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
     merged = _Contention()
     for profile in profiles:
         merged.merge(_counted(profile))
-    names = {int(lock.address, 16): lock.symbol for p in profiles for lock in p.locks}
+    names = {_recorded_address(lock.address): lock.symbol for p in profiles for lock in p.locks}
     return build_profile(merged, sum(p.window_s for p in profiles), profiles[-1].lost,
                          lambda address: names.get(address, ""))
 

@@ -45,12 +45,12 @@ import math
 import os
 import stat
 import struct
-import tempfile
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ktop import safefs
 from ktop.codec import RecordingError, from_data, to_data
 from ktop.model import Snapshot
 from ktop.panes import figured_panes
@@ -327,14 +327,20 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class RecordWriter:
     """Appends one record per interval to FILE, as root: the file is created (mode 0600: it
-    holds command lines) or continued, never through a symlink; with max_bytes, a ring.
+    holds command lines) or continued, never through a symlink (in the path either: see
+    ktop.safefs); with max_bytes, a ring.
 
     An existing recording is continued after its last whole record (a service restarted
-    goes on with its history); any other existing file is refused, never overwritten.
+    goes on with its history) if this user owns it and nobody else may write it; any other
+    existing file is refused, never overwritten.
     """
 
-    def __init__(self, path: str, max_bytes: int | None = None, level: int = 6) -> None:
+    def __init__(self, path: str, max_bytes: int | None = None, level: int = 6,
+                 exclusive: bool = False) -> None:
+        """exclusive: a new file only (FileExistsError if the name is taken), as `R` makes."""
         self.path = path
+        self.exclusive = exclusive
+        self._dir_fd = -1  # the file's directory, reached without planted links (ktop.safefs)
         self.name = printable(path)
         self.max_bytes = max_bytes
         self.level = level
@@ -348,39 +354,55 @@ class RecordWriter:
         return RecordingError(f"cannot record to {self.name}: {why}")
 
     def _open(self) -> int:
-        directory = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(directory):
-            raise self._fail(f"directory {printable(directory)} does not exist")
-        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+        directory, name = safefs.split(self.path)
+        self._name = name
+        if name in ("", ".", ".."):
+            raise self._fail("it is a directory: name a file")
         try:
-            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return self._continue(flags)
+            self._dir_fd = safefs.open_directory(directory)
+        except safefs.UnsafePath as e:
+            raise self._fail(str(e)) from None
+        except FileNotFoundError:
+            raise self._fail(f"directory {printable(directory)} does not exist") from None
         except OSError as e:
+            raise self._fail(f"{printable(e.filename or directory)}: {e.strerror}") from None
+        try:
+            fd = safefs.create_exclusive(self._dir_fd, name, 0o600, os.O_RDWR)
+        except FileExistsError:
+            if self.exclusive:
+                self._close_dir()
+                raise
+            return self._continue()
+        except OSError as e:
+            self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         try:
-            os.fchmod(fd, 0o600)  # whatever the umask: command lines are not for everyone
             _write_all(fd, file_header())
         except OSError as e:
             os.close(fd)
-            os.unlink(self.path)
+            os.unlink(name, dir_fd=self._dir_fd)
+            self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         self._end = HEADER_SIZE
         self._seq = 0
         return fd
 
-    def _continue(self, flags: int) -> int:
+    def _close_dir(self) -> None:
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    def _continue(self) -> int:
+        """The existing file, continued only if it is a regular file this user owns and
+        nobody else may write: root continuing a file another user made (or may still
+        write) would hand that user the command lines and stacks recorded."""
         try:
-            fd = os.open(self.path, flags)
-        except OSError as e:
-            if os.path.islink(self.path):
-                raise self._fail("it is a symlink, and ktop never writes through one: "
-                                 "name the file itself") from None
-            raise self._fail(e.strerror or str(e)) from None
+            fd = self._open_own()
+        except BaseException:
+            self._close_dir()
+            raise
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise self._fail("it exists and is not a regular file")
             if info.st_size == 0:  # an empty file (touch) holds nothing to lose
                 os.fchmod(fd, 0o600)
                 _write_all(fd, file_header())
@@ -396,9 +418,11 @@ class RecordWriter:
             os.ftruncate(fd, scan.end)  # a torn last record goes: the next one follows whole
         except OSError as e:
             os.close(fd)
+            self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         except RecordingError:
             os.close(fd)
+            self._close_dir()
             raise
         self.continued = len(scan.records)
         self.dropped = scan.dropped
@@ -406,6 +430,37 @@ class RecordWriter:
         self._seq = scan.records[-1].seq + 1 if scan.records else 0
         if self.max_bytes:
             self._offsets.extend(r.offset for r in scan.records)
+        return fd
+
+    def _open_own(self) -> int:
+        """The existing file, opened for writing once it is known to be one ktop may continue."""
+        try:
+            safefs.check_target(self._dir_fd, self._name)
+        except safefs.UnsafePath as e:
+            raise self._fail(str(e).replace("name a new or regular file, or - for standard "
+                                            "output", "name the file itself")) from None
+        try:
+            # O_NONBLOCK: a FIFO swapped in since the check opens without waiting, then is refused.
+            fd = os.open(self._name, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
+                         dir_fd=self._dir_fd)
+        except OSError as e:
+            raise self._fail(e.strerror or str(e)) from None
+        info = os.fstat(fd)
+        problem = ""
+        if not stat.S_ISREG(info.st_mode):
+            problem = f"it is {safefs.kind_of(info.st_mode)}: name a regular file"
+        elif info.st_uid != os.geteuid():
+            problem = (f"it exists and belongs to uid {info.st_uid}, and ktop continues only "
+                       "its own recordings (that user could read what it records): remove "
+                       "it or name another file")
+        elif info.st_mode & 0o022:
+            problem = (f"it exists and others may write it (mode {info.st_mode & 0o777:04o}): "
+                       "ktop continues only a recording nobody else can change; remove it or "
+                       "name another file")
+        if problem:
+            os.close(fd)
+            raise self._fail(problem)
+        os.set_blocking(fd, True)
         return fd
 
     @property
@@ -450,13 +505,12 @@ class RecordWriter:
         while first > 0 and self._end - offsets[first - 1] <= budget:
             first -= 1
         start = offsets[first] if first < len(offsets) else self._end
-        directory = os.path.dirname(os.path.abspath(self.path))
         try:
-            fd, temporary = tempfile.mkstemp(prefix=".ktop-record-", dir=directory)
+            fd, temporary = safefs.create_temporary(self._dir_fd, ".ktop-record-", 0o600,
+                                                    os.O_RDWR)
         except OSError as e:
             raise self._stopped(e) from None
         try:
-            os.fchmod(fd, 0o600)
             _write_all(fd, file_header())
             at = start
             while at < self._end:
@@ -464,11 +518,13 @@ class RecordWriter:
                 _write_all(fd, block)
                 at += len(block)
             os.fsync(fd)
-            os.rename(temporary, self.path)  # replaces the name itself, symlink or not
+            # In the directory opened at the start: a link planted in the path since is not
+            # followed, and the name itself is replaced, symlink or not.
+            os.rename(temporary, self._name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
         except OSError as e:
             os.close(fd)
             try:
-                os.unlink(temporary)
+                os.unlink(temporary, dir_fd=self._dir_fd)
             except OSError:
                 pass
             raise self._stopped(e) from None
@@ -486,3 +542,4 @@ class RecordWriter:
                 pass
             os.close(self._fd)
             self._fd = -1
+        self._close_dir()

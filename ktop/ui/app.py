@@ -258,16 +258,15 @@ class KtopApp(App[None]):
                         f"({recorder.describe()})", timeout=8, markup=False)
         else:
             from ktop.record.fileformat import RecordingError  # noqa: PLC0415
-            from ktop.record.session import SessionRecorder  # noqa: PLC0415 - on the first R only
+            from ktop.record.session import new_session_recorder  # noqa: PLC0415 - on the first R only
 
-            path = os.path.join(self.save_dir, time.strftime("ktop-%Y%m%d-%H%M%S.krec"))
             try:
-                self.recorder = SessionRecorder(path)
+                self.recorder = new_session_recorder(self.save_dir)
             except RecordingError as e:
                 self.notify(str(e), severity="error", markup=False, timeout=8)
                 return
-            self.notify(f"recording to {printable(os.path.abspath(path))} (R stops)", timeout=8,
-                        markup=False)
+            self.notify(f"recording to {printable(os.path.abspath(self.recorder.path))} (R stops)",
+                        timeout=8, markup=False)
         self.main_screen.show_header()
 
     def on_recording_stopped(self, message: RecordingStopped) -> None:
@@ -288,10 +287,10 @@ class KtopApp(App[None]):
         path = os.path.join(self.save_dir, name)
         try:
             write_atomically(path, self.export_screenshot(title="ktop"))
-        except SnapshotError as e:
-            self.notify(str(e), severity="error", timeout=8)
+        except SnapshotError as e:  # one line, its names escaped; never markup
+            self.notify(str(e), severity="error", timeout=8, markup=False)
             return
-        self.notify(f"saved {os.path.abspath(path)}", timeout=8)
+        self.notify(f"saved {printable(os.path.abspath(path))}", timeout=8, markup=False)
 
 
 def build_app(source: DataSource, **kwargs) -> KtopApp:

@@ -20,7 +20,15 @@ from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
 from ktop.text import printable
 from ktop.ui.app import KtopApp, build_app
-from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
+from ktop.writer import (
+    MODES,
+    PRIVATE,
+    STDOUT,
+    SnapshotError,
+    check_writable,
+    snapshot_format,
+    write_atomically,
+)
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
@@ -119,5 +127,5 @@ def run_snapshot(
             sys.stdout.write(content)
         sys.stdout.flush()
         return STDOUT
-    write_atomically(path, content)
+    write_atomically(path, content, MODES.get(fmt, PRIVATE))
     return os.path.abspath(path)

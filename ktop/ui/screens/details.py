@@ -69,7 +69,7 @@ class LockCallerScreen(DetailScreen):
         text.append(printable(c.caller), style="bold cyan")
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
         text.append(
-            f"  ({c.type})   {count_of(c.contended, 'wait')} {self.window_label(window)},"
+            f"  ({printable(c.type)})   {count_of(c.contended, 'wait')} {self.window_label(window)},"
             f" total {format_ns(c.total_wait_ns)}, max {format_ns(c.max_wait_ns)},"
             f" avg {format_ns(c.avg_wait_ns)}"
         )
@@ -179,7 +179,7 @@ class IoProcessScreen(DetailScreen):
         text.append(printable(p.comm), style="bold cyan")
         window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
         text.append(
-            f"  {p.disk} {'reads' if p.rw == 'R' else 'writes'} {self.window_label(window)}:"
+            f"  {printable(p.disk)} {'reads' if p.rw == 'R' else 'writes'} {self.window_label(window)}:"
             f" {count_of(p.requests, 'request')}, {human_bytes(p.bytes)}B,"
             f" avg size {human_bytes(p.bytes / p.requests if p.requests else 0)}B,"
             f" avg {format_ns(p.avg_lat_ms * 1e6)} (queue {format_ns(p.avg_queue_ms * 1e6)})"
@@ -207,7 +207,8 @@ class IoProcessScreen(DetailScreen):
             requests.add_column(name, justify="left" if name in ("DISK", "T") else "right")
         recent = self._recent()
         for r in recent:
-            requests.add_row(f"{r.time_s:.6f}", r.disk, r.rw, str(r.sector), str(r.bytes),
+            requests.add_row(f"{r.time_s:.6f}", Text(printable(r.disk)), Text(printable(r.rw)),
+                             str(r.sector), str(r.bytes),
                              f"{r.queue_ms:.3f}", f"{r.lat_ms:.3f}")
         parts = [*lines, _histogram_table("latency distribution of this process", p.hist_us, 1000),
                  heading("recent requests of this process"), requests]

@@ -13,6 +13,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ktop.text import printable
+
 # (pane, loss name, count, why), as header.loss_lines gives them, and the window's label.
 Losses = tuple[list[tuple[str, str, int, str]], str]
 
@@ -45,7 +47,7 @@ class LossesScreen(ModalScreen[None]):
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
         table.add_column(ratio=1)
         for pane, name, count, why in rows:
-            what = Text(name, style="bold")
+            what = Text(printable(name), style="bold")  # a replayed file names its own
             what.append(f"  in {pane}\n", style="dim")
             what.append(why)
             table.add_row(Text(str(count)), what)
