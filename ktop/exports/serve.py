@@ -69,13 +69,16 @@ def _wants_openmetrics(accept: str) -> bool:
 class _DeadlineIO(socket.SocketIO):
     """A socket's reads bounded by one deadline for a whole request, not per read."""
 
-    deadline = 0.0
+    def __init__(self, connection: socket.socket) -> None:
+        super().__init__(connection, "rb")
+        self._connection = connection
+        self.deadline = 0.0
 
     def readinto(self, b) -> int | None:  # type: ignore[override]
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("no whole request in time")
-        self._sock.settimeout(left)
+        self._connection.settimeout(left)
         return super().readinto(b)
 
 
@@ -88,7 +91,7 @@ class _MetricsHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.rfile.close()  # the socket stays open: ours reads it under the deadline
-        self._reader = _DeadlineIO(self.connection, "rb")
+        self._reader = _DeadlineIO(self.connection)
         self.rfile = io.BufferedReader(self._reader)
 
     def handle_one_request(self) -> None:
