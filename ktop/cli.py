@@ -24,14 +24,27 @@ MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most mach
 GC_THRESHOLDS = (10_000, 10, 10)  # Python's default: (700, 10, 10)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
+# The longest any duration may be: far beyond use, far within what a timer can wait
+# (threading's limit is ~292 years; 1e10 s overflowed it).
+MAX_INTERVAL_S = 24 * 3600  # -d and -w
+MAX_DURATION_S = 366 * 24 * 3600  # --duration of a --record
+
+
+def _seconds(limit: float, what: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 < value <= limit:  # NaN too
+            raise argparse.ArgumentTypeError(
+                f"must be a positive number of seconds up to {limit:.0f} ({what}), not {text}")
+        return value
+    return parse
+
+
+_positive_float = _seconds(MAX_INTERVAL_S, "a day")
+_duration = _seconds(MAX_DURATION_S, "a year")
 
 
 def _frequency(text: str) -> int:
@@ -101,8 +114,8 @@ def _megabytes(text: str) -> int:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of megabytes: {text!r}") from None
-    if not 1 <= value <= 1 << 30:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (MB), not {text}")
+    if not 1 <= value <= 1 << 30:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be from 1 to {1 << 30} (MB), not {text}")
     return int(value * 1_000_000)
 
 
@@ -117,7 +130,7 @@ def _drill(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected {', '.join(_DRILL_FORMS[:-1])} or {_DRILL_FORMS[-1]}, not {text!r}"
         )
-    if by[pane] == "pid" and not what.isdigit():
+    if by[pane] == "pid" and not (what.isascii() and what.isdigit()):
         raise argparse.ArgumentTypeError(f"{pane} takes a pid, not {what!r}")
     return text
 
@@ -162,7 +175,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top", type=_series, metavar="N",
                         help="with --serve or .prom: series for the top N functions, lock "
                         "callers, disks and processes, the rest summed as other (default 20)")
-    parser.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+    parser.add_argument("--duration", type=_duration, metavar="SECONDS",
                         help="how long --snapshot collects (default 3), or --record records "
                         "(default: until SIGINT or SIGTERM)")
     parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
@@ -191,6 +204,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "line per interval")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
+    for option, path in (("--snapshot", args.snapshot), ("--record", args.record),
+                         ("--replay", args.replay)):
+        if path == "":
+            parser.error(f"{option} needs a file name, not an empty one")
     if args.serve is not None:
         _check_serve(parser, args)
     elif args.snapshot is None and (args.size != (160, 50) or args.drill):
@@ -227,7 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if given:
             parser.error(f"{', '.join(given)} shape live collection; --replay shows recorded data")
         if (args.at or args.dump) and not recording:
-            parser.error("--at and --dump need a recording (--record FILE), not a snapshot")
+            parser.error(f"--at and --dump need a recording (--record FILE); "
+                         f"{printable(args.replay)} is not one")
     return args
 
 
