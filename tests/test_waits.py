@@ -24,7 +24,7 @@ from ktop.collectors.waits import (
 from ktop.engine import RecordedSource
 from ktop.exports.folded import to_folded
 from ktop.exports.openmetrics import to_prom
-from ktop.exports.pprof import SAMPLE_TYPES, profile_class
+from ktop.exports.pprof import PROFILES, profile_class
 from ktop.model import UserFrame
 from ktop.symbolize.kernel import Kallsyms
 from ktop.ui.app import build_app
@@ -223,9 +223,9 @@ def test_exports_carry_off_cpu_time(recorded_snapshot):
     profile = profile_class()()
     from ktop.exports.pprof import to_pprof
 
-    profile.ParseFromString(gzip.decompress(to_pprof(snapshot)))
+    profile.ParseFromString(gzip.decompress(to_pprof(snapshot, of="offcpu")))
     names = [profile.string_table[t.type] for t in profile.sample_type]
-    assert ("off_cpu", "nanoseconds") in SAMPLE_TYPES and "runqueue" in names
+    assert names == [kind for kind, _unit in PROFILES["offcpu"]] == ["runqueue", "off_cpu"]
     off_cpu = names.index("off_cpu")
     assert sum(s.value[off_cpu] for s in profile.sample) == 900_000_000
     prom = to_prom(snapshot)
