@@ -23,12 +23,22 @@ from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, 
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
-    """Run the live collectors for the duration; the data covers all of it (cumulative)."""
+    """Run the live collectors for the duration, from the moment every pane is attached (so
+    all cover the same seconds), draining them every interval as the screen does; the data
+    covers all of it (cumulative)."""
     source = LiveSource(options)
     source.cumulative = True
     try:
         source.start()
-        time.sleep(duration_s)
+        source.restart_span()
+        began = time.monotonic()
+        end = began + duration_s
+        ticks = 1
+        while (following := began + ticks * options.interval_s) < end:
+            time.sleep(max(0.0, following - time.monotonic()))
+            source.keep_up()
+            ticks += 1
+        time.sleep(max(0.0, end - time.monotonic()))
         return source.collect()
     finally:
         source.close()

@@ -13,8 +13,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-# (pane, loss name, count, why), as header.loss_lines gives them, and the window's label.
-Losses = tuple[list[tuple[str, str, int, str]], str]
+# (pane, loss name, count, why, counts intact), as header.loss_lines gives them, and the
+# window's label.
+Losses = tuple[list[tuple[str, str, int, str, bool]], str]
 
 
 class LossesScreen(ModalScreen[None]):
@@ -44,11 +45,12 @@ class LossesScreen(ModalScreen[None]):
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
         table.add_column(ratio=1)
-        for pane, name, count, why in rows:
+        for pane, name, count, why, intact in rows:
             what = Text(name, style="bold")
-            what.append(f"  in {pane}\n", style="dim")
+            what.append(f"  in {pane}", style="dim")
+            what.append("  no count lost\n" if intact else "\n", style="bold green")
             what.append(why)
-            table.add_row(Text(str(count)), what)
+            table.add_row(Text(str(count), style="dim" if intact else ""), what)
         self.query_one("#losses-box").border_title = f"lost in the last {window} (Esc closes)"
         self.query_one("#losses-list", Static).update(
             table if rows else Text("nothing lost: every event was counted"))

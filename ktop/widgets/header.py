@@ -48,9 +48,13 @@ LOSS_REASONS = {
     "totals_full": "the per-process counters were full: a completion is not counted",
     "hist_full": "the latency histogram map was full: a latency is not counted",
     "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
-    "ringbuf_full": "the request stream dropped one (recent requests); the counters have it",
+    "ringbuf_full": "the stream of recent requests dropped one: missing from that list "
+                    "only, every count has it",
 }
 _PANE_OF_LOSS = {"cpu": "1 Hot kernel functions", "lock": "2 Lock contention", "io": "3 Block I/O"}
+# Losses that cost no count (what they dropped is counted all the same): told apart from
+# those that do, or a busy disk's dropped list entries read as thousands of lost samples.
+COUNTS_INTACT = frozenset({"io.ringbuf_full"})
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:
@@ -64,16 +68,17 @@ def losses(snapshot: Snapshot) -> dict[str, int]:
     return lost
 
 
-def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str]]:
-    """(pane, loss name, count, why it happens) for each loss in the window."""
+def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str, bool]]:
+    """(pane, loss name, count, why it happens, whether counts are intact) for each loss in
+    the window: those that cost counts first."""
     if snapshot is None:
         return []
     rows = []
     for key, count in losses(snapshot).items():
         prefix, name = key.split(".", 1)
         rows.append((_PANE_OF_LOSS[prefix], name, count,
-                     LOSS_REASONS.get(name, "counted by the BPF program")))
-    return rows
+                     LOSS_REASONS.get(name, "counted by the BPF program"), key in COUNTS_INTACT))
+    return sorted(rows, key=lambda row: row[4])  # stable: each pane's order kept
 
 
 def header_text(
@@ -130,11 +135,16 @@ def header_text(
     else:  # attached, its first drain not yet in
         text.append("   CPU sampling: waiting for the first samples", style="dim")
     text.append("\n")
-    total = sum(losses(snapshot).values())
+    lost = losses(snapshot)
+    intact = sum(count for key, count in lost.items() if key in COUNTS_INTACT)
+    total = sum(lost.values()) - intact
     if total:
         text.append(f"lost {total} (L lists)", style="bold yellow")
     else:
         text.append("lost none", style="dim")
+    if intact:
+        text.append(f"  {intact} not in recent requests, counts intact"
+                    f"{'' if total else ' (L lists)'}", style="dim")
     text.append(f"   kernel {snapshot.kernel}  headers: {snapshot.headers}", style="dim")
     return text
 
