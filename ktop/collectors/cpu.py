@@ -34,9 +34,10 @@ LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "counts_map_full",
 )
 # Decoded counter keys, and stacks read, remembered while in use: past this many, those not
-# met since the last time it was passed are forgotten (process churn never stops adding keys).
-ROWS_KEPT = 16384
-STACKS_KEPT = 16384
+# met since the last time it was passed are forgotten (process churn never stops adding keys:
+# at 4000 Hz ~2,000 new user stacks a second, each a few hundred bytes).
+ROWS_KEPT = 8192
+STACKS_KEPT = 4096
 MAX_STACK_DEPTH = 127  # PERF_MAX_STACK_DEPTH: a stack this deep may have been cut
 
 
