@@ -23,15 +23,12 @@ from textual.worker import get_current_worker
 
 from ktop.cgroups import cgroup_exists
 from ktop.engine import DataSource
-from ktop.model import PANE_FUNCTIONS, PANES, Snapshot
+from ktop.model import PANE_FUNCTIONS, Snapshot
+from ktop.panes import PANES
 from ktop.text import printable
-from ktop.widgets.blockio import BlockIoPane
 from ktop.widgets.compositor import ChangedRowsScreen
-from ktop.widgets.functions import FunctionsPane
 from ktop.widgets.header import Badge, HeaderBar, loss_lines
-from ktop.widgets.locks import LocksPane
 from ktop.widgets.pane import CgroupFilter, Display, Pane
-from ktop.widgets.processes import ProcessesPane
 from ktop.widgets.table import KeyedTable
 from ktop.widgets.tabs import PaneTabs
 from ktop.writer import SnapshotError, write_atomically
@@ -39,10 +36,8 @@ from ktop.writer import SnapshotError, write_atomically
 if TYPE_CHECKING:
     from ktop.recorder import SessionRecorder
 
-PANE_ORDER = tuple(PANES)
-# The pane widgets, in screen order (their keys are 1, 2, 3...): a new pane is added here.
-PANE_WIDGETS = (FunctionsPane, LocksPane, BlockIoPane, ProcessesPane)
-assert tuple(pane.PANE for pane in PANE_WIDGETS) == PANE_ORDER, "model.PANES has the order"
+# Number keys for up to this many panes (ktop.panes has them, in order).
+MAX_PANES = 9
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
@@ -90,9 +85,9 @@ class KtopApp(App[None]):
         Binding("question_mark,f1", "help", "Help"),
         Binding("tab", "focus_pane_step(1)", "Next pane", show=False, priority=True),
         Binding("shift+tab", "focus_pane_step(-1)", "Previous pane", show=False, priority=True),
-        # 1, 2, 3...: the panes in screen order.
-        *(Binding(str(i), f"focus_pane('{pane.PANE}')", pane.KEY_LABEL, show=False)
-          for i, pane in enumerate(PANE_WIDGETS, 1)),
+        # 1, 2, 3...: the panes in screen order (the help names them from ktop.panes).
+        *(Binding(str(i), f"focus_pane_number({i})", f"pane {i}", show=False)
+          for i in range(1, MAX_PANES + 1)),
         Binding("space", "pause", "Pause", priority=True),
         Binding("i", "toggle_idle", "Idle rows"),
         Binding("c", "toggle_cumulative", "Cumulative"),
@@ -149,7 +144,8 @@ class KtopApp(App[None]):
         self.compact = False  # one pane at a time, with tabs (a small terminal)
         self._panes: dict[str, Pane] = {}
         self._header: HeaderBar | None = None
-        self.compact_pane = PANE_ORDER[0]  # the pane shown then
+        self.pane_order = tuple(spec.name for spec in PANES)
+        self.compact_pane = self.pane_order[0]  # the pane shown then
         self.note = ""
         self.source_note = source_note  # "replay of FILE": the data is not live
         self.latest: Snapshot | None = None  # newest data, even while paused or drilled in
@@ -157,8 +153,7 @@ class KtopApp(App[None]):
         self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
         self._collected_at: float | None = None  # the first snapshot, when collected at mount
         self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
-        # A replayed recording (ktop.replay.ReplaySource) moves through time; nothing else does.
-        self.timeline = source if hasattr(source, "go_to_time") else None
+        self.timeline = source.timeline  # a replayed recording moves through time
         self._prompt_for = ""
 
     # ---- layout -------------------------------------------------------------------------
@@ -173,11 +168,11 @@ class KtopApp(App[None]):
             from ktop.widgets.timeline import TimelineBar  # noqa: PLC0415
 
             yield TimelineBar(self.timeline.view(), id="timeline")
-        yield PaneTabs([(p.PANE, f"{i} {p.KEY_LABEL}") for i, p in enumerate(PANE_WIDGETS, 1)],
-                      id="tabs")
+        yield PaneTabs([(spec.name, f"{spec.number} {spec.key_label}", f"{spec.number} {spec.short_label}")
+                        for spec in PANES], id="tabs")
         with Grid(id="panes"):
-            for pane in PANE_WIDGETS:
-                yield pane()
+            for spec in PANES:
+                yield spec.widget()()
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
         if self.timeline is not None:
             yield Input(id="timeline-prompt")
@@ -188,8 +183,9 @@ class KtopApp(App[None]):
         self._fit_layout(self.size.width, self.size.height, first=True)
         if self.timeline is not None:
             self.query_one("#timeline-prompt", Input).display = False
-            if self.timeline.recording.dropped:
-                self.notify(f"the recording's end was cut off: {self.timeline.recording.dropped}",
+            dropped = self.timeline.view().note
+            if dropped:
+                self.notify(f"the recording's end was cut off: {dropped}",
                             severity="warning", timeout=10, markup=False)
         self.header_bar().show(None)
         self.pane(PANE_FUNCTIONS).table.focus()
@@ -214,6 +210,11 @@ class KtopApp(App[None]):
         snapshot = source.collect()
         self._collected_at = time.monotonic()
         self.on_snapshot_ready(SnapshotReady(snapshot))
+
+    @property
+    def cumulative(self) -> bool:
+        """The figures are since start (key c): drill-downs say so."""
+        return self.source.cumulative
 
     @property
     def main_screen(self):
@@ -298,7 +299,7 @@ class KtopApp(App[None]):
         if snapshot is None:
             return
         with self.batch_update():
-            for name in PANE_ORDER:
+            for name in self.pane_order:
                 self.pane(name).show(snapshot, self.display_settings)
 
     def _badges(self) -> list[Badge]:
@@ -311,13 +312,13 @@ class KtopApp(App[None]):
         cgroup = self._cgroup_note()
         if cgroup:
             badges.append(Badge(cgroup))
-        for name in PANE_ORDER:
+        for name in self.pane_order:
             try:
                 pane = self.pane(name)
             except NoMatches:
                 continue
             if pane.table.filter_text:
-                badges.append(Badge(f"{pane.TITLE[0]}: /{pane.table.filter_text}"))
+                badges.append(Badge(f"{pane.spec.number}: /{pane.table.filter_text}"))
         if self.paused:
             badges.append(Badge("PAUSED"))
         if self.source_note.startswith("replay of "):
@@ -382,14 +383,19 @@ class KtopApp(App[None]):
             self._show_layout()
         self.pane(name).table.focus()
 
+    def action_focus_pane_number(self, number: int) -> None:
+        if number <= len(self.pane_order):
+            self.action_focus_pane(self.pane_order[number - 1])
+
     def action_focus_pane_step(self, step: int) -> None:
         if self.screen is not self.main_screen:  # Tab on a drill-down switches its view
             cycle = getattr(self.screen, "action_cycle_view", None)
             if cycle:
                 cycle()
             return
-        current = PANE_ORDER.index(self.focused_pane().PANE)
-        self.action_focus_pane(PANE_ORDER[(current + step) % len(PANE_ORDER)])
+        order = self.pane_order
+        current = order.index(self.focused_pane().PANE)
+        self.action_focus_pane(order[(current + step) % len(order)])
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -424,7 +430,8 @@ class KtopApp(App[None]):
             return
         pane = self.focused_pane()
         view = pane.cycle_view(self.snapshot, self.display_settings)
-        self.notify(f"{pane.KEY_LABEL}: {view}" if view else f"{pane.KEY_LABEL}: one view only")
+        label = pane.spec.key_label
+        self.notify(f"{label}: {view}" if view else f"{label}: one view only")
 
     def action_sort(self, step: int) -> None:
         if self.screen is not self.main_screen:
@@ -510,15 +517,24 @@ class KtopApp(App[None]):
 
     def _show_layout(self) -> None:
         """The zoomed pane alone; on a small screen the chosen pane alone, under tabs; else
-        all four."""
+        every pane, two a row (an odd last one the row's width)."""
         alone = self.zoomed or (self.compact_pane if self.compact else None)
         screen = self.main_screen
-        screen.query_one("#panes", Grid).set_class(alone is not None, "zoomed")
+        grid = screen.query_one("#panes", Grid)
+        count = 1 if alone is not None else len(self.pane_order)
+        columns = min(2, count)
+        rows = (count + 1) // 2 if count > 1 else 1
+        grid.styles.grid_size_columns, grid.styles.grid_size_rows = columns, rows
+        grid.styles.grid_columns = " ".join(["1fr"] * columns)
+        grid.styles.grid_rows = " ".join(["1fr"] * rows)
         tabs = screen.query_one("#tabs", PaneTabs)
         tabs.display = self.compact
         tabs.show(alone or self.compact_pane)
-        for pane_name in PANE_ORDER:
-            self.pane(pane_name).display = alone is None or pane_name == alone
+        for index, pane_name in enumerate(self.pane_order):
+            pane = self.pane(pane_name)
+            pane.display = alone is None or pane_name == alone
+            odd_last = alone is None and count % 2 == 1 and index == count - 1 and count > 1
+            pane.styles.column_span = 2 if odd_last else 1
 
     # ---- drill-down ---------------------------------------------------------------------
 
@@ -535,7 +551,7 @@ class KtopApp(App[None]):
         elif isinstance(target, CgroupFilter):
             self._set_cgroup(target.path)
         elif target is not None:
-            self.push_screen(target(lambda: self.latest))
+            self.push_screen(target(self))
         return target is not None
 
     def action_filter_cgroup(self) -> None:
@@ -562,7 +578,13 @@ class KtopApp(App[None]):
     def action_help(self) -> None:
         from ktop.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: 7 ms at start)
 
-        keys = bindings_help([b for b in self.BINDINGS if self._applies(b.action)]) + [
+        bindings = [b for b in self.BINDINGS if self._applies(b.action)]
+        first = next(i for i, b in enumerate(bindings) if b.action.startswith("focus_pane_number"))
+        keys = [
+            *bindings_help(bindings[:first]),
+            *((str(spec.number), spec.key_label) for spec in PANES),  # the panes by number
+            *bindings_help([b for b in bindings[first:]
+                            if not b.action.startswith("focus_pane_number")]),
             ("Up Down PgUp PgDn" + ("" if self.timeline else " Home End"),
              "move in the focused table"),
             ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),

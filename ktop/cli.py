@@ -12,7 +12,8 @@ import tempfile
 
 from ktop import __version__
 from ktop.engine import Options
-from ktop.model import PANE_FUNCTIONS, PANES
+from ktop.model import PANE_FUNCTIONS
+from ktop.panes import PANES
 from ktop.text import printable
 
 MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most machines anyway
@@ -101,16 +102,17 @@ def _megabytes(text: str) -> int:
 
 
 # PANE:WHAT for each pane, as --drill takes it: functions:SYMBOL, ..., processes:PID.
-_DRILL_FORMS = [f"{pane}:{field.upper()}" for pane, field in PANES.items()]
+_DRILL_FORMS = [f"{spec.name}:{spec.drill_by.upper()}" for spec in PANES]
 
 
 def _drill(text: str) -> str:
     pane, sep, what = text.partition(":")
-    if not sep or not what or pane not in PANES:
+    by = {spec.name: spec.drill_by for spec in PANES}
+    if not sep or not what or pane not in by:
         raise argparse.ArgumentTypeError(
             f"expected {', '.join(_DRILL_FORMS[:-1])} or {_DRILL_FORMS[-1]}, not {text!r}"
         )
-    if PANES[pane] == "pid" and not what.isdigit():
+    if by[pane] == "pid" and not what.isdigit():
         raise argparse.ArgumentTypeError(f"{pane} takes a pid, not {what!r}")
     return text
 

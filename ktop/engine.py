@@ -15,7 +15,7 @@ import platform
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,11 +25,14 @@ from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, CpuTimes, Snapshot, UserFrame
+from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
+from ktop.panes import Aggregator, Collector, bpf_panes
 from ktop.symbols import Kallsyms
 from ktop.units import format_span
 
 if TYPE_CHECKING:
+    from ktop.recording import RecordInfo
+    from ktop.replay import TimelineView
     from ktop.usersyms import UserSymbolizer
 
 
@@ -40,7 +43,24 @@ class Options:
     window_s: float = 5.0
     cumulative: bool = False
     vmlinux: str | None = None  # debug ELF of the kernel for file:line (default: distro path)
-    panes: frozenset[str] = frozenset({PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO})
+    panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
+
+
+class Timeline(Protocol):
+    """A recording as a data source moves through time (ktop.replay.ReplaySource): what the
+    app's timeline keys and bar need of it."""
+
+    records: Sequence[RecordInfo]
+    interval_s: float  # a record's typical span
+
+    def view(self) -> TimelineView: ...
+    def go_to(self, index: int) -> None: ...
+    def step(self, records: int) -> None: ...
+    def step_seconds(self, seconds: float) -> None: ...
+    # Raises ValueError, with a message for the user, for a time the recording does not hold.
+    def go_to_time(self, text: str) -> None: ...
+    def set_window(self, records: int) -> None: ...
+    def collect(self) -> Snapshot: ...
 
 
 class DataSource(Protocol):
@@ -48,6 +68,7 @@ class DataSource(Protocol):
 
     cumulative: bool
     live: bool  # False for recorded data: its window cannot change
+    timeline: Timeline | None  # a recording's, which the user moves through
     # Called (from any thread) when a pane's collector has attached: worth a refresh soon.
     on_attached: Callable[[], None] | None
 
@@ -61,64 +82,13 @@ class DataSource(Protocol):
     def hurry_loading(self) -> None: ...
 
 
-class Collector(Protocol):
-    """Loads and attaches its BPF program in start(); drain() empties what it counted."""
-
-    def start(self) -> None: ...
-    def drain(self) -> Any: ...
-    def close(self) -> None: ...
-
-
-class Aggregator(Protocol):
-    """Folds drains into a window and builds the pane's profile from it."""
-
-    def add(self, drain: Any) -> None: ...
-    def profile(self, cumulative: bool = False) -> Any: ...
-    def fold_exited(self, is_alive: Callable[[int], bool]) -> None: ...
-
-
 @dataclass(frozen=True)
 class PaneSpec:
-    """A BPF pane: its name (the Snapshot field it fills) and how to build its collector
-    and aggregator. Building may raise Unavailable: the pane then says why."""
+    """A BPF pane as the engine loads it: its name and how to build its collector and
+    aggregator (ktop.panes gives each pane's; tests hand the engine their own)."""
 
     name: str
     build: Callable[[LiveSource], tuple[Collector, Aggregator]]
-
-
-def _build_functions(source: LiveSource) -> tuple[Collector, Aggregator]:
-    from ktop.aggregate.cpu import CpuAggregator  # noqa: PLC0415
-    from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
-    from ktop.symbols import IdleClassifier  # noqa: PLC0415
-
-    options = source.options
-    kallsyms = source.kallsyms()
-    sampler = CpuSampler(options.hz, options.interval_s,
-                         idle_code=IdleClassifier(kallsyms).code_ranges(),
-                         compiler_pid=loader.compiler_pid())
-    lines, line_info = source.kernel_lines()
-    return sampler, CpuAggregator(
-        kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,
-        source_line=lines.lookup if lines else None, line_info=line_info,
-    )
-
-
-def _build_locks(source: LiveSource) -> tuple[Collector, Aggregator]:
-    from ktop.aggregate.locks import LockAggregator  # noqa: PLC0415
-    from ktop.collectors.locks import LockCollector  # noqa: PLC0415
-
-    return LockCollector(source.options.interval_s), LockAggregator(
-        source.kallsyms(), source.options.window_s, resolve_user=source.resolve_user
-    )
-
-
-def _build_blockio(source: LiveSource) -> tuple[Collector, Aggregator]:
-    from ktop.aggregate.blockio import BlockAggregator  # noqa: PLC0415
-    from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
-
-    return BlockCollector(source.options.interval_s), BlockAggregator(
-        source.options.window_s, symbols=source.kallsyms()
-    )
 
 
 # glibc keeps what each thread frees in that thread's arena: hand it back now and then, or
@@ -142,19 +112,18 @@ COMPILE_NICE = 10
 # own start-up is most of the head start), or after this long without one.
 FIRST_FRAME_WAIT_S = 1.0
 
-# In load order: the first is what a user looks at first.
-BPF_PANES = (
-    PaneSpec(PANE_FUNCTIONS, _build_functions),
-    PaneSpec(PANE_LOCKS, _build_locks),
-    PaneSpec(PANE_BLOCKIO, _build_blockio),
-)
+def bpf_specs() -> list[PaneSpec]:
+    """Every BPF pane of ktop.panes, in load order."""
+    return [PaneSpec(spec.name, spec.build) for spec in bpf_panes() if spec.build is not None]
 
 
 class LiveSource:
     live = True
+    timeline = None
 
-    def __init__(self, options: Options = Options(), specs: Iterable[PaneSpec] = BPF_PANES) -> None:
+    def __init__(self, options: Options = Options(), specs: Iterable[PaneSpec] | None = None) -> None:
         self.options = options
+        specs = bpf_specs() if specs is None else specs
         self.cumulative = options.cumulative
         self.on_attached: Callable[[], None] | None = None
         self._specs = [spec for spec in specs if spec.name in options.panes]
@@ -263,6 +232,8 @@ class LiveSource:
             del self._loading[spec.name]
             if reason:
                 self._unavailable[spec.name] = reason
+            elif pair is None:
+                raise AssertionError("built without a reason or a pair")
             elif self._closed:  # quit while this one compiled
                 pair[0].close()
             else:
@@ -317,7 +288,7 @@ class LiveSource:
         processes = self._processes.collect()
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
-        cpu_profile = profiles.get(PANE_FUNCTIONS)
+        cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
         now = time.monotonic()
         # Without CPU samples, a record's span is the time since the last collect.
         self._last_span = now - (self._last_collect or self.started_at)
@@ -340,10 +311,8 @@ class LiveSource:
             taken_at=time.time(),
             duration_s=duration,
             headers=self.headers,
-            cpu=cpu_profile,
             processes=processes,
-            locks=profiles.get(PANE_LOCKS),
-            blockio=profiles.get(PANE_BLOCKIO),
+            **self._profile_fields(profiles),
             unavailable=unavailable,
             loading=loading,
             cost=self._self_cost.measure(),
@@ -405,6 +374,11 @@ class LiveSource:
         self._proc_stat_split()
         self._last_collect = self._span_start = time.monotonic()
 
+    @staticmethod
+    def _profile_fields(profiles: dict[str, Any]) -> dict[str, Any]:
+        """Each BPF pane's profile by its Snapshot field (None for one not running)."""
+        return {spec.field: profiles.get(spec.name) for spec in bpf_panes()}
+
     def _proc_stat_split(self) -> CpuTimes | None:
         """The CPU split since the last collect, from /proc/stat: without root (or while the
         sampler loads) the header still has it."""
@@ -421,12 +395,13 @@ class LiveSource:
         with self._lock:
             running = dict(self._running)
         profiles: dict[str, Any] = {}
-        for name, field in ((PANE_FUNCTIONS, "cpu"), (PANE_LOCKS, "locks"), (PANE_BLOCKIO, "blockio")):
-            if getattr(shown, field) is not None and name in running:
-                profiles[field] = running[name][1].profile(latest=True)
+        for spec in bpf_panes():
+            if getattr(shown, spec.field) is not None and spec.name in running:
+                profiles[spec.field] = running[spec.name][1].profile(latest=True)
+            else:
+                profiles[spec.field] = None
         cpu = profiles.get("cpu")
-        return replace(shown, **{"cpu": None, "locks": None, "blockio": None, **profiles},
-                       duration_s=cpu.window_s if cpu else self._last_span)
+        return replace(shown, **profiles, duration_s=cpu.window_s if cpu else self._last_span)
 
     def _loading_text(self) -> dict[str, str]:
         now = time.monotonic()
@@ -454,6 +429,7 @@ class RecordedSource:
     """Replays snapshots (from JSON files or tests): the UI without root or a kernel."""
 
     live = False
+    timeline = None
 
     def __init__(self, snapshots: list[Snapshot]) -> None:
         if not snapshots:

@@ -9,20 +9,8 @@ from collections.abc import Mapping, Sequence
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.model import (
-    BlockProfile,
-    Bucket,
-    BuiltOnRead,
-    CpuProfile,
-    CpuTimes,
-    DiskStats,
-    HotFunction,
-    IoProcess,
-    IoRequest,
-    LockProfile,
-    ProcessRow,
-    Snapshot,
-)
+from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop.panes import PANES
 from ktop.stacktree import callers_tree
 from ktop.text import printable
 
@@ -31,17 +19,9 @@ from ktop.text import printable
 FORMAT = 2
 
 # Floats are written rounded to what they can mean; those not named here are written whole.
-ROUNDING: dict[type, dict[str, int]] = {
+ROUNDING: dict[type, Mapping[str, int]] = {
     Snapshot: {"duration_s": 3},
-    CpuProfile: {"window_s": 3},
-    CpuTimes: {"user": 2, "kernel": 2, "idle": 2, "steal": 2},
-    HotFunction: {"percent": 3, "children_percent": 3},
-    LockProfile: {"window_s": 3},
-    BlockProfile: {"window_s": 3},
-    DiskStats: {"avg_lat_ms": 4},
-    IoProcess: {"avg_lat_ms": 4, "avg_queue_ms": 4},
-    IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4},
-    ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0},
+    **{cls: digits for spec in PANES for cls, digits in spec.rounding.items()},
 }
 
 # Written as a list of their fields, not an object: histograms always were [low, high, count].

@@ -13,14 +13,11 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-# Pane names, used as keys of Snapshot.unavailable and in --drill.
+# Pane names, used as keys of Snapshot.unavailable and in --drill (ktop.panes has each pane).
 PANE_FUNCTIONS = "functions"
 PANE_LOCKS = "locks"
 PANE_BLOCKIO = "blockio"
 PANE_PROCESSES = "processes"
-# The panes in screen order, each with the field of its rows `--drill PANE:WHAT` names a
-# row by: a hot function's symbol, a lock's caller, a process's pid.
-PANES = {PANE_FUNCTIONS: "symbol", PANE_LOCKS: "caller", PANE_BLOCKIO: "pid", PANE_PROCESSES: "pid"}
 
 # The pid of rows that fold together processes (or threads) that have exited, one row per
 # command, in the totals kept since start: pids churn, and the totals must stay bounded.

@@ -55,6 +55,7 @@ from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
 from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
 
@@ -69,6 +70,7 @@ FRAME_SIZE = _FRAME.size  # 44
 MAX_PAYLOAD = 256 << 20
 MAX_JSON = 1 << 30
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
+FIGURES = 3  # f32 figures in a frame: kernel CPU %, lock wait ms, I/O latency ms
 CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
 
 
@@ -93,6 +95,11 @@ class RecordInfo:
     @property
     def size(self) -> int:
         return FRAME_SIZE + self.length
+
+    @property
+    def figures(self) -> tuple[float, ...]:
+        """In the order of ktop.panes.figured_panes()."""
+        return self.kernel_percent, self.lock_wait_ms, self.io_latency_ms
 
 
 # ---- a snapshot as a record's payload -----------------------------------------------------
@@ -237,20 +244,11 @@ def decode_snapshot(payload: bytes) -> Snapshot:
     return snapshot
 
 
-def _figures(snapshot: Snapshot) -> tuple[float, float, float]:
-    """(kernel CPU %, lock wait ms, I/O latency ms) of one interval, NaN where unknown."""
-    nan = math.nan
-    kernel = snapshot.cpu.times.kernel if snapshot.cpu else nan
-    locks = snapshot.locks
-    lock_wait = sum(c.total_wait_ns for c in locks.callers) / 1e6 if locks else nan
-    io = snapshot.blockio
-    if io is None:
-        latency = nan
-    else:
-        requests = sum(d.reads + d.writes for d in io.disks)
-        weighted = sum(d.avg_lat_ms * (d.reads + d.writes) for d in io.disks)
-        latency = weighted / requests if requests else 0.0
-    return kernel, lock_wait, latency
+def _figures(snapshot: Snapshot) -> tuple[float, ...]:
+    """The timeline figures of one interval, NaN where unknown: the frame keeps FIGURES, the
+    first panes' of ktop.panes that have one (their order is the format's)."""
+    figures = [spec.figure.value(snapshot) for spec in figured_panes() if spec.figure]
+    return (*figures, *[math.nan] * FIGURES)[:FIGURES]
 
 
 def frame_record(seq: int, snapshot: Snapshot, level: int = 6) -> bytes:

@@ -127,20 +127,28 @@ def hot_functions(stacks: Iterable[StackSample], expected_samples: float) -> tup
     percent is the share of `expected_samples` (Hz x window x CPUs): of machine CPU time.
     Children counts the samples whose kernel stack holds the function anywhere (perf's
     --children), once per stack however often it recurs."""
-    totals: dict[tuple[str, str], int] = {}
-    idle: set[tuple[str, str]] = set()
+    selfs, idle_selfs, children, idle_children = function_counts(stacks)
+    return ranked_functions(selfs, set(idle_selfs), expected_samples, children, idle_children)
+
+
+def function_counts(stacks: Iterable[StackSample]) -> tuple[Counter, Counter, Counter, Counter]:
+    """Samples by the (function, module) they landed in and through each (Self and
+    Children), and of each the idle task's idling: what the CPU aggregator counts per
+    interval, from named stacks."""
+    selfs: Counter = Counter()
+    idle_selfs: Counter = Counter()
     passed: dict[frozenset, list[int]] = {}  # a stack's functions -> [all samples, idle samples]
     for stack in stacks:
         if not stack.frames:
             continue
         key = (function_name(stack.frames[0]), stack.modules[0] if stack.modules else "")
-        totals[key] = totals.get(key, 0) + stack.samples
+        selfs[key] += stack.samples
         if stack.idle:
-            idle.add(key)
+            idle_selfs[key] += stack.samples
         counts = passed.setdefault(kernel_functions(stack.frames, stack.modules), [0, 0])
         counts[0] += stack.samples
         counts[1] += stack.samples if stack.idle else 0
-    return ranked_functions(totals, idle, expected_samples, *inclusive_counts(passed))
+    return (selfs, idle_selfs, *inclusive_counts(passed))
 
 
 def kernel_functions(frames: Sequence[str], modules: Sequence[str]) -> frozenset:

@@ -177,6 +177,7 @@ class FollowedSource:
 
     live = True
     started_at = 0.0
+    timeline = None  # live: nothing to move through
 
     def __init__(self, current, since_start=None) -> None:
         self.current = current

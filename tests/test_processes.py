@@ -66,12 +66,16 @@ def test_command_lines_read_as_htop_shows_them(tmp_path):
 def test_this_process_is_measured_while_it_burns_cpu():
     collector = ProcessCollector()
     collector.start()
-    until = time.monotonic() + 0.3
+    # Against the CPU time this process got (a loaded machine gives a busy loop less than
+    # a CPU): what the kernel charged to it, over the same seconds, within ticks' rounding.
+    wall, used = time.monotonic(), time.process_time()
+    until = wall + 0.3
     while time.monotonic() < until:
         pass
     rows = {row.pid: row for row in collector.collect()}
+    got = 100 * (time.process_time() - used) / (time.monotonic() - wall)
     me = rows[os.getpid()]
-    assert me.cpu_percent > 30
+    assert me.cpu_percent > 10 and abs(me.cpu_percent - got) < max(0.25 * got, 10)
     assert me.rss_bytes > 1 << 20 and me.threads >= 1
     assert me.user == __import__("pwd").getpwuid(os.getuid()).pw_name
 

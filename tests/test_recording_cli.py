@@ -242,3 +242,34 @@ def test_record_until_sigterm_without_root_keeps_the_processes(shared_dir):
     last = recording.snapshot(len(recording) - 1)
     assert last.processes and "functions" in last.unavailable
     assert recording.records[-1].duration_s == pytest.approx(0.5, abs=0.2)
+
+
+def in_cgroups(snapshot: Snapshot) -> Snapshot:
+    """The processes 4242 and 8072 in a cgroup of their own, every other one elsewhere: their
+    block I/O rows and lock waits carry it, as the collectors' do."""
+    def placed(row):
+        cgroup = "/ktop.slice/dd.scope" if row.pid in (4242, 8072) else "/other.slice"
+        return dataclasses.replace(row, cgroup=cgroup)
+
+    io, locks = snapshot.blockio, snapshot.locks
+    return dataclasses.replace(
+        snapshot,
+        blockio=dataclasses.replace(io, processes=tuple(map(placed, io.processes))),
+        locks=dataclasses.replace(locks, tasks=tuple(map(placed, locks.tasks)), callers=tuple(
+            dataclasses.replace(c, tasks=tuple(map(placed, c.tasks))) for c in locks.callers)))
+
+
+def test_the_cgroup_filter_keeps_its_rows_over_a_window_of_records(tmp_path, recorded_snapshot):
+    """Issue 27: the replay's own merge dropped the cgroup of every block I/O process and lock
+    task, so a window of more than one record, filtered, showed neither."""
+    path = make_recording(tmp_path / "cg.krec", in_cgroups(recorded_snapshot), count=8)
+    out = tmp_path / "cg.txt"
+    result = ktop("--replay", path, "-w", "6", "--cgroup", "/ktop.slice", "--snapshot", str(out))
+    assert result.returncode == 0, result.stderr
+    screen = out.read_text()
+    assert "window 6 records (6s)" in screen
+    io = [line for line in screen.splitlines() if "  vda  " in line]
+    assert len(io) == 1 and "4242  \\x1b[2J evil" in io[0]  # dd's, the other cgroup's not
+    assert "pipe_read+0x4d" in screen  # 8072 waited there; no task of /ktop.slice elsewhere
+    assert "d_alloc_parallel" in screen  # 4242 did
+    assert "unmap_region" not in screen  # only 4244, of /other.slice

@@ -1,6 +1,6 @@
 """A replay's window over records shows what live ktop showed with a window of the same
 intervals: each aggregator is fed the same drains, its newest interval alone is kept after
-each (as `--record` keeps it), and ktop.replay.merge of the last records must equal the
+each (as `--record` keeps it), and ktop.aggregate.merge of the last records must equal the
 aggregator's own window, field by field (floats to 1e-9)."""
 
 from __future__ import annotations
@@ -14,16 +14,19 @@ import pytest
 from cpu_drains import StackCount, cpu_drain
 
 from ktop.aggregate.blockio import BlockAggregator
+from ktop.aggregate.blockio import merge_profiles as merge_blockio
 from ktop.aggregate.cpu import CpuAggregator
+from ktop.aggregate.cpu import merge_profiles as merge_cpu
 from ktop.aggregate.locks import LockAggregator
+from ktop.aggregate.locks import merge_profiles as merge_locks
+from ktop.aggregate.merge import merge_snapshots as merge
 from ktop.collectors.blockio import BlockDrain, CompletedRequest, IoStack, IoTotal, LatencyBucket
-from ktop.collectors.cpu import CpuDrain
+from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.disks import kernel_dev
 from ktop.collectors.locks import LockDrain, LockWaits, StackWaits, TaskWaits
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import Snapshot, UserFrame
 from ktop.recording import decode_snapshot, encode_snapshot
-from ktop.replay import merge, merge_blockio, merge_cpu, merge_locks
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -40,6 +43,32 @@ def comparable(value):
     if isinstance(value, float):
         return round(value, 9)
     return value
+
+
+def fields_never_set(value) -> set[str]:
+    """'Class.field' of each model field that holds its default (a false value, for a field
+    without one) in every row of `value`: a field one side dropped would go unseen there, so
+    the fixtures must set every field the comparison is trusted with."""
+    seen: dict[str, bool] = {}
+
+    def walk(v) -> None:
+        if dataclasses.is_dataclass(v):
+            for f in dataclasses.fields(v):
+                item = getattr(v, f.name)
+                default = (f.default if f.default is not dataclasses.MISSING
+                           else f.default_factory() if f.default_factory is not dataclasses.MISSING
+                           else None)
+                name = f"{type(v).__name__}.{f.name}"
+                set_here = bool(item) if default is None else item != default
+                seen[name] = seen.get(name, False) or set_here
+                walk(item)
+        elif isinstance(v, tuple | list) or (not isinstance(v, str | Mapping)
+                                              and hasattr(v, "__len__") and hasattr(v, "__iter__")):
+            for item in v:
+                walk(item)
+
+    walk(value)
+    return {name for name, was_set in seen.items() if not was_set}
 
 
 def through_a_file(profile, field: str):
@@ -65,10 +94,14 @@ def cpu_drains(addr) -> list[CpuDrain]:
                addr("get_random_bytes_user") + 0x74, addr("do_syscall_64") + 0x71)
     copy = (addr("_copy_to_iter") + 0x1B0, addr("get_random_bytes_user") + 0x9C)
     halt = (addr("pv_native_safe_halt") + 0xB, addr("default_idle") + 0x9)
+    deep = copy + (addr("do_syscall_64") + 0x71,) * (MAX_STACK_DEPTH - len(copy))  # truncated
     drains = []
     for i in range(6):
         counts = [
-            StackCount(4242, "dd", 90 + 7 * i, urandom, (0x401000 + i % 2,), False),
+            StackCount(4242, "dd", 90 + 7 * i, urandom, (0x401000 + i % 2,), False,
+                       cgroup="/ktop.slice/dd.scope"),
+            StackCount(4242, "dd", 30, deep, (0x401000,), False, cgroup="/ktop.slice/dd.scope"),
+            StackCount(31337, "ktop", 1 + i % 2, copy, (), False, cgroup="/user.slice", own=True),
             StackCount(4242, "dd", 20 + i, copy, (), False),
             StackCount(0, "swapper/1", 60 - 5 * i, halt, (), False),
             StackCount(777, "python3", 3 + i, (), (0x402000,), True),
@@ -89,8 +122,12 @@ def name_user(pid, addresses):
 def test_a_window_of_cpu_records_equals_the_live_window(kallsyms, addr, window):
     drains = cpu_drains(addr)
     span = sum(d.end - d.start for d in drains[-window:])
-    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=span, resolve_user=name_user)
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=span, resolve_user=name_user,
+                               source_line=lambda address: f"mm/x.c:{address % 97}",
+                               line_info="file:line from the test")
     records, live = recorded_and_window(aggregator, drains, "cpu")
+    # What a window never holds: the totals' flag, and cut stacks (see the test below).
+    assert fields_never_set(live) == {"CpuProfile.cumulative", "StackSample.callers_dropped"}
     merged = merge_cpu(records[-window:])
     assert comparable(merged.functions) == comparable(live.functions)
     key = repr  # equal counts tie in any order
@@ -98,6 +135,28 @@ def test_a_window_of_cpu_records_equals_the_live_window(kallsyms, addr, window):
     assert comparable(dataclasses.replace(merged, stacks=(), functions=())) == comparable(
         dataclasses.replace(live, stacks=(), functions=()))
     assert merged.times.ticks == live.times.ticks  # the split weighed by exact ticks
+
+
+def test_cut_and_truncated_stacks_stay_what_they_are_through_a_merge(monkeypatch, kallsyms, addr):
+    """A file of the totals since start holds stacks cut to the function they landed in:
+    summed with another, every stack keeps all it is (cut, truncated, its cgroup, its user
+    frames and file:line), its samples added."""
+    from ktop.aggregate import cpu
+
+    monkeypatch.setattr(cpu, "STACKS_KEPT", 6)
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=1.0, resolve_user=name_user,
+                               source_line=lambda address: f"mm/x.c:{address % 97}",
+                               line_info="file:line from the test")
+    for drain in cpu_drains(addr):
+        aggregator.add(drain)
+    aggregator.fold_exited(lambda pid: True)
+    totals = through_a_file(aggregator.profile(cumulative=True), "cpu")
+    assert fields_never_set(totals.stacks) == set()
+    merged = merge_cpu([totals, totals])
+    doubled = [dataclasses.replace(s, samples=2 * s.samples) for s in totals.stacks]
+    assert comparable(sorted(merged.stacks, key=repr)) == comparable(sorted(doubled, key=repr))
+    assert (merged.total_samples, merged.user_samples, merged.idle_samples) == (
+        2 * totals.total_samples, 2 * totals.user_samples, 2 * totals.idle_samples)
 
 
 # ---- lock contention ---------------------------------------------------------------------
@@ -116,7 +175,8 @@ def lock_drains() -> tuple[list[LockDrain], str]:
                 tuple(StackWaits(**{**r, "kernel": tuple(r["kernel"]), "hist": tuple(r["hist"])})
                       for r in d["stacks"]),
                 tuple(LockWaits(**r) for r in d["locks"]),
-                tuple(TaskWaits(**{**r, "kernel": tuple(r["kernel"]), "user": tuple(r["user"])})
+                tuple(TaskWaits(**{**r, "kernel": tuple(r["kernel"]), "user": tuple(r["user"]),
+                                   "cgroup": f"/slice-{r['tid'] % 3}"})
                       for r in d["tasks"]),
                 dict(d["lost"]),
             ))
@@ -133,6 +193,8 @@ def test_a_window_of_lock_records_equals_the_live_window(window):
                                 resolve_user=name_user)
     records, live = recorded_and_window(aggregator, drains, "locks")
     assert len(live.callers) > 20 and any(c.user_stacks for c in live.callers)
+    # Fields the recorded drains leave at their default (no lock found a name in kallsyms).
+    assert fields_never_set(live) <= {"LockAddress.symbol"}
     merged = merge_locks(records[-window:])
 
     def user_stacks_apart(profile):  # equal waits tie in any order
@@ -146,6 +208,11 @@ def test_a_window_of_lock_records_equals_the_live_window(window):
 # ---- block I/O ---------------------------------------------------------------------------
 
 
+def in_cgroup(row: dict) -> dict:
+    """A recorded row with its process in a cgroup (the drains were recorded without)."""
+    return {**row, "cgroup": f"/slice-{row['pid'] % 3}"}
+
+
 def block_drains() -> tuple[list[BlockDrain], str]:
     with open(os.path.join(FIXTURES, "blockio_drains.json")) as f:
         recorded = json.load(f)
@@ -154,11 +221,12 @@ def block_drains() -> tuple[list[BlockDrain], str]:
         for d in recorded["drains"]:
             drains.append(BlockDrain(
                 origin=d["origin"], start=d["start"] + shift, end=d["end"] + shift,
-                totals=tuple(IoTotal(**row) for row in d["totals"]),
-                histogram=tuple(LatencyBucket(**row) for row in d["histogram"]),
-                stacks=tuple(IoStack(**{**row, "kernel": tuple(row["kernel"]),
+                totals=tuple(IoTotal(**in_cgroup(row)) for row in d["totals"]),
+                histogram=tuple(LatencyBucket(**in_cgroup(row)) for row in d["histogram"]),
+                stacks=tuple(IoStack(**{**in_cgroup(row), "kernel": tuple(row["kernel"]),
                                         "user": tuple(row["user"])}) for row in d["stacks"]),
-                requests=tuple(dataclasses.replace(CompletedRequest(**row), time=row["time"] + shift)
+                requests=tuple(dataclasses.replace(CompletedRequest(**in_cgroup(row)),
+                                                   time=row["time"] + shift)
                                for row in d["requests"]),
                 lost=d["lost"],
             ))
@@ -176,6 +244,9 @@ def test_a_window_of_block_io_records_equals_the_live_window(window):
     records, live = recorded_and_window(aggregator, drains, "blockio", max_requests=50)
     merged = merge_blockio(records[-window:], max_requests=50)
     assert live.processes and live.disks[0].hist_us and live.processes[0].stacks
+    # vda is 254:0, and the last recorded drain only wrote
+    assert fields_never_set(live) <= {"DiskStats.minor", "IoProcess.minor", "DiskStats.reads",
+                                      "DiskStats.read_bytes"}
     assert comparable(merged) == comparable(live)
 
 

@@ -382,7 +382,7 @@ def test_without_cpu_sampling_the_header_keeps_the_proc_stat_split(recorded_snap
 
 def test_a_replay_window_without_cpu_samples_splits_the_cpu_over_all_its_records(
         recorded_snapshot):
-    from ktop.replay import merge
+    from ktop.aggregate.merge import merge_snapshots as merge
 
     records = [
         replace(recorded_snapshot, cpu=None, duration_s=1.0,

@@ -30,6 +30,7 @@ class SwitchableSource:
 
     live = True
     started_at = 0.0  # as RecordedSource: the first frame at once
+    timeline = None  # live: nothing to move through
 
     def __init__(self, snapshot) -> None:
         self.current = snapshot
@@ -542,6 +543,7 @@ class LateSource:
 
     live = True
     started_at = 0.0  # as RecordedSource: the first frame at once
+    timeline = None  # live: nothing to move through
 
     def __init__(self, snapshot) -> None:
         self.snapshot = snapshot

@@ -6,13 +6,18 @@ import operator
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
-from ktop.collectors.disks import DiskNames, split_dev
+from ktop.collectors.disks import DiskNames, kernel_dev, split_dev
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
 from ktop.symbols import Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.blockio import BlockCollector
+    from ktop.engine import LiveSource
 
 # (pid, comm, dev, rw, cgroup): one row of the per-process table.
 IoKey = tuple[int, str, int, str, str]
@@ -25,6 +30,7 @@ _TRACING_PREFIXES = (
 )
 _TRACING_DEPTH = 6  # they are all within the innermost few frames
 KEEP_REQUESTS = 4096  # newest completed requests kept for the request list
+MAX_REQUESTS = 200  # requests a profile lists (besides each process's newest few)
 # Newest requests kept of each (pid, disk, direction) besides: a busy process's requests fill
 # the list, and a drill-down into any other process found none of its own.
 KEEP_REQUESTS_EACH = 20
@@ -192,7 +198,7 @@ class BlockAggregator:
                         lambda key, pid: (with_pid(key[0], pid), key[1]), operator.add)
 
     def profile(
-        self, cumulative: bool = False, max_requests: int = 200, latest: bool = False
+        self, cumulative: bool = False, latest: bool = False, *, max_requests: int = MAX_REQUESTS
     ) -> BlockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
         if latest:  # every request the newest drain brought, late ones too: none falls between
@@ -212,8 +218,8 @@ class BlockAggregator:
         picked = self._picked(requests, oldest, max_requests, each, first_drain)
         return BlockProfile(
             lost=dict(self._lost),
-            disks=self._disks(merged),
-            processes=self._processes(merged),
+            disks=_disks(merged, self.disk_name),
+            processes=_processes(merged, self.disk_name),
             requests=self._request_rows(picked),
             window_s=window_s,
         )
@@ -245,68 +251,6 @@ class BlockAggregator:
                             key=lambda timed: -timed[1].time)
         return picked
 
-    def _disks(self, merged: _IoCounts) -> tuple[DiskStats, ...]:
-        per_disk: dict[int, dict[str, _Totals]] = {}
-        for (_pid, _comm, dev, rw, _cgroup), totals in merged.totals.items():
-            per_disk.setdefault(dev, {}).setdefault(rw, _Totals()).add(totals)
-        slots: dict[int, Counter] = {}
-        for ((_pid, _comm, dev, _rw, _cgroup), slot), count in merged.slots.items():
-            slots.setdefault(dev, Counter())[slot] += count
-        disks = []
-        for dev, by_rw in per_disk.items():
-            reads, writes = by_rw.get("R", _Totals()), by_rw.get("W", _Totals())
-            requests = reads.requests + writes.requests
-            if not requests:
-                continue
-            major, minor = split_dev(dev)
-            disks.append(
-                DiskStats(
-                    disk=self.disk_name(dev),
-                    major=major,
-                    minor=minor,
-                    reads=reads.requests,
-                    writes=writes.requests,
-                    read_bytes=reads.bytes,
-                    write_bytes=writes.bytes,
-                    avg_lat_ms=(reads.latency_ns + writes.latency_ns) / requests / 1e6,
-                    hist_us=histogram(slots.get(dev, {})),
-                )
-            )
-        return tuple(sorted(disks, key=lambda d: (d.disk, d.major, d.minor)))
-
-    def _processes(self, merged: _IoCounts) -> tuple[IoProcess, ...]:
-        slots: dict[IoKey, Counter] = {}
-        for (key, slot), count in merged.slots.items():
-            slots.setdefault(key, Counter())[slot] += count
-        stacks: dict[IoKey, list[IoSubmitStack]] = {}
-        for (key, frames), requests in merged.stacks.items():
-            stacks.setdefault(key, []).append(IoSubmitStack(frames, requests))
-        rows = []
-        for key, totals in merged.totals.items():
-            if not totals.requests:
-                continue
-            pid, comm, dev, rw, cgroup = key
-            major, minor = split_dev(dev)
-            rows.append(
-                IoProcess(
-                    pid=pid,
-                    comm=comm,
-                    disk=self.disk_name(dev),
-                    major=major,
-                    minor=minor,
-                    rw=rw,
-                    requests=totals.requests,
-                    bytes=totals.bytes,
-                    avg_lat_ms=totals.latency_ns / totals.requests / 1e6,
-                    avg_queue_ms=totals.queue_ns / totals.requests / 1e6,
-                    stacks=tuple(sorted(stacks.get(key, ()), key=lambda s: (-s.requests, s.frames))),
-                    hist_us=histogram(slots.get(key, {})),
-                    cgroup=cgroup,
-                )
-            )
-        rows.sort(key=lambda p: (-p.bytes, -p.requests, p.pid, p.disk, p.rw))
-        return tuple(rows)
-
     def _request_rows(self, requests: Sequence[tuple[float, CompletedRequest]]) -> tuple[IoRequest, ...]:
         return tuple(
             IoRequest(
@@ -323,3 +267,116 @@ class BlockAggregator:
             )
             for time_s, request in requests
         )
+
+
+def _disks(merged: _IoCounts, disk_name: Callable[[int], str]) -> tuple[DiskStats, ...]:
+    per_disk: dict[int, dict[str, _Totals]] = {}
+    for (_pid, _comm, dev, rw, _cgroup), totals in merged.totals.items():
+        per_disk.setdefault(dev, {}).setdefault(rw, _Totals()).add(totals)
+    slots: dict[int, Counter] = {}
+    for ((_pid, _comm, dev, _rw, _cgroup), slot), count in merged.slots.items():
+        slots.setdefault(dev, Counter())[slot] += count
+    disks = []
+    for dev, by_rw in per_disk.items():
+        reads, writes = by_rw.get("R", _Totals()), by_rw.get("W", _Totals())
+        requests = reads.requests + writes.requests
+        if not requests:
+            continue
+        major, minor = split_dev(dev)
+        disks.append(
+            DiskStats(
+                disk=disk_name(dev),
+                major=major,
+                minor=minor,
+                reads=reads.requests,
+                writes=writes.requests,
+                read_bytes=reads.bytes,
+                write_bytes=writes.bytes,
+                avg_lat_ms=(reads.latency_ns + writes.latency_ns) / requests / 1e6,
+                hist_us=histogram(slots.get(dev, {})),
+            )
+        )
+    return tuple(sorted(disks, key=lambda d: (d.disk, d.major, d.minor)))
+
+def _processes(merged: _IoCounts, disk_name: Callable[[int], str]) -> tuple[IoProcess, ...]:
+    slots: dict[IoKey, Counter] = {}
+    for (key, slot), count in merged.slots.items():
+        slots.setdefault(key, Counter())[slot] += count
+    stacks: dict[IoKey, list[IoSubmitStack]] = {}
+    for (key, frames), requests in merged.stacks.items():
+        stacks.setdefault(key, []).append(IoSubmitStack(frames, requests))
+    rows = []
+    for key, totals in merged.totals.items():
+        if not totals.requests:
+            continue
+        pid, comm, dev, rw, cgroup = key
+        major, minor = split_dev(dev)
+        rows.append(
+            IoProcess(
+                pid=pid,
+                comm=comm,
+                disk=disk_name(dev),
+                major=major,
+                minor=minor,
+                rw=rw,
+                requests=totals.requests,
+                bytes=totals.bytes,
+                avg_lat_ms=totals.latency_ns / totals.requests / 1e6,
+                avg_queue_ms=totals.queue_ns / totals.requests / 1e6,
+                stacks=tuple(sorted(stacks.get(key, ()), key=lambda s: (-s.requests, s.frames))),
+                hist_us=histogram(slots.get(key, {})),
+                cgroup=cgroup,
+            )
+        )
+    rows.sort(key=lambda p: (-p.bytes, -p.requests, p.pid, p.disk, p.rw))
+    return tuple(rows)
+
+
+def _counted(profile: BlockProfile) -> _IoCounts:
+    """A recorded interval's profile back to the counts it was built from (latencies to
+    whole ns again: the averages were divided from them)."""
+    counts = _IoCounts()
+    for p in profile.processes:
+        key = (p.pid, p.comm, kernel_dev(p.major, p.minor), p.rw, p.cgroup)
+        counts.totals.setdefault(key, _Totals()).add(_Totals(
+            p.requests, p.bytes, round(p.avg_lat_ms * p.requests * 1e6),
+            round(p.avg_queue_ms * p.requests * 1e6)))
+        for bucket in p.hist_us:  # slot k holds 2^(k-1) .. 2^k - 1 us
+            counts.slots[key, max(1, bucket.high.bit_length())] += bucket.count
+        for stack in p.stacks:
+            counts.stacks[key, stack.frames] += stack.requests
+    return counts
+
+
+def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQUESTS) -> BlockProfile:
+    """Recorded intervals, oldest first, as the live window sums them: each counted back,
+    summed by the window's own merge, the disks and processes built as live; the newest
+    requests as live lists them; losses (since start) the newest's."""
+    merged = _IoCounts()
+    for profile in profiles:
+        merged.merge(_counted(profile))
+    names = {kernel_dev(p.major, p.minor): p.disk for profile in profiles
+             for p in (*profile.disks, *profile.processes)}
+
+    def disk_name(dev: int) -> str:
+        return names.get(dev) or "{}:{}".format(*split_dev(dev))
+
+    processes = _processes(merged, disk_name)
+    requests = newest_requests((r for p in reversed(profiles) for r in p.requests),
+                               {(p.pid, p.disk, p.rw) for p in processes}, max_requests)
+    return BlockProfile(
+        lost=dict(profiles[-1].lost),
+        disks=_disks(merged, disk_name),
+        processes=processes,
+        requests=requests,
+        window_s=sum(p.window_s for p in profiles),
+    )
+
+
+def build(source: LiveSource) -> tuple[BlockCollector, BlockAggregator]:
+    """The block I/O pane's collector and aggregator (ktop.panes)."""
+    from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+
+    return BlockCollector(source.options.interval_s), BlockAggregator(
+        source.options.window_s, symbols=source.kallsyms()
+    )

@@ -5,16 +5,20 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.window import Window
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain, StackRow
-from ktop.collectors.procstat import CpuTicks
+from ktop.collectors.procstat import CpuTicks, merge_times, ticks_of
 from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
-from ktop.stacktree import function_name, inclusive_counts, ranked_functions
+from ktop.stacktree import function_counts, function_name, inclusive_counts, ranked_functions
 from ktop.symbols import IdleClassifier, Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.cpu import CpuSampler
+    from ktop.engine import LiveSource
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
 UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
@@ -47,6 +51,7 @@ class _StackKey(NamedTuple):
     sources: tuple[str, ...]  # file:line per kernel frame, with a debug vmlinux
     cgroup: str = ""
     callers_dropped: bool = False  # a rare stack of the totals: the function it landed in
+    truncated: bool = False  # as deep as the sampler walks: outer frames may be missing
 
 
 class _StackIds:
@@ -295,6 +300,7 @@ class CpuAggregator:
             if self._source_line
             else (),
             cgroup=row.cgroup,
+            truncated=len(kernel) >= MAX_STACK_DEPTH,
         )
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
@@ -335,7 +341,7 @@ class CpuAggregator:
             key = keys[number]
             cut = self._number_of(key._replace(
                 kernel=tuple(map(self._function_start, key.kernel[:1])), user_frames=(),
-                sources=(), callers_dropped=True))
+                sources=(), callers_dropped=True, truncated=False))
             stacks[cut] += stacks.pop(number)
         return True
 
@@ -375,7 +381,7 @@ def _stack_samples(
         if not named and not key.user_frames:
             continue
         identity = (key.pid, key.comm, tuple(n[0] for n in named), tuple(n[1] for n in named),
-                    key.user_frames, len(key.kernel) >= MAX_STACK_DEPTH, key.idle, key.sources,
+                    key.user_frames, key.truncated, key.idle, key.sources,
                     key.cgroup, key.callers_dropped)
         merged[identity] = merged.get(identity, 0) + samples
     return tuple(
@@ -422,4 +428,66 @@ def build_profile(
         stacks=BuiltOnRead(lambda: _stack_samples(counted, name)),
         times=samples.ticks.shares(),
         line_info=line_info,
+    )
+
+
+def _counted(profile: CpuProfile, ids: _StackIds, addresses: dict[tuple[str, str], int]) -> _Samples:
+    """A recorded interval's profile back to the counts the live window keeps: each named
+    kernel frame stands for an address of its own (`addresses`), each stack is numbered in
+    `ids`, and the sums per function are counted from the stacks, as the sampler's are."""
+    stacks: Counter = Counter()
+    for s in profile.stacks:
+        modules = s.modules or ("",) * len(s.frames)
+        kernel = tuple(addresses.setdefault(frame, len(addresses))
+                       for frame in zip(s.frames, modules))
+        key = _StackKey(pid=s.pid, comm=s.comm, kernel=kernel, user_frames=s.user_frames,
+                        user_mode=False, idle=s.idle, function=None, sources=s.sources,
+                        cgroup=s.cgroup, callers_dropped=s.callers_dropped, truncated=s.truncated)
+        stacks[ids.number(key, key)] += s.samples
+    unnamed = profile.total_samples - sum(stacks.values())
+    if unnamed > 0:  # samples of stacks with no frame at all: in the total, listed nowhere
+        stacks[ids.number(_NO_FRAMES, _NO_FRAMES)] += unnamed
+    selfs, idle_selfs, children, idle_children = function_counts(profile.stacks)
+    return _Samples(stacks, ticks_of(profile.times), children, idle_children, selfs, idle_selfs,
+                    profile.user_samples, profile.idle_samples)
+
+
+_NO_FRAMES = _StackKey(pid=0, comm="", kernel=(), user_frames=(), user_mode=False, idle=False,
+                       function=None, sources=())
+
+
+def merge_profiles(profiles: Sequence[CpuProfile]) -> CpuProfile:
+    """Recorded intervals, oldest first, as the live window sums them: each counted back,
+    summed by the window's own merge, built by build_profile; losses (since start) the
+    newest's."""
+    ids = _StackIds()
+    addresses: dict[tuple[str, str], int] = {}
+    merged = _Samples()
+    for profile in profiles:
+        merged.merge(_counted(profile, ids, addresses))
+    frames = {address: frame for frame, address in addresses.items()}
+    newest = profiles[-1]
+    built = build_profile(merged, sum(p.window_s for p in profiles), newest.sample_hz,
+                          newest.cpus, dict(newest.lost), False, ids.keys, frames.__getitem__,
+                          newest.line_info)
+    if not all(p.times.ticks for p in profiles):  # recorded before ticks were kept
+        built = replace(built, times=merge_times([p.times for p in profiles],
+                                                 [p.window_s for p in profiles]))
+    return built
+
+
+def build(source: LiveSource) -> tuple[CpuSampler, CpuAggregator]:
+    """The hot functions pane's sampler and aggregator (ktop.panes)."""
+    from ktop.collectors import loader  # noqa: PLC0415
+    from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
+
+    options = source.options
+    kallsyms = source.kallsyms()
+    sampler = CpuSampler(options.hz, options.interval_s,
+                         idle_code=IdleClassifier(kallsyms).code_ranges(),
+                         compiler_pid=loader.compiler_pid())
+    lines, line_info = source.kernel_lines()
+    return sampler, CpuAggregator(
+        kallsyms, sampler.hz, sampler.cpus, options.window_s, source.resolve_user,
+        source_line=lines.lookup if lines else None, line_info=line_info,
     )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
@@ -28,6 +29,10 @@ from ktop.model import (
     UserFrame,
 )
 from ktop.symbols import KERNEL_MODULE, Kallsyms
+
+if TYPE_CHECKING:
+    from ktop.collectors.locks import LockCollector
+    from ktop.engine import LiveSource
 
 # Lock type flags of lock:contention_begin (include/trace/events/lock.h).
 LCB_F_SPIN = 1 << 0
@@ -349,58 +354,96 @@ class LockAggregator:
 
     def profile(self, cumulative: bool = False, latest: bool = False) -> LockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
-        return self._build(*(self._window.latest() if latest else self._window.counts(cumulative)))
+        contention, window_s = self._window.latest() if latest else self._window.counts(cumulative)
+        return build_profile(contention, window_s, self._lost, self._lock_symbol)
 
-    def _build(self, contention: _Contention, window_s: float) -> LockProfile:
-        callers = tuple(
-            LockCaller(
-                caller=caller,
-                type=lock_type,
-                contended=w.waits.contended,
-                total_wait_ns=w.waits.total_ns,
-                max_wait_ns=w.waits.max_ns,
-                min_wait_ns=w.waits.min_ns,
-                stacks=tuple(
-                    LockStack(frames, s.contended, s.total_ns, s.max_ns)
-                    for frames, s in _by_total_wait(w.stacks)
-                ),
-                hist_ns=hist_buckets(w.hist),
-                tasks=_tasks(w.tasks),
-                user_stacks=tuple(
-                    LockUserStack(frames, s.contended, s.total_ns)
-                    for frames, s in sorted(w.user_stacks.items(), key=lambda kv: -kv[1].total_ns)
-                ),
-                task_stacks=tuple(
-                    LockTaskStack(tid, comm, frames, user, s.contended, s.total_ns)
-                    for (tid, comm, frames, user), s in sorted(
-                        # user frames do not order: ties keep their order of arrival
-                        w.task_stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:3])
-                    )
-                ),
-            )
-            for (caller, lock_type), w in sorted(
-                contention.callers.items(), key=lambda kv: (-kv[1].waits.total_ns, kv[0])
-            )
+
+def build_profile(contention: _Contention, window_s: float, lost: Mapping[str, int],
+                  lock_symbol: Callable[[int], str]) -> LockProfile:
+    """The profile of waits counted over `window_s`: live, and for a replayed window."""
+    callers = tuple(
+        LockCaller(
+            caller=caller,
+            type=lock_type,
+            contended=w.waits.contended,
+            total_wait_ns=w.waits.total_ns,
+            max_wait_ns=w.waits.max_ns,
+            min_wait_ns=w.waits.min_ns,
+            stacks=tuple(
+                LockStack(frames, s.contended, s.total_ns, s.max_ns)
+                for frames, s in _by_total_wait(w.stacks)
+            ),
+            hist_ns=hist_buckets(w.hist),
+            tasks=_tasks(w.tasks),
+            user_stacks=tuple(
+                LockUserStack(frames, s.contended, s.total_ns)
+                for frames, s in sorted(w.user_stacks.items(), key=lambda kv: -kv[1].total_ns)
+            ),
+            task_stacks=tuple(
+                LockTaskStack(tid, comm, frames, user, s.contended, s.total_ns)
+                for (tid, comm, frames, user), s in sorted(
+                    # user frames do not order: ties keep their order of arrival
+                    w.task_stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:3])
+                )
+            ),
         )
-        locks = tuple(
-            LockAddress(
-                address=f"{address:#x}",
-                symbol=self._lock_symbol(address),
-                type=lock_type,
-                contended=w.contended,
-                total_wait_ns=w.total_ns,
-                max_wait_ns=w.max_ns,
-            )
-            for (address, lock_type), w in _by_total_wait(contention.locks)
+        for (caller, lock_type), w in sorted(
+            contention.callers.items(), key=lambda kv: (-kv[1].waits.total_ns, kv[0])
         )
-        return LockProfile(
-            events=sum(c.contended for c in callers),
-            lost=dict(self._lost),
-            callers=callers,
-            locks=locks,
-            tasks=_tasks(contention.tasks),
-            window_s=window_s,
+    )
+    locks = tuple(
+        LockAddress(
+            address=f"{address:#x}",
+            symbol=lock_symbol(address),
+            type=lock_type,
+            contended=w.contended,
+            total_wait_ns=w.total_ns,
+            max_wait_ns=w.max_ns,
         )
+        for (address, lock_type), w in _by_total_wait(contention.locks)
+    )
+    return LockProfile(
+        events=sum(c.contended for c in callers),
+        lost=dict(lost),
+        callers=callers,
+        locks=locks,
+        tasks=_tasks(contention.tasks),
+        window_s=window_s,
+    )
+
+
+def _counted(profile: LockProfile) -> _Contention:
+    """A recorded interval's profile back to the waits it was built from."""
+    contention = _Contention()
+    for c in profile.callers:
+        waits = contention.callers[c.caller, c.type] = _CallerWaits(
+            _Waits(c.contended, c.total_wait_ns, c.max_wait_ns, c.min_wait_ns))
+        for bucket in c.hist_ns:  # slot k holds 2^k .. 2^(k+1) - 1 ns
+            waits.hist[min(max(0, bucket.high.bit_length() - 1), HIST_SLOTS - 1)] += bucket.count
+        waits.stacks = {s.frames: _Waits(s.contended, s.total_wait_ns, s.max_wait_ns)
+                        for s in c.stacks}
+        waits.tasks = {(t.pid, t.comm, t.cgroup): _Waits(t.contended, t.total_wait_ns, t.max_wait_ns)
+                       for t in c.tasks}
+        waits.user_stacks = {u.frames: _Waits(u.contended, u.total_wait_ns) for u in c.user_stacks}
+        waits.task_stacks = {(t.pid, t.comm, t.frames, t.user_frames):
+                             _Waits(t.contended, t.total_wait_ns) for t in c.task_stacks}
+    contention.locks = {(int(lock.address, 16), lock.type):
+                        _Waits(lock.contended, lock.total_wait_ns, lock.max_wait_ns)
+                        for lock in profile.locks}
+    contention.tasks = {(t.pid, t.comm, t.cgroup): _Waits(t.contended, t.total_wait_ns, t.max_wait_ns)
+                        for t in profile.tasks}
+    return contention
+
+
+def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
+    """Recorded intervals, oldest first, as the live window sums them: each counted back,
+    summed by the window's own merge, built by build_profile; losses (since start) the newest's."""
+    merged = _Contention()
+    for profile in profiles:
+        merged.merge(_counted(profile))
+    names = {int(lock.address, 16): lock.symbol for p in profiles for lock in p.locks}
+    return build_profile(merged, sum(p.window_s for p in profiles), profiles[-1].lost,
+                         lambda address: names.get(address, ""))
 
 
 def _tasks(waits: dict[TaskKey, _Waits]) -> tuple[LockTask, ...]:
@@ -413,3 +456,12 @@ def _tasks(waits: dict[TaskKey, _Waits]) -> tuple[LockTask, ...]:
 
 def _by_total_wait(waits: dict) -> list:
     return sorted(waits.items(), key=lambda kv: (-kv[1].total_ns, kv[0]))
+
+
+def build(source: LiveSource) -> tuple[LockCollector, LockAggregator]:
+    """The lock contention pane's collector and aggregator (ktop.panes)."""
+    from ktop.collectors.locks import LockCollector  # noqa: PLC0415
+
+    return LockCollector(source.options.interval_s), LockAggregator(
+        source.kallsyms(), source.options.window_s, resolve_user=source.resolve_user
+    )

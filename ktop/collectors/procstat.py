@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ktop.model import CpuTimes
@@ -43,6 +44,28 @@ class CpuTicks:
             steal=100.0 * self.steal / total,
             ticks=total,
         )
+
+
+def ticks_of(times: CpuTimes) -> CpuTicks:
+    """The ticks a split was made of, from its shares and their total (as a record keeps it)."""
+    return CpuTicks(*(round(share * times.ticks / 100.0)
+                      for share in (times.user, times.kernel, times.idle, times.steal)))
+
+
+def merge_times(times: Sequence[CpuTimes], spans: Sequence[float]) -> CpuTimes:
+    """The split of intervals together: their ticks added, as the live window adds them (each
+    weighed by its span instead, for records made before the ticks were kept)."""
+    if all(t.ticks for t in times):
+        return sum((ticks_of(t) for t in times), CpuTicks()).shares()
+    categories = ("user", "kernel", "idle", "steal")
+    totals = dict.fromkeys(categories, 0.0)
+    for share, span in zip(times, spans):
+        for name in categories:
+            totals[name] += getattr(share, name) * span / 100.0
+    total = sum(totals.values())
+    if total <= 0:
+        return CpuTimes()
+    return CpuTimes(**{name: 100.0 * value / total for name, value in totals.items()})
 
 
 def parse_cpu_line(text: str) -> CpuTicks:

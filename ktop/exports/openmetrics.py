@@ -30,12 +30,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS, Bucket, Snapshot
+from ktop.model import Bucket, Snapshot
+from ktop.panes import bpf_panes
 from ktop.text import format_pid, printable
 
 DEFAULT_TOP = 20
 OTHER = "other"
-BPF_PANES = (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TEXT = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -148,7 +148,7 @@ class SnapshotMetrics:
         pane = GaugeMetricFamily(
             "ktop_pane_up", "1 while a pane's collector runs; 0 while it loads or if it cannot "
             "(ktop's screen and --snapshot FILE.json say why)", labels=["pane"])
-        for name in BPF_PANES:
+        for name in (spec.name for spec in bpf_panes()):
             running = name not in snapshot.unavailable and name not in snapshot.loading
             pane.add_metric([name], 1.0 if running else 0.0)
         families = [info, pane]

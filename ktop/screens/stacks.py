@@ -7,8 +7,9 @@ a line, merged when they differ only in offsets of the same functions (`o` split
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from rich.console import Group
 from rich.table import Table
@@ -45,7 +46,16 @@ from ktop.stacktree import (
 from ktop.text import format_pid, human_bytes, printable
 from ktop.units import format_bucket, format_ns, format_span
 
-LatestSnapshot = Callable[[], "Snapshot | None"]
+
+class DrillHost(Protocol):
+    """What a drill-down reads of the app under it (the app is one)."""
+
+    @property
+    def latest(self) -> Snapshot | None: ...  # the newest data, even while paused
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def cumulative(self) -> bool: ...  # the figures are since start (key c)
 
 _COMMON_BINDINGS = [
     Binding("escape,backspace", "back", "Back"),
@@ -81,10 +91,10 @@ class DrillScreen(Screen[None]):
 
     TITLE = "Drill-down"  # the help screen's title
 
-    def __init__(self, snapshot: Snapshot, latest: LatestSnapshot) -> None:
+    def __init__(self, snapshot: Snapshot, host: DrillHost) -> None:
         super().__init__()
         self.snapshot = snapshot
-        self._latest = latest
+        self.host = host
         self.stale = False
         self.merge_offsets = True  # as perf report: one stack per call path; `o` splits
 
@@ -121,15 +131,14 @@ class DrillScreen(Screen[None]):
 
     def window_label(self, window_s: float) -> str:
         """Over what time the figures are: the pane's window, or since start (key c)."""
-        cumulative = getattr(getattr(self.app, "source", None), "cumulative", False)
-        return "since start" if cumulative else f"in the last {format_span(window_s)}"
+        return "since start" if self.host.cumulative else f"in the last {format_span(window_s)}"
 
     def action_back(self) -> None:
         self.dismiss(None)
 
     def action_refresh_data(self) -> None:
         """r: the latest data now, even while paused."""
-        latest = self._latest()
+        latest = self.host.latest
         if latest is None:
             return
         self.follow(latest)
@@ -161,7 +170,7 @@ class DrillScreen(Screen[None]):
     def stale_text(self) -> Text:
         """PAUSED (space) and STALE, as the panes' header says them."""
         text = Text()
-        if getattr(self.app, "paused", False):
+        if self.host.paused:
             text.append("  PAUSED (space resumes)", style="bold reverse")
         if self.stale:
             text.append("  STALE: no longer in the latest data", style="bold reverse yellow")
@@ -183,8 +192,8 @@ class FunctionScreen(DrillScreen):
         *_COMMON_BINDINGS,
     ]
 
-    def __init__(self, function: str, snapshot: Snapshot, latest: LatestSnapshot) -> None:
-        super().__init__(snapshot, latest)
+    def __init__(self, function: str, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
         self.function = function
         self.view = "callers"
         self._hits: tuple[StackSample, ...] = self._find(snapshot)
@@ -516,8 +525,8 @@ class LockCallerScreen(DetailScreen):
 
     TITLE = "Lock caller: stacks, waits, tasks"
 
-    def __init__(self, caller: LockCaller, snapshot: Snapshot, latest: LatestSnapshot) -> None:
-        super().__init__(snapshot, latest)
+    def __init__(self, caller: LockCaller, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
         self.caller = caller
 
     def _find(self, snapshot: Snapshot) -> LockCaller | None:
@@ -629,8 +638,8 @@ class IoProcessScreen(DetailScreen):
 
     TITLE = "Block I/O of a process: stacks, latency, requests"
 
-    def __init__(self, process: IoProcess, snapshot: Snapshot, latest: LatestSnapshot) -> None:
-        super().__init__(snapshot, latest)
+    def __init__(self, process: IoProcess, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
         self.process = process
 
     def still_present(self, snapshot: Snapshot) -> bool:

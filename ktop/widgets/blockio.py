@@ -19,8 +19,6 @@ QUEUE_FROM = 84
 
 class BlockIoPane(Pane):
     PANE = PANE_BLOCKIO
-    TITLE = "3 Block I/O"
-    KEY_LABEL = "Block I/O"  # in the help screen, beside its number key
     VIEWS = (
         View(
             "processes",

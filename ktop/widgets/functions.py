@@ -24,14 +24,12 @@ _NAMES = (
     Column("module", "Module", 17, descending=False, priority=3),  # [kernel.kallsyms]
 )
 # v cycles these; the subtitle says which.
-_VIEW_TITLES = {"kernel": "1 Hot kernel functions", "user": "1 Hot user functions",
-                "comm": "1 Hot functions by command"}
+_VIEW_TITLES = {"kernel": "Hot kernel functions", "user": "Hot user functions",
+                "comm": "Hot functions by command"}
 
 
 class FunctionsPane(Pane):
     PANE = PANE_FUNCTIONS
-    TITLE = "1 Hot kernel functions"
-    KEY_LABEL = "Hot functions"  # in the help screen, beside its number key
     VIEWS = (
         View("kernel", (*_SHARES, *_NAMES), "overhead"),
         View("user", (*_SHARES, *_NAMES), "overhead"),
@@ -53,7 +51,7 @@ class FunctionsPane(Pane):
 
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
         said = super().cycle_view(snapshot, display)
-        self.border_title = _VIEW_TITLES[self.view]
+        self.border_title = f"{self.spec.number} {_VIEW_TITLES[self.view]}"
         return said
 
     def view_description(self) -> str:

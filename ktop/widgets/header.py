@@ -14,6 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ktop.model import PANE_FUNCTIONS, Snapshot
+from ktop.panes import PANES
 from ktop.text import printable
 from ktop.units import format_span
 
@@ -51,7 +52,6 @@ LOSS_REASONS = {
     "ringbuf_full": "the stream of recent requests dropped one: missing from that list "
                     "only, every count has it",
 }
-_PANE_OF_LOSS = {"cpu": "1 Hot kernel functions", "lock": "2 Lock contention", "io": "3 Block I/O"}
 # Losses that cost no count (what they dropped is counted all the same): told apart from
 # those that do, or a busy disk's dropped list entries read as thousands of lost samples.
 COUNTS_INTACT = frozenset({"io.ringbuf_full"})
@@ -60,11 +60,12 @@ COUNTS_INTACT = frozenset({"io.ringbuf_full"})
 def losses(snapshot: Snapshot) -> dict[str, int]:
     """Every loss in the window, as "cpu.kstack_collision": count (none that counted 0)."""
     lost: dict[str, int] = {}
-    for prefix, profile in (("cpu", snapshot.cpu), ("lock", snapshot.locks), ("io", snapshot.blockio)):
+    for spec in PANES:
+        profile = getattr(snapshot, spec.field) if spec.loss_prefix else None
         if profile is not None:
             for name, count in profile.lost.items():
                 if count:
-                    lost[f"{prefix}.{name}"] = count
+                    lost[f"{spec.loss_prefix}.{name}"] = count
     return lost
 
 
@@ -74,9 +75,10 @@ def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str, bool
     if snapshot is None:
         return []
     rows = []
+    pane_of_loss = {spec.loss_prefix: spec.numbered_title for spec in PANES}
     for key, count in losses(snapshot).items():
         prefix, name = key.split(".", 1)
-        rows.append((_PANE_OF_LOSS[prefix], name, count,
+        rows.append((pane_of_loss[prefix], name, count,
                      LOSS_REASONS.get(name, "counted by the BPF program"), key in COUNTS_INTACT))
     return sorted(rows, key=lambda row: row[4])  # stable: each pane's order kept
 

@@ -35,8 +35,6 @@ def _wait_cells(contended: int, total: int, max_ns: int, type_: str) -> tuple[Ce
 
 class LocksPane(Pane):
     PANE = PANE_LOCKS
-    TITLE = "2 Lock contention"
-    KEY_LABEL = "Lock contention"  # in the help screen, beside its number key
     VIEWS = (
         View("callers", (*_WAIT_COLUMNS, Column("caller", "caller", None, descending=False, priority=9, min_width=20)), "total"),
         View(

@@ -14,8 +14,9 @@ from textual.content import Content
 from textual.geometry import Region
 from textual.widgets import Static
 
+from ktop import panes
 from ktop.cgroups import in_subtree
-from ktop.model import PANES, Snapshot
+from ktop.model import Snapshot
 from ktop.widgets.table import Cell, Column, KeyedTable
 
 # A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
@@ -36,9 +37,9 @@ if TYPE_CHECKING:  # the drill-down screens' module loads when the first one ope
 
     from textual.screen import Screen
 
-    from ktop.screens.stacks import LatestSnapshot
+    from ktop.screens.stacks import DrillHost
 
-    Drill = Callable[[LatestSnapshot], Screen] | int | CgroupFilter | None
+    Drill = Callable[[DrillHost], Screen] | int | CgroupFilter | None
 else:
     Drill = object
 
@@ -76,14 +77,13 @@ class Display:
 
 class Pane(Vertical):
     PANE: ClassVar[str]
-    TITLE: ClassVar[str]
-    KEY_LABEL: ClassVar[str]
     VIEWS: ClassVar[tuple[View, ...]]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
         self.view = self.VIEWS[0].name
-        self.border_title = self.TITLE
+        self.spec = panes.pane(self.PANE)  # its name, number, title... (ktop.panes)
+        self.border_title = self.spec.numbered_title
         self._snapshot: Snapshot | None = None  # what the rows shown were made from
         self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view
         self._tables: dict[str, KeyedTable] = {}  # view -> its table, made in compose()
@@ -163,8 +163,8 @@ class Pane(Vertical):
         self.table.show_rows([(key, cells) for key, cells, _ in rows])
 
     def row_named(self, what: str) -> str | None:
-        """The key of the row `--drill PANE:WHAT` names: by the field PANES gives this pane."""
-        field = PANES[self.PANE]
+        """The key of the row `--drill PANE:WHAT` names: by the field its pane names rows by."""
+        field = self.spec.drill_by
         return next(
             (key for key, row in self._shown.items()
              if hasattr(row, field) and str(getattr(row, field)) == what),

@@ -46,8 +46,6 @@ class CommandRow:
 
 class ProcessesPane(Pane):
     PANE = PANE_PROCESSES
-    TITLE = "4 Processes"
-    KEY_LABEL = "Processes"  # in the help screen, beside its number key
     VIEWS = (
         View(
             "processes",

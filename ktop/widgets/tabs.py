@@ -23,8 +23,9 @@ class PaneTabs(Widget):
             super().__init__()
             self.pane = pane
 
-    def __init__(self, labels: Sequence[tuple[str, str]], *, id: str | None = None) -> None:
-        """labels: (pane name, label) in screen order; the label starts with its key."""
+    def __init__(self, labels: Sequence[tuple[str, str, str]], *, id: str | None = None) -> None:
+        """labels: (pane name, label, short label) in screen order; each label starts with its
+        key. The short labels are shown when the long ones do not fit."""
         super().__init__(id=id)
         self._labels = list(labels)
         self.active = labels[0][0]
@@ -34,15 +35,18 @@ class PaneTabs(Widget):
             self.active = active
             self.refresh()
 
-    def tabs_text(self) -> Text:
+    def tabs_text(self, short: bool | None = None) -> Text:
+        if short is None:  # the long labels if they fit the width
+            short = self.tabs_text(short=False).cell_len > (self.size.width or 1000)
         text = Text()
         self._spans = []  # (first cell, end, pane) of each tab, for clicks
-        for name, label in self._labels:
+        for name, label, short_label in self._labels:
             start = text.cell_len
-            text.append(f" {label} ", style="bold reverse" if name == self.active else "")
+            text.append(f" {short_label if short else label} ",
+                        style="bold reverse" if name == self.active else "")
             self._spans.append((start, text.cell_len, name))
             text.append(" ")
-        text.append(" Tab/1-4 switch", style="dim")
+        text.append(f" Tab/1-{len(self._labels)} switch", style="dim")
         return text
 
     def render_line(self, y: int) -> Strip:

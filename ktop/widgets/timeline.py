@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widget import Widget
 
+from ktop.panes import figured_panes
+from ktop.recording import FIGURES, RecordInfo
 from ktop.replay import TimelineView
 from ktop.units import format_span
 
@@ -52,8 +54,10 @@ def sparkline(values: Sequence[float], columns: Sequence[range]) -> tuple[str, f
     return "".join(chars), top
 
 
-def _lock_rate(r) -> float:
-    return r.lock_wait_ms / r.duration_s if r.duration_s > 0 else math.nan
+def _series(records: Sequence[RecordInfo], index: int, per_second: bool) -> list[float]:
+    if not per_second:
+        return [r.figures[index] for r in records]
+    return [r.figures[index] / r.duration_s if r.duration_s > 0 else math.nan for r in records]
 
 
 def timeline_text(view: TimelineView, width: int) -> Text:
@@ -82,14 +86,13 @@ def timeline_text(view: TimelineView, width: int) -> Text:
     text.append("\n")
 
     narrow = width < 120
-    series = (
-        ("kern" if narrow else "kernel CPU", [r.kernel_percent for r in records],
-         lambda top: f"{top:.0f}%"),
-        ("lock" if narrow else "lock wait", [_lock_rate(r) for r in records],
-         lambda top: f"{top:.3g}ms/s"),
-        ("I/O" if narrow else "I/O latency", [r.io_latency_ms for r in records],
-         lambda top: f"{top:.3g}ms"),
-    )
+    series = [
+        (figure.short if narrow else figure.label,
+         _series(records, index, figure.per_second),
+         (lambda top, unit=figure.unit: f"{top:.0f}{unit}" if unit == "%" else f"{top:.3g}{unit}"))
+        for index, figure in enumerate(spec.figure for spec in figured_panes()[:FIGURES]
+                                       if spec.figure)
+    ]
     # Labels and scales first; the sparklines share what is left.
     fixed = sum(len(label) + 2 + len(scale(max([v for v in values if not math.isnan(v)],
                                                     default=0.0))) + 2

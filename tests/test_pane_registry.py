@@ -1,0 +1,94 @@
+"""A pane is one entry of ktop.panes: a fifth pane, registered by a test as the waits pane
+will be, gets its place in the grid, its number key, its tab and its line in the help,
+with nothing else changed."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_app
+
+from ktop import panes
+from ktop.app import build_app
+from ktop.engine import RecordedSource
+from ktop.screens.help import HelpScreen
+from ktop.snapshot import screen_text
+from ktop.widgets.processes import ProcessesPane
+
+
+class FifthPane(ProcessesPane):
+    """A stand-in widget: the processes again, under its own name."""
+
+    PANE = "fifth"
+
+
+FIFTH = panes.PaneDef(name="fifth", field="processes", title="Fifth pane", key_label="Fifth",
+                      short_label="5th", drill_by="pid", widget=lambda: FifthPane)
+
+
+@pytest.fixture
+def five_panes():
+    panes.PANES.append(FIFTH)
+    try:
+        yield
+    finally:
+        panes.PANES.remove(FIFTH)
+
+
+def regions(app) -> dict[str, tuple[int, int, int, int]]:
+    """Each pane's (x, y, width, height) on screen, the hidden ones left out."""
+    return {spec.name: tuple(app.pane(spec.name).region) for spec in panes.PANES
+            if app.pane(spec.name).display}
+
+
+def test_five_panes_share_a_big_screen_two_a_row(recorded_snapshot, five_panes):
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.pause(0.1)
+        seen["regions"] = regions(pilot.app)
+        seen["text"] = screen_text(pilot.app)
+
+    run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(160, 50))
+    shown = seen["regions"]
+    assert len(shown) == 5
+    for name in ("functions", "locks", "blockio", "processes"):
+        x, y, width, height = shown[name]
+        assert width >= 78 and height >= 13, (name, shown[name])
+    x, y, width, height = shown["fifth"]
+    assert (x, width) == (0, 160) and height >= 13  # the odd one out spans the row
+    assert y > max(shown[name][1] for name in ("functions", "locks", "blockio", "processes"))
+    assert "5 Fifth pane" in seen["text"]
+
+
+def test_five_panes_under_tabs_on_a_small_screen(recorded_snapshot, five_panes):
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        seen["tabs"] = app.query_one("#tabs").tabs_text().plain
+        await pilot.press("5")
+        await pilot.pause(0.1)
+        seen["regions"] = regions(app)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        seen["help"] = screen_text(app) if isinstance(app.screen, HelpScreen) else ""
+
+    run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(80, 24))
+    tabs = seen["tabs"]
+    assert len(tabs) <= 80 and "5 5th" in tabs and "Tab/1-5 switch" in tabs, tabs
+    assert list(seen["regions"]) == ["fifth"] and seen["regions"]["fifth"][2] == 80
+    assert "5" in seen["help"] and "Fifth" in seen["help"]
+
+
+def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot):
+    seen = {}
+
+    async def scenario(pilot):
+        seen["regions"] = regions(pilot.app)
+
+    run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(160, 50))
+    shown = seen["regions"]
+    assert len(shown) == 4
+    assert {x for x, _, _, _ in shown.values()} == {0, 80}  # two columns
+    assert len({y for _, y, _, _ in shown.values()}) == 2  # two rows
+    assert {width for _, _, width, _ in shown.values()} == {80}
