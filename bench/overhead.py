@@ -651,6 +651,9 @@ def main() -> int:
                 print(f"bench: under churn at {hz} Hz ({args.churn_seconds:g} s)...",
                       file=sys.stderr)
                 churned[hz] = churn_run(hz, args.churn_seconds, max(args.warmup, CHURN_WARMUP))
+                print(f"bench: {hz} Hz under churn: " + ", ".join(
+                    f"{key} {number(value)}" for key, value in churned[hz].items()),
+                    file=sys.stderr)
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
