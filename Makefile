@@ -46,6 +46,7 @@ run: setup
 
 test: setup
 	$(PY) -m ruff check ktop tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 bench: setup

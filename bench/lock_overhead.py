@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 from ktop.aggregate.locks import LockAggregator
 from ktop.collectors.locks import LockCollector
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 WORKLOAD = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "locks_workload.py"

@@ -28,7 +28,7 @@ def cgroup2_mount(mountinfo: str = MOUNTINFO) -> str | None:
     """Where the unified hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a
     hybrid systemd machine); None on a machine with cgroup v1 only."""
     try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
@@ -47,10 +47,12 @@ def _unescape(field: str) -> str:
 
 def parse_proc_cgroup(text: bytes) -> str:
     """The v2 path from /proc/PID/cgroup ("0::/user.slice/..."); "" if the task has none
-    (cgroup v1 only)."""
+    (cgroup v1 only). A name that is not UTF-8 keeps its bytes (surrogateescape, as os.scandir
+    names the ids and as os.stat finds it again): replaced by U+FFFD it named no directory,
+    and its cgroup read "removed". Shown through ktop.text.printable, as \\xff."""
     for line in text.splitlines():
         if line.startswith(b"0::"):
-            path = line[3:].decode(errors="replace")
+            path = line[3:].decode("utf-8", "surrogateescape")
             return path.removesuffix(" (deleted)") or "/"
     return ""
 

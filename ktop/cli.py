@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import os
 import signal
+import stat
 import sys
 import tempfile
+import traceback
 
 from ktop import __version__
 from ktop.engine import Options
@@ -200,7 +204,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.dump and args.snapshot:
         parser.error("--dump writes to stdout: not with --snapshot")
     if args.replay is not None:
-        from ktop.recording import is_recording
+        from ktop.record.fileformat import is_recording
+
+        # A FIFO or a device would block the first read, before anything is shown.
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.stat(args.replay).st_mode):
+                parser.error(f"--replay {printable(args.replay)}: not a regular file; replay "
+                             "a file written by --record FILE or --snapshot FILE.json")
 
         # A recording's window is chosen on replay (-w); a single snapshot's was fixed.
         recording = is_recording(args.replay)
@@ -276,19 +286,18 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 def _recording(args: argparse.Namespace):
     """(what to replay: a ReplaySource for a recording, a Snapshot for a JSON file, the
-    header's note), or (None, "") for live data. Raises export's or recording's
-    RecordingError, one line each."""
+    header's note), or (None, "") for live data. Raises RecordingError, one line."""
     if args.replay is None:
         return None, ""
-    from ktop.recording import Recording, is_recording
+    from ktop.record.fileformat import Recording, is_recording
 
     note = f"replay of {printable(args.replay)}"
     if not is_recording(args.replay):
-        from ktop.export import read_recording
+        from ktop.exports.jsonfile import read_snapshot_file
 
-        return read_recording(args.replay), note
-    from ktop.recording import RecordingError
-    from ktop.replay import ReplaySource, find_time
+        return read_snapshot_file(args.replay), note
+    from ktop.codec import RecordingError
+    from ktop.record.replay import ReplaySource, find_time
 
     recording = Recording(args.replay)
     if recording.dropped:  # cut off by kill -9 or a full disk: say so, replay the rest
@@ -306,7 +315,7 @@ def _recording(args: argparse.Namespace):
 def run_record(args: argparse.Namespace) -> int:
     import threading
 
-    from ktop.recorder import record
+    from ktop.record.session import record
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -317,14 +326,13 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    from ktop.dump import dump
-    from ktop.export import RecordingError as SnapshotFileError
-    from ktop.recording import RecordingError
+    from ktop.codec import RecordingError
+    from ktop.record.dump import dump
 
     try:
         source, _ = _recording(args)
         return dump(source.recording, args.dump, sys.stdout, show_idle=args.idle)
-    except (RecordingError, SnapshotFileError) as e:
+    except RecordingError as e:
         return _fail(str(e))
     except BrokenPipeError:  # | head: the reader has what it wanted
         # Python flushes stdout again on exit: point it at /dev/null, as its docs advise.
@@ -355,9 +363,8 @@ def _check_cgroup(args: argparse.Namespace) -> str:
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from ktop.export import RecordingError
-    from ktop.recording import RecordingError as RecordFileError
-    from ktop.snapshot import run_snapshot
+    from ktop.codec import RecordingError
+    from ktop.ui.headless import run_snapshot
     from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
     try:
@@ -369,7 +376,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         else:
             check_writable(args.snapshot)
         recorded, note = _recording(args)
-    except (SnapshotError, RecordingError, RecordFileError) as e:
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -379,22 +386,22 @@ def run_snapshot(args: argparse.Namespace) -> int:
             cgroup=args.cgroup,
             drill=args.drill, source_note=note,
         )
-    except (SnapshotError, RecordFileError) as e:
+    except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return _fail("interrupted; nothing written", 130)
     except BrokenPipeError:  # `ktop --snapshot - ... | head`
         return 0
     if written != STDOUT:
-        _say(f"wrote {written}")
+        _say(f"wrote {printable(written)}")
     return 0
 
 
 def run_serve(args: argparse.Namespace) -> int:
     import threading
 
+    from ktop.codec import RecordingError
     from ktop.engine import LiveSource, RecordedSource
-    from ktop.export import RecordingError
     from ktop.exports.openmetrics import MetricsPage
     from ktop.exports.serve import ServeError, bind, serve
 
@@ -425,12 +432,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_interactive(args: argparse.Namespace) -> int:
-    from ktop.export import RecordingError
-    from ktop.recording import RecordingError as RecordFileError
+    from ktop.codec import RecordingError
 
     try:
         recorded, note = _recording(args)
-    except (RecordingError, RecordFileError) as e:
+    except RecordingError as e:
         return _fail(str(e))
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
@@ -449,23 +455,41 @@ def run_interactive(args: argparse.Namespace) -> int:
     terminal_fd = os.dup(2)
     original_stderr = sys.__stderr__
     log = tempfile.TemporaryFile(mode="w+b")
-    sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False)
+    # backslashreplace: a lone surrogate that escaped escaping must not kill Textual's writer
+    # thread (the screen then froze and ignored q, Ctrl-C and SIGTERM).
+    sys.__stderr__ = os.fdopen(terminal_fd, "w", buffering=1, closefd=False, encoding="utf-8",
+                               errors="backslashreplace")
     os.dup2(log.fileno(), 2)
     # Started before Textual is even imported: the processes pane's first CPU% interval and
     # the BPF compile run while Textual loads, and the first screen shows them at once.
     source.start(wait=False, patient=True)
-    from ktop.app import build_app  # noqa: PLC0415
+    from rich.console import Console  # noqa: PLC0415 - loaded by Textual anyway, from here on
+
+    from ktop.ui.app import build_app  # noqa: PLC0415
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     cgroup=args.cgroup,
                     source_note=note)
+    # Textual prints an unhandled error's traceback here once the terminal is restored.
+    traceback_text = io.StringIO()
+    app.error_console = Console(file=traceback_text, width=120, color_system=None,
+                                force_terminal=False, markup=False, highlight=False)
+    error: BaseException | None = None
     try:
         app.run()
+    except Exception as e:  # outside Textual's own handling (start-up, shut-down)
+        error = e
+        traceback_text.write(traceback.format_exc())
     finally:
         os.dup2(terminal_fd, 2)
         os.close(terminal_fd)
         sys.__stderr__ = original_stderr
         log.close()
+    error = error or getattr(app, "_exception", None)  # Textual keeps the one it handled
+    if error is not None or traceback_text.getvalue().strip():
+        from ktop.crash import crash_line
+
+        return _fail(crash_line(error, traceback_text.getvalue()))
     return app.return_code or 0
 
 

@@ -27,13 +27,13 @@ from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.panes import Aggregator, Collector, bpf_panes
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 from ktop.units import format_span
 
 if TYPE_CHECKING:
-    from ktop.recording import RecordInfo
-    from ktop.replay import TimelineView
-    from ktop.usersyms import UserSymbolizer
+    from ktop.record.fileformat import RecordInfo
+    from ktop.record.replay import TimelineView
+    from ktop.symbolize.user import UserSymbolizer
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Options:
 
 
 class Timeline(Protocol):
-    """A recording as a data source moves through time (ktop.replay.ReplaySource): what the
+    """A recording as a data source moves through time (ktop.record.replay.ReplaySource): what the
     app's timeline keys and bar need of it."""
 
     records: Sequence[RecordInfo]
@@ -95,7 +95,7 @@ class PaneSpec:
 # the collect thread's garbage of every refresh stays resident.
 TRIM_EVERY = 30  # refreshes
 # Totals since start fold exited processes once crowded; looking for them walks every entry,
-# so not on every refresh (at 4000 Hz that walk was a fifth of the collecting).
+# so not on every refresh.
 FOLD_EVERY = 10  # refreshes
 
 
@@ -103,13 +103,12 @@ FOLD_EVERY = 10  # refreshes
 # (a cancelled compile returns at once; the process exiting would close it anyway).
 LOADER_JOIN_S = 2.0
 
-# The compiler's niceness while the first screen is drawn: a compile competing for the one
-# free CPU made the first screen 0.2 s later, and the compile itself no sooner.
+# The compiler's niceness while the first screen is drawn: competing for the one free CPU,
+# a compile makes the first screen later and itself no sooner (README: Start-up).
 COMPILE_NICE = 10
-# Building the first pane parses the kernel's symbols: 0.17 s of Python holding the
-# interpreter's lock, which made the screen's imports and first frame 0.15 s later. A patient
-# start builds it once the first frame is drawn (the compiler process starts meanwhile: its
-# own start-up is most of the head start), or after this long without one.
+# Building the first pane parses the kernel's symbols, holding the interpreter's lock: a
+# patient start builds it once the first frame is drawn (README: Start-up), or after this
+# long without one.
 FIRST_FRAME_WAIT_S = 1.0
 
 def bpf_specs() -> list[PaneSpec]:
@@ -208,8 +207,7 @@ class LiveSource:
                     self._load(spec)
                     self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
-            # as ktop: out of the collector's sight, a full collection no longer walks it
-            # (at 4000 Hz those walks took 20 ms a second).
+            # as ktop: out of the collector's sight, a full collection no longer walks it.
             gc.freeze()
             # What ktop costs from here on: the next figure no longer counts compiling.
             self._self_cost.start_span()
@@ -255,7 +253,7 @@ class LiveSource:
 
     def kernel_lines(self):
         """The debug vmlinux line table, or None and why (said once, in the stacks view)."""
-        from ktop.dwarflines import KernelLineTable  # noqa: PLC0415
+        from ktop.symbolize.lines import KernelLineTable  # noqa: PLC0415
 
         table = KernelLineTable.open(path=self.options.vmlinux)
         if table is not None:
@@ -267,7 +265,7 @@ class LiveSource:
         """User frames named while the process lives; a process that exited keeps the names
         resolved before (the aggregate holds them), later addresses show as hex."""
         if self._user_symbols is None:
-            from ktop.usersyms import UserSymbolizer  # noqa: PLC0415
+            from ktop.symbolize.user import UserSymbolizer  # noqa: PLC0415
 
             self._user_symbols = UserSymbolizer()
         return tuple(self._user_symbols.resolve(pid, addresses))

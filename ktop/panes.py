@@ -32,7 +32,7 @@ from ktop.model import (
 
 if TYPE_CHECKING:
     from ktop.engine import LiveSource
-    from ktop.widgets.pane import Pane
+    from ktop.ui.widgets.pane import Pane
 
 
 class Collector(Protocol):
@@ -93,7 +93,7 @@ class PaneDef:
 
 
 def _functions_widget() -> type[Pane]:
-    from ktop.widgets.functions import FunctionsPane  # noqa: PLC0415
+    from ktop.ui.widgets.functions import FunctionsPane  # noqa: PLC0415
 
     return FunctionsPane
 
@@ -118,7 +118,7 @@ def _kernel_percent(snapshot: Snapshot) -> float:
 
 
 def _locks_widget() -> type[Pane]:
-    from ktop.widgets.locks import LocksPane  # noqa: PLC0415
+    from ktop.ui.widgets.locks import LocksPane  # noqa: PLC0415
 
     return LocksPane
 
@@ -144,7 +144,7 @@ def _lock_wait_ms(snapshot: Snapshot) -> float:
 
 
 def _blockio_widget() -> type[Pane]:
-    from ktop.widgets.blockio import BlockIoPane  # noqa: PLC0415
+    from ktop.ui.widgets.blockio import BlockIoPane  # noqa: PLC0415
 
     return BlockIoPane
 
@@ -174,7 +174,7 @@ def _io_latency_ms(snapshot: Snapshot) -> float:
 
 
 def _processes_widget() -> type[Pane]:
-    from ktop.widgets.processes import ProcessesPane  # noqa: PLC0415
+    from ktop.ui.widgets.processes import ProcessesPane  # noqa: PLC0415
 
     return ProcessesPane
 

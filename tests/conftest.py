@@ -143,7 +143,7 @@ def recorded_json(recorded_data: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def recorded_snapshot(recorded_data: dict[str, Any]):
-    from ktop.export import from_json
+    from ktop.exports.jsonfile import from_json
 
     return from_json(copy.deepcopy(recorded_data))
 
@@ -164,7 +164,7 @@ def fixture_address(text: str, name: str) -> int:
 
 @pytest.fixture
 def kallsyms(kallsyms_text: str):
-    from ktop.symbols import Kallsyms
+    from ktop.symbolize.kernel import Kallsyms
 
     return Kallsyms.from_text(kallsyms_text)
 

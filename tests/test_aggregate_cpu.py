@@ -227,7 +227,7 @@ def test_the_stacks_of_a_profile_are_read_as_a_tuple_and_saved_as_one(kallsyms, 
     one, so a snapshot saved from a live profile reads back the same."""
     import pickle
 
-    from ktop.export import encode
+    from ktop.exports.jsonfile import encode
 
     agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=5)
     agg.add(drain(100.0, 1.0, count(4242, "dd", 50, stacks["urandom"]),

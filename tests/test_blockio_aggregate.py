@@ -22,7 +22,7 @@ from ktop.collectors.blockio import (
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.disks import kernel_dev
 from ktop.model import Bucket, IoSubmitStack
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 VDA = kernel_dev(254, 0)
 NVME = kernel_dev(259, 0)

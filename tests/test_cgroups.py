@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 from conftest import SCREEN_SIZE, wait_for_data
 
-from ktop.app import build_app
 from ktop.cgroups import (
     CgroupError,
     CgroupNames,
@@ -22,8 +21,9 @@ from ktop.cgroups import (
 from ktop.cli import main
 from ktop.collectors.processes import parse_io
 from ktop.engine import RecordedSource
-from ktop.widgets.blockio import writeback_share
-from ktop.widgets.processes import by_cgroup
+from ktop.ui.app import build_app
+from ktop.ui.widgets.blockio import writeback_share
+from ktop.ui.widgets.processes import by_cgroup
 
 HEX = "3f2a9c1b0d4e" + "a" * 52
 V1_ONLY = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
@@ -157,23 +157,23 @@ async def _g_filters(recorded_snapshot):
         await wait_for_data(pilot)
         await pilot.press("4", "G")
         await pilot.pause(0.1)
-        table = app.pane("processes").table
+        table = app.main_screen.pane("processes").table
         assert {table.get_row_at(i)[0].text for i in range(table.row_count)} == {
             str(snapshot.processes[0].pid), str(snapshot.processes[1].pid)}
-        assert "cgroup /ktop-test only (Esc: all)" in app.note
+        assert "cgroup /ktop-test only (Esc: all)" in app.main_screen.note
         await pilot.press("v")
         await pilot.pause(0.1)
-        assert table is not app.pane("processes").table
-        names = [app.pane("processes").table.get_row_at(i)[0].text
-                 for i in range(app.pane("processes").table.row_count)]
+        assert table is not app.main_screen.pane("processes").table
+        names = [app.main_screen.pane("processes").table.get_row_at(i)[0].text
+                 for i in range(app.main_screen.pane("processes").table.row_count)]
         assert sorted(names) == ["inner", "ktop-test"]
         await pilot.press("escape")
         await pilot.pause(0.1)
-        assert app.display_settings.cgroup is None and "cgroup" not in app.note
+        assert app.main_screen.display_settings.cgroup is None and "cgroup" not in app.main_screen.note
 
 
 def test_a_cgroup_removed_while_shown_says_so_in_the_header(recorded_snapshot, monkeypatch):
-    monkeypatch.setattr("ktop.app.cgroup_exists", lambda path: False)
+    monkeypatch.setattr("ktop.cgroups.cgroup_exists", lambda path: False)
     asyncio.run(_removed(recorded_snapshot))
 
 
@@ -183,8 +183,8 @@ async def _removed(recorded_snapshot):
     app = build_app(source, interval_s=0.2, cgroup="/ktop-test")
     async with app.run_test(size=SCREEN_SIZE) as pilot:
         await wait_for_data(pilot)
-        assert "cgroup /ktop-test removed (Esc: all)" in app.note
-        assert app.display_settings.cgroup_gone
+        assert "cgroup /ktop-test removed (Esc: all)" in app.main_screen.note
+        assert app.main_screen.display_settings.cgroup_gone
         await pilot.press("3")
         await pilot.pause(0.1)
-        assert "nothing from cgroup /ktop-test (removed) here" in app.pane("blockio").table.message
+        assert "nothing from cgroup /ktop-test (removed) here" in app.main_screen.pane("blockio").table.message

@@ -10,8 +10,8 @@ from rich.segment import ControlType
 from test_ui import INTERVAL, SwitchableSource, many_processes, next_frames
 from textual._compositor import Compositor
 
-from ktop.app import build_app
-from ktop.widgets.compositor import ChangedRowsCompositor
+from ktop.ui.app import build_app
+from ktop.ui.widgets.compositor import ChangedRowsCompositor
 
 
 def with_changes(snapshot, count: int, step: int):
@@ -90,7 +90,7 @@ def test_a_changed_row_asks_only_the_widgets_under_it(recorded_snapshot):
     async def scenario(pilot):
         app = pilot.app
         await next_frames(pilot, source)
-        header = app.header_bar()
+        header = app.main_screen.header_bar()
         for widget in app.main_screen.walk_children(with_self=True):
             original = widget.render_lines
 

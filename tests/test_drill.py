@@ -7,12 +7,13 @@ import asyncio
 import pytest
 from conftest import run_app
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import StackSample, UserFrame
-from ktop.screens.stacks import FunctionScreen, IoProcessScreen, LockCallerScreen
-from ktop.snapshot import SnapshotError, render_screen, screen_text
 from ktop.stacktree import callees_tree, callers_tree, processes_hitting, unique_stacks
+from ktop.ui.app import build_app
+from ktop.ui.headless import SnapshotError, render_screen, screen_text
+from ktop.ui.screens.details import IoProcessScreen, LockCallerScreen
+from ktop.ui.screens.function import FunctionScreen
 
 # ---- trees from stacks ---------------------------------------------------------------------
 
@@ -70,7 +71,7 @@ def test_enter_on_a_hot_function_shows_its_callers_and_esc_returns_to_the_same_r
 
     async def scenario(pilot):
         await pilot.press("1", "down")  # second row: _copy_to_iter
-        table = app.pane("functions").table
+        table = app.main_screen.pane("functions").table
         seen["row_before"] = table.cursor_row
         seen["key_before"] = table.selected_key
         await pilot.press("enter")
@@ -110,13 +111,13 @@ def test_enter_on_a_process_filters_every_pane_to_it_and_esc_shows_all(recorded_
         await pilot.press("4")
         await pilot.press("enter")
         await pilot.pause(0.1)
-        seen["pid"] = app.display_settings.pid
-        seen["rows"] = app.pane("processes").table.row_count
+        seen["pid"] = app.main_screen.display_settings.pid
+        seen["rows"] = app.main_screen.pane("processes").table.row_count
         seen["header"] = screen_text(app).splitlines()[0]
         await pilot.press("escape")
         await pilot.pause(0.1)
-        seen["after"] = app.display_settings.pid
-        seen["rows_after"] = app.pane("processes").table.row_count
+        seen["after"] = app.main_screen.display_settings.pid
+        seen["rows_after"] = app.main_screen.pane("processes").table.row_count
 
     run_app(app, scenario)
     assert seen["pid"] == recorded_snapshot.processes[0].pid
@@ -212,7 +213,7 @@ def test_enter_in_the_other_views_of_locks_and_block_io(recorded_snapshot):
         seen["address_says"] = screen_text(app)
         await pilot.press("v", "enter")  # lock tasks: every pane shows that process
         await pilot.pause(0.1)
-        seen["task_pid"] = app.display_settings.pid
+        seen["task_pid"] = app.main_screen.display_settings.pid
         await pilot.press("escape", "3", "v", "enter")  # the newest request: its process
         await pilot.pause(0.2)
         seen["request_opens"] = getattr(app.screen, "process", None)
@@ -255,7 +256,7 @@ def test_a_click_selects_a_row_and_a_second_click_opens_it(recorded_snapshot):
     seen = {}
 
     async def scenario(pilot):
-        table = app.pane("functions").table
+        table = app.main_screen.pane("functions").table
         await pilot.click(table, offset=(20, 3))  # header line, then rows 0, 1, 2
         await pilot.pause(0.1)
         seen["cursor"] = table.cursor_row
@@ -271,7 +272,7 @@ def test_a_click_selects_a_row_and_a_second_click_opens_it(recorded_snapshot):
 
 
 def test_help_documents_drilling_down_and_coming_back(recorded_snapshot):
-    from ktop.screens.help import HelpScreen
+    from ktop.ui.screens.help import HelpScreen
 
     app = _app(recorded_snapshot)
     seen = {}

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 from conftest import run_app
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import (
     Bucket,
@@ -22,8 +21,9 @@ from ktop.model import (
     LockTask,
     StackSample,
 )
-from ktop.screens.stacks import LockCallerScreen
-from ktop.snapshot import render_screen, screen_text
+from ktop.ui.app import build_app
+from ktop.ui.headless import render_screen, screen_text
+from ktop.ui.screens.details import LockCallerScreen
 
 SIZES = [(80, 24), (180, 50)]
 INTERVAL = 0.1

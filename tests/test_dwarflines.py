@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ktop import dwarflines
-from ktop.dwarflines import KernelLineTable
+from ktop.symbolize import lines as dwarflines
+from ktop.symbolize.lines import KernelLineTable
 
 MAIN_C = """\
 #include <stdio.h>

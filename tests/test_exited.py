@@ -22,7 +22,7 @@ from ktop.aggregate.exited import forget_addresses
 from ktop.aggregate.locks import LockAggregator
 from ktop.collectors.blockio import BlockDrain, IoStack, IoTotal, LatencyBucket
 from ktop.model import EXITED_PID, UserFrame
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 ALIVE = {100}
 

@@ -13,7 +13,7 @@ from cpu_drains import StackCount, cpu_drain
 
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors.procstat import CpuTicks
-from ktop.export import FORMAT, ROUNDING, from_json, to_json
+from ktop.exports.jsonfile import FORMAT, ROUNDING, from_json, to_json
 from ktop.model import (
     BlockProfile,
     Bucket,

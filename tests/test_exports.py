@@ -237,18 +237,20 @@ def test_pprof_round_trips_through_a_class_protoc_made(snapshot, tmp_path):
 
     (io, io_bytes), = samples_by_type(profile, strings, "io")
     assert io_bytes == 10_485_760
-    assert labels_of(io, strings) == {"pid": 4242, "comm": "\x1b[2J evil", "disk": "vda",
+    assert labels_of(io, strings) == {"pid": 4242, "comm": "\\x1b[2J evil", "disk": "vda",
                                       "op": "write"}
 
 
 def test_pprof_keeps_hostile_names_as_data(snapshot, tmp_path):
-    """pprof strings are data, as JSON's are: the real name comes back, whatever it holds."""
+    """pprof strings are data: a lone surrogate does not break the file. Labels are printed
+    as they are by `go tool pprof -tags`: a comm's escape sequence is escaped (printable)."""
     odd = "\ud800bad"  # a lone surrogate cannot be UTF-8: it must not break the file
     stack = StackSample(pid=1, comm=HOSTILE, samples=4, frames=(f"{odd}+0x1", "vfs_read+0x2"))
     one = replace(snapshot, cpu=replace(snapshot.cpu, stacks=(stack,)), locks=None, blockio=None)
     profile, strings = decoded(tmp_path, to_pprof(one))
     ((sample, _),) = samples_by_type(profile, strings, "samples")
-    assert labels_of(sample, strings)["comm"] == HOSTILE
+    assert labels_of(sample, strings)["comm"] == printable(HOSTILE)
+    assert "\x1b" not in printable(HOSTILE)
     assert "\\ud800bad" in strings
 
 
@@ -408,7 +410,8 @@ def test_snapshot_writes_each_format_by_its_suffix(tmp_path):
     assert parse_folded((tmp_path / "top.folded").read_text())
     profile, strings = decoded(tmp_path, (tmp_path / "top.pb.gz").read_bytes())
     assert "chacha_permute" in strings
-    assert (tmp_path / "top.pb.gz").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "top.pb.gz").stat().st_mode & 0o777 == 0o600  # kernel addresses
+    assert (tmp_path / "top.prom").stat().st_mode & 0o777 == 0o644  # neither those nor cmdlines
     assert "ktop_up" in families((tmp_path / "top.prom").read_text())
 
 

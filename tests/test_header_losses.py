@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ktop.engine import LiveSource, Options
-from ktop.widgets.header import header_text, loss_lines
+from ktop.ui.widgets.header import header_text, loss_lines
 
 
 def busy_disk(snapshot):

@@ -12,7 +12,7 @@ import pytest
 
 from ktop.aggregate.blockio import BlockAggregator
 from ktop.collectors.disks import DiskNames, kernel_dev
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 pytestmark = pytest.mark.live
 

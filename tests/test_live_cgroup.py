@@ -15,7 +15,7 @@ from conftest import root_only
 from ktop.cgroups import cgroup2_mount
 from ktop.engine import LiveSource, Options, RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS
-from ktop.snapshot import render_screen
+from ktop.ui.headless import render_screen
 
 pytestmark = root_only
 

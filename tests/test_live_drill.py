@@ -14,9 +14,9 @@ import pytest
 
 from ktop.engine import LiveSource, Options, RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS
-from ktop.screens.stacks import merge_lock_stacks
-from ktop.snapshot import render_screen
+from ktop.stackmerge import merge_lock_stacks
 from ktop.stacktree import callers_tree, function_name
+from ktop.ui.headless import render_screen
 
 pytestmark = [
     pytest.mark.live,

@@ -12,7 +12,7 @@ from conftest import root_only
 from cpu_drains import counts_of
 
 from ktop.collectors.cpu import CpuSampler
-from ktop.symbols import IdleClassifier, Kallsyms
+from ktop.symbolize.kernel import IdleClassifier, Kallsyms
 
 pytestmark = [pytest.mark.live, root_only]
 

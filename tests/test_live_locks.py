@@ -16,7 +16,7 @@ import pytest
 from ktop.aggregate.locks import LOCK_TYPES, LockAggregator
 from ktop.collectors.locks import LockCollector
 from ktop.model import LockProfile
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 pytestmark = [
     pytest.mark.live,

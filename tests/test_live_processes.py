@@ -13,7 +13,7 @@ from conftest import first_in_line, root_only
 
 from ktop.collectors.procstat import read_cpu_ticks
 from ktop.engine import LiveSource, Options
-from ktop.export import to_json
+from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID
 
 pytestmark = root_only

@@ -15,8 +15,8 @@ import pytest
 from conftest import root_only
 from test_recording_cli import ktop
 
-from ktop.recording import Recording
-from ktop.replay import find_time
+from ktop.record.fileformat import Recording
+from ktop.record.replay import find_time
 
 pytestmark = [pytest.mark.live, root_only]
 

@@ -155,7 +155,7 @@ def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal):
 
 
 def test_keys_reach_the_app_in_a_real_terminal_a_lone_esc_too(terminal):
-    """ktop's driver reads the terminal only when it has input (ktop/driver.py): a key
+    """ktop's driver reads the terminal only when it has input (ktop/ui/driver.py): a key
     arrives, and so does a lone Esc, which the parser holds until its timeout says it is
     no escape sequence."""
     start_ktop(terminal)

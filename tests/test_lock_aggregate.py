@@ -34,7 +34,7 @@ from ktop.collectors.locks import (
     thread_started_after,
 )
 from ktop.model import Bucket, UserFrame
-from ktop.symbols import Kallsyms
+from ktop.symbolize.kernel import Kallsyms
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -406,9 +406,9 @@ def test_a_begin_is_stale_once_its_thread_is_gone_or_newer():
 def test_named_stacks_are_remembered_within_a_bound(symbolizer, monkeypatch):
     """Under process churn distinct lock stacks keep coming (~300 a minute): the names kept
     for the next interval stay bounded, and a stack named again after reads the same."""
-    from ktop.aggregate import locks  # noqa: PLC0415
+    from ktop.symbolize import frames as kernelframes  # noqa: PLC0415
 
-    monkeypatch.setattr(locks, "SYMBOLIZED_KEPT", 8)
+    monkeypatch.setattr(kernelframes, "SYMBOLIZED_KEPT", 8)
     first = symbolizer.resolve(RWSEM_STACK)
     for offset in range(1, 40):
         symbolizer.resolve((RWSEM_STACK[0] + offset, *RWSEM_STACK[1:]))

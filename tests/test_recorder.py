@@ -13,8 +13,8 @@ from test_engine import FakeCollector, wait_until
 
 from ktop.engine import LiveSource, Options, PaneSpec
 from ktop.model import PANE_FUNCTIONS, CpuProfile
-from ktop.recorder import record
-from ktop.recording import Recording
+from ktop.record.fileformat import Recording
+from ktop.record.session import record
 
 
 class IntervalAggregator:

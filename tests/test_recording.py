@@ -12,9 +12,9 @@ import zlib
 import pytest
 from test_export import full_snapshot
 
-from ktop import recording as recording_module
 from ktop.model import Snapshot
-from ktop.recording import (
+from ktop.record import fileformat as recording_module
+from ktop.record.fileformat import (
     FORMAT,
     FRAME_SIZE,
     HEADER_SIZE,

@@ -18,7 +18,7 @@ import pytest
 from conftest import as_nobody, check_contract
 
 from ktop.model import CpuTimes, Snapshot, StackSample
-from ktop.recording import Recording, RecordWriter
+from ktop.record.fileformat import Recording, RecordWriter
 from ktop.stacktree import hot_functions
 
 START = 1767268245.0  # 2026-01-01 11:50:45 UTC (the tests run with TZ=UTC)
@@ -273,3 +273,12 @@ def test_the_cgroup_filter_keeps_its_rows_over_a_window_of_records(tmp_path, rec
     assert "pipe_read+0x4d" in screen  # 8072 waited there; no task of /ktop.slice elsewhere
     assert "d_alloc_parallel" in screen  # 4242 did
     assert "unmap_region" not in screen  # only 4244, of /other.slice
+
+
+def test_serving_a_bad_recording_is_one_line(tmp_path):
+    """One error type for a bad snapshot or recording file: --serve caught only the JSON
+    snapshot's, and a recording cut off in its header ended in a traceback."""
+    path = tmp_path / "cut.krec"
+    path.write_bytes(b"KTOPREC")
+    line = one_error_line(ktop("--replay", str(path), "--serve", "127.0.0.1:39973"))
+    assert "cut off in its header" in line

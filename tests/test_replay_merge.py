@@ -26,7 +26,7 @@ from ktop.collectors.disks import kernel_dev
 from ktop.collectors.locks import LockDrain, LockWaits, StackWaits, TaskWaits
 from ktop.collectors.procstat import CpuTicks
 from ktop.model import Snapshot, UserFrame
-from ktop.recording import decode_snapshot, encode_snapshot
+from ktop.record.fileformat import decode_snapshot, encode_snapshot
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -185,7 +185,7 @@ def lock_drains() -> tuple[list[LockDrain], str]:
 
 @pytest.mark.parametrize("window", [1, 2, 3])
 def test_a_window_of_lock_records_equals_the_live_window(window):
-    from ktop.symbols import Kallsyms
+    from ktop.symbolize.kernel import Kallsyms
 
     drains, kallsyms_text = lock_drains()
     span = sum(d.end - d.start for d in drains[-window:])
@@ -235,7 +235,7 @@ def block_drains() -> tuple[list[BlockDrain], str]:
 
 @pytest.mark.parametrize("window", [1, 2, 3])
 def test_a_window_of_block_io_records_equals_the_live_window(window):
-    from ktop.symbols import Kallsyms
+    from ktop.symbolize.kernel import Kallsyms
 
     drains, kallsyms_text = block_drains()
     span = sum(d.end - d.start for d in drains[-window:])
@@ -269,7 +269,7 @@ def test_a_window_of_snapshots_takes_processes_and_losses_from_the_newest(record
 def test_a_replayed_window_lists_requests_of_every_process_as_live_does():
     """Issue 12: the newest requests alone left a drill-down into any process but the
     busiest empty; live and replayed windows keep each process's newest besides."""
-    from ktop.symbols import Kallsyms
+    from ktop.symbolize.kernel import Kallsyms
 
     drains, kallsyms_text = block_drains()
     aggregator = BlockAggregator(window_s=60.0, disk_names={kernel_dev(254, 0): "vda"},

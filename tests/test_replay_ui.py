@@ -11,13 +11,13 @@ from conftest import run_app
 from test_recording_cli import SPIKE, SPIKE_FUNCTION, make_recording
 from test_ui import INTERVAL, SwitchableSource, column, next_frames
 
-from ktop import recording as recording_module
-from ktop.app import build_app
-from ktop.recording import Recording, RecordingError
-from ktop.replay import ReplaySource, TimelineView
-from ktop.screens.stacks import FunctionScreen
-from ktop.snapshot import screen_text
-from ktop.widgets.timeline import timeline_text
+from ktop.record import fileformat as recording_module
+from ktop.record.fileformat import Recording, RecordingError
+from ktop.record.replay import ReplaySource, TimelineView
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.function import FunctionScreen
+from ktop.ui.widgets.timeline import timeline_text
 
 
 @pytest.fixture
@@ -262,10 +262,10 @@ def test_esc_and_backspace_in_the_time_prompt_belong_to_it(replay):
         app = pilot.app
         await pilot.press("4", "enter")  # a process drilled into: every pane shows it alone
         await pilot.pause(0.1)
-        seen["pid"] = app.display_settings.pid
+        seen["pid"] = app.main_screen.display_settings.pid
         await pilot.press("g", "1", "1", "backspace", "escape")
         await pilot.pause(0.1)
-        seen["after"] = (app.display_settings.pid, app.focused_pane().PANE, replay.position,
+        seen["after"] = (app.main_screen.display_settings.pid, app.main_screen.focused_pane().PANE, replay.position,
                          app.query_one("#timeline-prompt").display)
 
     run_app(build_app(replay, interval_s=INTERVAL), scenario)

@@ -13,7 +13,7 @@ from ktop.collectors.bpfsys import program_info
 from ktop.collectors.selfcost import SelfCost, bpf_programs, bpf_run_time_ns
 from ktop.engine import LiveSource, Options
 from ktop.model import PANE_FUNCTIONS
-from ktop.widgets.header import header_text
+from ktop.ui.widgets.header import header_text
 
 
 def test_a_descriptor_that_is_no_bpf_program_has_no_run_time():

@@ -14,9 +14,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from conftest import PANE_TITLES, SCREEN_SIZE, root_only
 
-from ktop import snapshot as snapshot_module
 from ktop.engine import Options, RecordedSource
-from ktop.snapshot import render_screen, run_snapshot
+from ktop.ui import headless as snapshot_module
+from ktop.ui.headless import render_screen, run_snapshot
 from ktop.writer import SnapshotError, write_atomically
 
 CONTENT = "<svg>new snapshot</svg>\n"
@@ -32,11 +32,12 @@ def leftovers(directory) -> list[str]:
     return sorted(os.listdir(directory))
 
 
-def test_writes_the_file_readable_by_all_and_leaves_no_temporary(tmp_path):
+def test_writes_the_file_private_and_leaves_no_temporary(tmp_path):
+    """A screen holds command lines: 0600, as recordings are."""
     target = tmp_path / "out.svg"
     write_atomically(str(target), CONTENT)
     assert target.read_text() == CONTENT
-    assert target.stat().st_mode & 0o777 == 0o644
+    assert target.stat().st_mode & 0o777 == 0o600
     assert leftovers(tmp_path) == ["out.svg"]
 
 
@@ -62,15 +63,16 @@ def test_a_file_where_the_directory_should_be(tmp_path):
     assert (tmp_path / "notadir").read_text() == "x"
 
 
-def test_symlink_at_the_target_is_replaced_not_followed(tmp_path):
+def test_symlink_at_the_target_is_refused_neither_followed_nor_replaced(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     link = tmp_path / "out.svg"
     link.symlink_to(victim)
-    write_atomically(str(link), CONTENT)
-    assert not link.is_symlink()
-    assert link.read_text() == CONTENT
-    assert victim.read_text() == "precious\n"
+    with pytest.raises(SnapshotError) as error:
+        write_atomically(str(link), CONTENT)
+    assert "it is a symlink" in one_line(error)
+    assert link.is_symlink() and victim.read_text() == "precious\n"
+    assert leftovers(tmp_path) == ["out.svg", "victim"]
 
 
 def test_dangling_symlink_does_not_create_its_target(tmp_path):
@@ -78,15 +80,16 @@ def test_dangling_symlink_does_not_create_its_target(tmp_path):
     elsewhere.mkdir()
     link = tmp_path / "out.json"
     link.symlink_to(elsewhere / "created-by-root")
-    write_atomically(str(link), CONTENT)
+    with pytest.raises(SnapshotError):
+        write_atomically(str(link), CONTENT)
     assert leftovers(elsewhere) == []
-    assert link.read_text() == CONTENT and not link.is_symlink()
+    assert link.is_symlink()
 
 
 def test_imports_go_one_way_runner_to_app_to_writer():
     """The writer knows no app, and the app (its `s` key) knows no headless runner."""
     code = ("import sys, ktop.writer; assert 'textual' not in sys.modules; "
-            "import ktop.app; assert 'ktop.snapshot' not in sys.modules")
+            "import ktop.ui.app; assert 'ktop.ui.headless' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

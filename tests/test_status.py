@@ -13,10 +13,10 @@ from conftest import PANE_TITLES, run_app
 from painted import PaintedScreen
 from test_ui import INTERVAL, SwitchableSource, app_for, next_frames, toasts
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import CpuTimes
-from ktop.snapshot import screen_text
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
 
 SIZES = [(80, 24), (180, 50)]
 REPLAY_NOTE = "replay of /var/tmp/recordings/a-long-directory-name/ktop-20260101-115045.json"
@@ -28,7 +28,7 @@ def header(app) -> list[str]:
 
 def pane_box(app, name: str) -> list[str]:
     """The lines of one pane's box on the screen, border included."""
-    region = app.pane(name).region
+    region = app.main_screen.pane(name).region
     lines = screen_text(app).splitlines()[region.y:region.bottom]
     return [line[region.x:region.right] for line in lines]
 
@@ -50,7 +50,7 @@ def test_a_pid_filter_is_said_first_on_the_top_line_uncut(recorded_snapshot, siz
         app = pilot.app
         await pilot.press("4", "enter")
         await pilot.pause(0.1)
-        seen["pid"] = app.display_settings.pid
+        seen["pid"] = app.main_screen.display_settings.pid
         seen["header"] = header(app)
 
     app = build_app(RecordedSource([recorded_snapshot]), interval_s=INTERVAL,
@@ -133,7 +133,7 @@ def test_pane_counts_add_up_to_the_rows_under_a_pid_filter(recorded_snapshot):
 
     async def scenario(pilot):
         app = pilot.app
-        table = app.pane("locks").table
+        table = app.main_screen.pane("locks").table
         seen["contended"] = [table.get_row_at(i)[0].text for i in range(table.row_count)]
         seen["locks"] = subtitle(app, "locks")
         seen["processes"] = subtitle(app, "processes")
@@ -160,7 +160,7 @@ def test_unfiltered_counts_are_the_rows_too(recorded_snapshot):
 
 
 def column_width(app, pane: str, key: str) -> int | None:
-    table = app.pane(pane).table
+    table = app.main_screen.pane(pane).table
     widths = table._widths(table.size.width)
     return widths[[c.key for c in table.table_columns].index(key)]
 
@@ -236,10 +236,10 @@ def test_growing_the_terminal_goes_back_to_four_panes(recorded_snapshot):
     async def scenario(pilot):
         app = pilot.app
         await pilot.press("3")
-        seen["small"] = [app.pane(n).display for n in ("functions", "locks", "blockio", "processes")]
+        seen["small"] = [app.main_screen.pane(n).display for n in ("functions", "locks", "blockio", "processes")]
         await pilot.resize_terminal(160, 50)
         await pilot.pause(0.1)
-        seen["large"] = [app.pane(n).display for n in ("functions", "locks", "blockio", "processes")]
+        seen["large"] = [app.main_screen.pane(n).display for n in ("functions", "locks", "blockio", "processes")]
         seen["tabs"] = app.main_screen.query_one("#tabs").display
 
     run_app(app_for(recorded_snapshot), scenario, size=(80, 24))
@@ -262,9 +262,9 @@ def test_the_sort_arrow_moves_in_the_same_frame_as_the_rows(recorded_snapshot):
         await pilot.pause(0.2)
         await pilot.press("greater_than_sign")
         await pilot.pause(0.3)
-        box = app.pane("processes").region
+        box = app.main_screen.pane("processes").region
         seen["painted"] = painted.lines()[box.y + 1][box.x:box.right]
-        seen["first"] = app.pane("processes").table.get_row_at(0)[0].text
+        seen["first"] = app.main_screen.pane("processes").table.get_row_at(0)[0].text
         seen["painted_first"] = painted.lines()[box.y + 2][box.x:box.right]
 
     run_app(app_for(recorded_snapshot), scenario)
@@ -277,7 +277,7 @@ def test_a_filter_puts_the_first_match_on_the_top_line(recorded_snapshot):
 
     async def scenario(pilot):
         app = pilot.app
-        table = app.pane("processes").table
+        table = app.main_screen.pane("processes").table
         await pilot.press("4", "end")
         await pilot.pause(0.1)
         seen["scrolled"] = table.scroll_offset.y
@@ -437,8 +437,8 @@ def test_a_click_on_a_tab_shows_its_pane(recorded_snapshot):
         await pilot.click("#tabs", offset=(column + 2, 0))
         await pilot.pause(0.1)
         seen["shown"] = [n for n in ("functions", "locks", "blockio", "processes")
-                         if app.pane(n).display]
-        seen["focus"] = app.focused_pane().PANE
+                         if app.main_screen.pane(n).display]
+        seen["focus"] = app.main_screen.focused_pane().PANE
 
     run_app(app_for(recorded_snapshot), scenario, size=(80, 24))
     assert seen["shown"] == ["blockio"] and seen["focus"] == "blockio"

@@ -7,7 +7,7 @@ import random
 import pytest
 from conftest import root_only
 
-from ktop.symbols import KERNEL_MODULE, IdleClassifier, Kallsyms
+from ktop.symbolize.kernel import KERNEL_MODULE, IdleClassifier, Kallsyms
 
 
 def test_address_inside_a_function_is_symbol_plus_offset(kallsyms, addr):

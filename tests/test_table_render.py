@@ -9,8 +9,8 @@ from test_ui import INTERVAL, SwitchableSource, next_frames
 from textual.geometry import Region
 from textual.widget import Widget
 
-from ktop.app import build_app
-from ktop.widgets.table import KeyedTable
+from ktop.ui.app import build_app
+from ktop.ui.widgets.table import KeyedTable
 
 
 def cells(strips) -> list[list[tuple[str, object]]]:

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from ktop.text import human_bytes, printable
-from ktop.widgets.header import header_text
-from ktop.widgets.table import Cell
+from ktop.ui.widgets.header import header_text
+from ktop.ui.widgets.table import Cell
 
 # Anything a terminal could act on: C0, DEL, C1 (0x9b is a one-byte CSI), bidi overrides.
 TERMINAL_ACTIVE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

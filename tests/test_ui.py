@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 from conftest import PANE_TITLES, SCREEN_SIZE, run_app, wait_for_data
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import EXITED_PID
-from ktop.screens.help import HelpScreen
-from ktop.snapshot import screen_text
 from ktop.stacktree import hot_functions
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.help import HelpScreen
 
 PANES = ("functions", "locks", "blockio", "processes")
 HOSTILE = ("\x1b[2J evil", "[bold]red[/]", "[/]")
@@ -57,12 +57,12 @@ def app_for(snapshot, **kwargs):
 
 def rows(app, pane: str) -> list[list[str]]:
     """The focused view's rows as shown, top to bottom, one string per cell."""
-    table = app.pane(pane).table
+    table = app.main_screen.pane(pane).table
     return [[cell.text for cell in table.get_row_at(i)] for i in range(table.row_count)]
 
 
 def column(app, pane: str, key: str) -> list[str]:
-    table = app.pane(pane).table
+    table = app.main_screen.pane(pane).table
     index = [c.key for c in table.table_columns].index(key)
     return [row[index] for row in rows(app, pane)]
 
@@ -141,10 +141,10 @@ def test_tab_shift_tab_and_digits_move_between_panes(recorded_snapshot):
 
     async def scenario(pilot):
         app = pilot.app
-        visits.append(app.focused_pane().PANE)
+        visits.append(app.main_screen.focused_pane().PANE)
         for key in ("tab", "tab", "tab", "tab", "shift+tab", "4", "2", "1", "3"):
             await pilot.press(key)
-            visits.append(app.focused_pane().PANE)
+            visits.append(app.main_screen.focused_pane().PANE)
 
     run_app(app_for(recorded_snapshot), scenario)
     assert visits == [
@@ -161,7 +161,7 @@ def test_i_toggles_idle_rows(recorded_snapshot):
 
     async def scenario(pilot):
         for _ in range(3):
-            counts.append(pilot.app.pane("functions").table.row_count)
+            counts.append(pilot.app.main_screen.pane("functions").table.row_count)
             symbols.append(set(column(pilot.app, "functions", "symbol")))
             await pilot.press("i")
             await pilot.pause()
@@ -188,7 +188,7 @@ def test_z_zooms_the_focused_pane_to_the_full_screen(recorded_snapshot):
     states = []
 
     def state(app):
-        return {p: (app.pane(p).display, app.pane(p).size.width) for p in PANES}
+        return {p: (app.main_screen.pane(p).display, app.main_screen.pane(p).size.width) for p in PANES}
 
     async def scenario(pilot):
         app = pilot.app
@@ -245,7 +245,7 @@ def test_v_switches_views_in_the_locks_pane(recorded_snapshot):
     async def scenario(pilot):
         await pilot.press("2")
         for _ in range(5):
-            pane = pilot.app.pane("locks")
+            pane = pilot.app.main_screen.pane("locks")
             views.append((pane.view, rows(pilot.app, "locks"), pane.border_subtitle))
             await pilot.press("v")
             await pilot.pause()
@@ -266,7 +266,7 @@ def test_v_switches_views_in_the_block_io_pane(recorded_snapshot):
     async def scenario(pilot):
         await pilot.press("3")
         for _ in range(3):
-            views.append((pilot.app.pane("blockio").view, rows(pilot.app, "blockio")))
+            views.append((pilot.app.main_screen.pane("blockio").view, rows(pilot.app, "blockio")))
             await pilot.press("v")
             await pilot.pause()
 
@@ -284,16 +284,16 @@ def test_slash_filter_narrows_the_focused_pane(recorded_snapshot):
 
     async def scenario(pilot):
         app = pilot.app
-        seen["before"] = app.pane("functions").table.row_count
+        seen["before"] = app.main_screen.pane("functions").table.row_count
         await pilot.press("slash", *"chacha", "enter")
         await pilot.pause()
         seen["symbols"] = column(app, "functions", "symbol")
-        seen["subtitle"] = app.pane("functions").border_subtitle
-        seen["processes"] = app.pane("processes").table.row_count
-        seen["focus"] = app.focused_pane().PANE
+        seen["subtitle"] = app.main_screen.pane("functions").border_subtitle
+        seen["processes"] = app.main_screen.pane("processes").table.row_count
+        seen["focus"] = app.main_screen.focused_pane().PANE
         await pilot.press("slash", "escape")
         await pilot.pause()
-        seen["cleared"] = app.pane("functions").table.row_count
+        seen["cleared"] = app.main_screen.pane("functions").table.row_count
 
     run_app(app_for(recorded_snapshot), scenario)
     assert len(chacha) >= 2
@@ -381,8 +381,8 @@ def test_unavailable_panes_say_why_and_the_rest_still_work(recorded_snapshot):
 
     async def scenario(pilot):
         seen["text"] = screen_text(pilot.app)
-        seen["functions"] = pilot.app.pane("functions").table.row_count
-        seen["processes"] = pilot.app.pane("processes").table.row_count
+        seen["functions"] = pilot.app.main_screen.pane("functions").table.row_count
+        seen["processes"] = pilot.app.main_screen.pane("processes").table.row_count
 
     run_app(app_for(snapshot), scenario)
     flat = " ".join(seen["text"].split())
@@ -416,13 +416,13 @@ def test_a_process_that_exits_is_gone_from_the_next_frame(recorded_snapshot):
         pids = column(app, "processes", "pid")
         for _ in range(pids.index("4244")):  # put the cursor on the process that will exit
             await pilot.press("down")
-        seen["selected"] = app.pane("processes").table.selected_key
+        seen["selected"] = app.main_screen.pane("processes").table.selected_key
         source.current = replace(
             recorded_snapshot, processes=tuple(p for p in recorded_snapshot.processes if p.pid != 4244)
         )
         await next_frames(pilot, source)
         seen["pids"] = column(app, "processes", "pid")
-        seen["cursor"] = app.pane("processes").table.selected_key
+        seen["cursor"] = app.main_screen.pane("processes").table.selected_key
 
     run_app(build_app(source, interval_s=INTERVAL), scenario)
     assert seen["selected"] == "4244"
@@ -442,11 +442,11 @@ def test_space_pauses_the_screen(recorded_snapshot):
         source.current = changed
         await next_frames(pilot, source)
         seen["paused_header"] = screen_text(app).splitlines()[0]
-        seen["paused_rows"] = app.pane("processes").table.row_count
+        seen["paused_rows"] = app.main_screen.pane("processes").table.row_count
         await pilot.press("space")
         await next_frames(pilot, source)
         seen["resumed_header"] = screen_text(app).splitlines()[0]
-        seen["resumed_rows"] = app.pane("processes").table.row_count
+        seen["resumed_rows"] = app.main_screen.pane("processes").table.row_count
 
     run_app(build_app(source, interval_s=INTERVAL), scenario)
     assert "PAUSED" in seen["paused_header"]
@@ -637,7 +637,7 @@ def test_the_scrollbar_follows_the_row_count_without_a_full_repaint(recorded_sna
             source.current = with_processes(count)
             await next_frames(pilot, source)
         seen["60 rows"] = app.export_screenshot()
-        app.pane("processes").table.vertical_scrollbar.refresh()
+        app.main_screen.pane("processes").table.vertical_scrollbar.refresh()
         await pilot.pause()
         seen["repainted"] = app.export_screenshot()
 
@@ -704,7 +704,7 @@ def test_a_table_that_scrolled_keeps_its_scrollbar_when_its_rows_fit_again(recor
     seen = {}
 
     async def scenario(pilot):
-        table = pilot.app.pane("processes").table
+        table = pilot.app.main_screen.pane("processes").table
         await next_frames(pilot, source)
         seen["scrollbar with 300"] = table.show_vertical_scrollbar
         source.current = with_processes(5)

@@ -10,8 +10,8 @@ from conftest import run_app
 from test_ui import app_for, column, rows
 
 from ktop.model import NOT_CODE, StackSample, UserFrame
-from ktop.snapshot import screen_text
 from ktop.stacktree import hot_functions
+from ktop.ui.headless import screen_text
 
 PYTHON = "/usr/bin/python3.11"
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -72,10 +72,10 @@ def test_v_shows_hot_user_functions_then_functions_by_command(recorded_snapshot,
 
     async def scenario(pilot):
         app = pilot.app
-        app.pane("functions").table.focus()
+        app.main_screen.pane("functions").table.focus()
         await pilot.press("v")
         await pilot.pause()
-        seen["user_title"] = str(app.pane("functions").border_title)
+        seen["user_title"] = str(app.main_screen.pane("functions").border_title)
         seen["user"] = {r[3]: r for r in rows(app, "functions")}
         seen["user_screen"] = screen_text(app)
         await pilot.press("enter")  # no callers tree from user space: says so, stays
@@ -83,10 +83,10 @@ def test_v_shows_hot_user_functions_then_functions_by_command(recorded_snapshot,
         seen["still_main"] = app.screen is app.main_screen
         await pilot.press("v")
         await pilot.pause()
-        seen["comm_title"] = str(app.pane("functions").border_title)
+        seen["comm_title"] = str(app.main_screen.pane("functions").border_title)
         seen["comm"] = rows(app, "functions")
-        seen["comm_columns"] = [c.key for c in app.pane("functions").table.table_columns]
-        table = app.pane("functions").table
+        seen["comm_columns"] = [c.key for c in app.main_screen.pane("functions").table.table_columns]
+        table = app.main_screen.pane("functions").table
         for _ in range(3):  # Self -> (Samples, in wide panes) -> Command
             await pilot.press("greater_than_sign")
             await pilot.pause()
@@ -96,7 +96,7 @@ def test_v_shows_hot_user_functions_then_functions_by_command(recorded_snapshot,
         seen["by_comm"] = column(app, "functions", "comm")
         await pilot.press("v")
         await pilot.pause()
-        seen["back"] = str(app.pane("functions").border_title)
+        seen["back"] = str(app.main_screen.pane("functions").border_title)
 
     run_app(app_for(snapshot), scenario, size=size)
     assert seen["user_title"] == "1 Hot user functions"

@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 from conftest import run_app
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
 from ktop.model import EXITED_PID, IoProcess, LockTask, ProcessRow, TaskCounts
-from ktop.snapshot import screen_text
-from ktop.widgets.blockio import io_by_command
-from ktop.widgets.locks import waits_by_command
-from ktop.widgets.processes import by_command
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.widgets.blockio import io_by_command
+from ktop.ui.widgets.locks import waits_by_command
+from ktop.ui.widgets.processes import by_command
 
 SIZES = [(80, 24), (180, 50)]
 
@@ -43,13 +43,13 @@ def churn_snapshot(recorded_snapshot):
 
 
 def rows(app, pane: str) -> list[list[str]]:
-    table = app.pane(pane).table
+    table = app.main_screen.pane(pane).table
     return [[cell.text for cell in table.get_row_at(i)] for i in range(table.row_count)]
 
 
 def by_key(app, pane: str) -> dict[str, dict[str, str]]:
     """Each shown row as {column key: text}, keyed by the text of its last column."""
-    keys = [c.key for c in app.pane(pane).table.table_columns]
+    keys = [c.key for c in app.main_screen.pane(pane).table.table_columns]
     return {row[-1]: dict(zip(keys, row)) for row in rows(app, pane)}
 
 
@@ -65,13 +65,13 @@ def test_exited_children_show_as_a_row_of_their_parent(recorded_snapshot, size):
         await pilot.pause()
         seen["rows"] = by_key(app, "processes")
         seen["order"] = [row[0] for row in rows(app, "processes")]
-        seen["subtitle"] = str(app.pane("processes").border_subtitle)
+        seen["subtitle"] = str(app.main_screen.pane("processes").border_subtitle)
         seen["screen"] = screen_text(app)
-        table = app.pane("processes").table
+        table = app.main_screen.pane("processes").table
         table.move_cursor(seen["order"].index("exited"))
         await pilot.press("enter")  # its parent, in every pane
         await pilot.pause()
-        seen["pid"] = app.display_settings.pid
+        seen["pid"] = app.main_screen.display_settings.pid
 
     run_app(build_app(RecordedSource([churn_snapshot(recorded_snapshot)]), interval_s=0.2),
             scenario, size=size)
@@ -131,9 +131,9 @@ def test_v_groups_processes_by_command(recorded_snapshot, size):
         app = pilot.app
         await pilot.press("4", "z", "v", "v")  # per process, per cgroup, per command
         await pilot.pause()
-        seen["view"] = app.pane("processes").view
+        seen["view"] = app.main_screen.pane("processes").view
         seen["rows"] = by_key(app, "processes")
-        seen["subtitle"] = str(app.pane("processes").border_subtitle)
+        seen["subtitle"] = str(app.main_screen.pane("processes").border_subtitle)
 
     run_app(build_app(RecordedSource([churn_snapshot(recorded_snapshot)]), interval_s=0.2),
             scenario, size=size)
@@ -188,10 +188,10 @@ def test_v_groups_lock_tasks_and_block_io_by_command(recorded_snapshot, size):
         app = pilot.app
         await pilot.press("2", "z", "v", "v", "v")  # callers, addresses, tasks, commands
         await pilot.pause()
-        seen["locks"] = (app.pane("locks").view, by_key(app, "locks"))
+        seen["locks"] = (app.main_screen.pane("locks").view, by_key(app, "locks"))
         await pilot.press("z", "3", "z", "v", "v", "v")  # processes, requests, histogram, commands
         await pilot.pause()
-        seen["blockio"] = (app.pane("blockio").view, rows(app, "blockio"))
+        seen["blockio"] = (app.main_screen.pane("blockio").view, rows(app, "blockio"))
 
     run_app(build_app(RecordedSource([snapshot]), interval_s=0.2), scenario, size=size)
     view, shown = seen["locks"]

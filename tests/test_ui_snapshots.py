@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from conftest import SCREEN_SIZE, wait_for_data
 
-from ktop.app import build_app
 from ktop.engine import RecordedSource
+from ktop.ui.app import build_app
 
 INTERVAL = 0.2
 

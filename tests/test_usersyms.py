@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ktop import usersyms
 from ktop.model import UserFrame
-from ktop.usersyms import UserSymbolizer, _cxa_demangle
+from ktop.symbolize import user as usersyms
+from ktop.symbolize.user import UserSymbolizer, _cxa_demangle
 
 C_SOURCE = r"""
 #include <unistd.h>

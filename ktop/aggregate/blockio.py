@@ -13,7 +13,8 @@ from ktop.aggregate.window import Window
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, kernel_dev, split_dev
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
-from ktop.symbols import Kallsyms
+from ktop.symbolize.frames import KernelFrames
+from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.blockio import BlockCollector
@@ -22,13 +23,6 @@ if TYPE_CHECKING:
 # (pid, comm, dev, rw, cgroup): one row of the per-process table.
 IoKey = tuple[int, str, int, str, str]
 AddressFormatter = Callable[[int], str]
-# Frames of the tracing machinery itself (and, above them, the BPF program, unnamed unless
-# bpf_jit_kallsyms is on), innermost in every stack a tracepoint takes; they say nothing
-# about who made the I/O.
-_TRACING_PREFIXES = (
-    "__traceiter_", "bpf_trace_run", "__bpf_trace_", "perf_trace_", "trace_call_bpf"
-)
-_TRACING_DEPTH = 6  # they are all within the innermost few frames
 KEEP_REQUESTS = 4096  # newest completed requests kept for the request list
 MAX_REQUESTS = 200  # requests a profile lists (besides each process's newest few)
 # Newest requests kept of each (pid, disk, direction) besides: a busy process's requests fill
@@ -43,7 +37,7 @@ def newest_requests(
     """From requests newest first: the newest `max_requests`, and besides them the newest
     KEEP_REQUESTS_EACH of every (pid, disk, rw) in `shown`. What the live profile lists
     (BlockAggregator keeps the same per process as requests come), for a replayed window."""
-    picked = []
+    picked: list[IoRequest] = []
     seen: Counter = Counter()
     for request in requests:
         key = (request.pid, request.disk, request.rw)
@@ -123,9 +117,7 @@ class BlockAggregator:
         if disk_names is None:
             disk_names = DiskNames()
         self._disk_names = disk_names
-        if isinstance(symbols, Kallsyms):
-            symbols = symbols.format
-        self._format_address: AddressFormatter = symbols or (lambda address: f"{address:#x}")
+        self._frames = KernelFrames(symbols)
         self._requests: deque[tuple[float, CompletedRequest]] = deque(maxlen=KEEP_REQUESTS)
         self._newest: list[tuple[float, CompletedRequest]] = []  # the last drain's
         # (pid, dev, rw) -> its newest requests, each with the start of the drain it came in
@@ -139,12 +131,6 @@ class BlockAggregator:
             return name
         major, minor = split_dev(dev)
         return f"{major}:{minor}"
-
-    def _frames(self, addresses: Iterable[int]) -> tuple[str, ...]:
-        frames = [self._format_address(a) for a in addresses]
-        innermost = frames[:_TRACING_DEPTH]
-        tracing = [i for i, f in enumerate(innermost) if f.startswith(_TRACING_PREFIXES)]
-        return tuple(frames[tracing[-1] + 1 :] if tracing else frames)
 
     def add(self, drain: BlockDrain) -> None:
         self._window.add(drain.start, drain.end, self._fold(drain))
@@ -175,7 +161,7 @@ class BlockAggregator:
                 bucket.count
             )
         for stack in drain.stacks:
-            frames = self._frames(stack.kernel)
+            _, frames = self._frames.without_tracing(stack.kernel)
             if frames:  # an empty stack is already counted as lost
                 key = (stack.pid, stack.comm, stack.dev, stack.rw, stack.cgroup)
                 counts.stacks[key, frames] += (
@@ -201,6 +187,7 @@ class BlockAggregator:
         self, cumulative: bool = False, latest: bool = False, *, max_requests: int = MAX_REQUESTS
     ) -> BlockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
+        requests: Sequence[tuple[float, CompletedRequest]]
         if latest:  # every request the newest drain brought, late ones too: none falls between
             merged, window_s = self._window.latest()
             requests, oldest = self._newest, float("-inf")
@@ -234,7 +221,7 @@ class BlockAggregator:
     ) -> list[tuple[float, CompletedRequest]]:
         """The newest requests, and beside them the newest few of every process in the
         window (`each`), so any process's drill-down has requests to show; newest first."""
-        picked = []
+        picked: list[tuple[float, CompletedRequest]] = []
         for timed in reversed(requests):
             if len(picked) >= max_requests or timed[1].time <= oldest:
                 break
@@ -355,8 +342,9 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
     merged = _IoCounts()
     for profile in profiles:
         merged.merge(_counted(profile))
-    names = {kernel_dev(p.major, p.minor): p.disk for profile in profiles
-             for p in (*profile.disks, *profile.processes)}
+    names = {kernel_dev(d.major, d.minor): d.disk for profile in profiles for d in profile.disks}
+    names.update((kernel_dev(p.major, p.minor), p.disk)
+                 for profile in profiles for p in profile.processes)
 
     def disk_name(dev: int) -> str:
         return names.get(dev) or "{}:{}".format(*split_dev(dev))

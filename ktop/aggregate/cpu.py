@@ -14,7 +14,7 @@ from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain, StackRow
 from ktop.collectors.procstat import CpuTicks, merge_times, ticks_of
 from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
 from ktop.stacktree import function_counts, function_name, inclusive_counts, ranked_functions
-from ktop.symbols import IdleClassifier, Kallsyms
+from ktop.symbolize.kernel import IdleClassifier, Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.cpu import CpuSampler

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ktop.model import EXITED_PID, UserFrame
-from ktop.usersyms import UNKNOWN
+from ktop.symbolize.user import UNKNOWN
 
-# Entries in one table of totals. Under churn a table fills with the entries of processes
-# that have exited: 5,000 CPU stacks held ~10 MiB by the time they first folded.
+# Entries in one table of totals before its exited processes fold (README: Memory).
 FOLD_AFTER = 500
 
 K = TypeVar("K")

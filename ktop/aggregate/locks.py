@@ -1,17 +1,12 @@
 """Fold drained lock waits into the lock contention profile over a window of recent seconds.
-
-Callers are found as `perf lock contention` means them: the first frame outside the lock
-and scheduler internals, judged by the kernel's own `__lock_text` and `__sched_text`
-ranges rather than by skipping a fixed number of frames.
-"""
+Their stacks and callers are named by ktop.symbolize.frames."""
 
 from __future__ import annotations
 
 import errno
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
@@ -28,7 +23,8 @@ from ktop.model import (
     LockUserStack,
     UserFrame,
 )
-from ktop.symbols import KERNEL_MODULE, Kallsyms
+from ktop.symbolize.frames import StackSymbolizer
+from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.locks import LockCollector
@@ -59,18 +55,6 @@ LOCK_TYPES = {
     LCB_F_MUTEX | LCB_F_SPIN: "mutex",  # a mutex's optimistic spin, before it sleeps
 }
 
-# Frames of the tracing machinery itself, above the lock function that hit the tracepoint.
-_TRACING_PREFIXES = (
-    "bpf_prog_",
-    "bpf_trampoline_",
-    "bpf_trace_run",
-    "__bpf_trace_",
-    "__traceiter_",
-    "trace_contention_",
-    "perf_trace_",
-)
-# Section markers in kallsyms: a lock past one of these is not "inside" it.
-_SECTION_MARKER = re.compile(r"^(__start_|__stop_|__end_|__init_|__bss_|__per_cpu_)|^_[se][a-z]*$")
 # Why a stack is missing, as its caller column says it.
 _MISSING_STACK = {
     -errno.EEXIST: "[stack lost: collision]",
@@ -106,74 +90,9 @@ def hist_buckets(slots: Sequence[int]) -> tuple[Bucket, ...]:
 LOCK_STACKS_KEPT = 1000
 RARE_STACKS = "[rare stacks not kept]"  # the frame of that entry
 
-# Lock stacks named lately, kept for the next interval (a cache: each holds its addresses
-# and frames, ~1 KB; under process churn distinct stacks keep coming, ~300 a minute).
-SYMBOLIZED_KEPT = 1024
 # Lock addresses named lately (a cache: locks in allocated memory come and go with the
 # processes and files that hold them).
 LOCK_NAMES_KEPT = 4096
-
-
-class StackSymbolizer:
-    """Kernel stacks to frames and caller, judged by the kernel's lock/sched text ranges."""
-
-    def __init__(self, kallsyms: Kallsyms) -> None:
-        self._kallsyms = kallsyms
-        ranges = (
-            kallsyms.range_of("__lock_text_start", "__lock_text_end"),
-            kallsyms.range_of("__sched_text_start", "__sched_text_end"),
-        )
-        self._internal = tuple(r for r in ranges if r)
-        self._text = kallsyms.range_of("_stext", "_etext")
-        self._cache: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
-
-    def is_internal(self, address: int) -> bool:
-        """Inside the spinlock (__lock_text) or mutex/rwsem/scheduler (__sched_text) code."""
-        return any(lo <= address < hi for lo, hi in self._internal)
-
-    def is_tracing(self, address: int) -> bool:
-        resolved = self._kallsyms.lookup(address)
-        return bool(
-            resolved and (resolved.module == "[bpf]" or resolved.name.startswith(_TRACING_PREFIXES))
-        )
-
-    def resolve(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
-        """(frames "symbol+0xoff" innermost first without the tracing frames, caller)."""
-        cached = self._cache.get(addresses)
-        if cached is None:
-            cached = self._resolve(addresses)
-            if len(self._cache) > SYMBOLIZED_KEPT:
-                self._cache.clear()
-            self._cache[addresses] = cached
-        return cached
-
-    def _resolve(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
-        start = 0
-        while start < len(addresses) and self.is_tracing(addresses[start]):
-            start += 1
-        kept = addresses[start:] or addresses
-        frames = tuple(self._kallsyms.format(a) for a in kept)
-        if not frames:
-            return (), _MISSING_STACK[-errno.EFAULT]
-        for address, frame in zip(kept, frames):
-            if not self.is_internal(address):
-                return frames, frame
-        return frames, frames[0]  # all internal: the innermost lock function says the most
-
-    def lock_symbol(self, address: int) -> str:
-        """The global variable a lock lives in: an exact kallsyms match, or symbol+0xoff inside
-        a kernel data symbol (as perf's -l names it); "" for locks in allocated memory."""
-        exact = self._kallsyms.exact(address)
-        if exact and not _SECTION_MARKER.match(exact):
-            return exact
-        if self._text and self._text[0] <= address < self._text[1]:
-            return ""  # no lock lives in code: the nearest symbol would be a function
-        resolved = self._kallsyms.lookup(address)
-        if resolved is None or resolved.module != KERNEL_MODULE:
-            return ""
-        if _SECTION_MARKER.match(resolved.name) or resolved.name.startswith("__pfx_"):
-            return ""  # without CONFIG_KALLSYMS_ALL only markers precede data: not a name
-        return str(resolved)
 
 
 @dataclass
@@ -195,6 +114,7 @@ class _Waits:
         self.add(other.contended, other.total_ns, other.max_ns, other.min_ns)
 
 
+K = TypeVar("K")
 TaskStackKey = tuple[int, str, tuple[str, ...], tuple[UserFrame, ...]]
 TaskKey = tuple[int, str, str]  # (tid, comm, cgroup)
 
@@ -242,7 +162,7 @@ def _merged(into: _Waits, other: _Waits) -> _Waits:
     return into
 
 
-def _merge_into(into: dict, other: dict[object, _Waits]) -> None:
+def _merge_into(into: dict[K, _Waits], other: dict[K, _Waits]) -> None:
     for key, waits in other.items():
         into.setdefault(key, _Waits()).merge(waits)
 
@@ -254,7 +174,7 @@ _RARE_USER = (UserFrame(RARE_STACKS, RARE_STACKS),)
 def _merge_rare_stacks(callers: Iterable[_CallerWaits]) -> None:
     """Past LOCK_STACKS_KEPT stacks in these callers' totals, the rarest down to 3/4 of it
     merge into their caller's (or task's) one entry of rare stacks."""
-    entries = []
+    entries: list[tuple[int, Any, dict[Any, _Waits], Any]] = []
     for caller in callers:
         entries += [(w.contended, key, caller.stacks, _RARE_KERNEL)
                     for key, w in caller.stacks.items() if key != _RARE_KERNEL]
@@ -319,23 +239,24 @@ class LockAggregator:
             waits.stacks.setdefault(frames, _Waits()).add(
                 row.contended, row.total_ns, row.max_ns, row.min_ns
             )
-        for row in drain.tasks:
-            frames, caller = self._stack(row.kernel, row.kernel_error)
-            task = (row.tid, row.comm, row.cgroup)
-            stats = (row.contended, row.total_ns, row.max_ns, row.min_ns)
+        for task_row in drain.tasks:
+            frames, caller = self._stack(task_row.kernel, task_row.kernel_error)
+            task = (task_row.tid, task_row.comm, task_row.cgroup)
+            stats = (task_row.contended, task_row.total_ns, task_row.max_ns, task_row.min_ns)
             contention.tasks.setdefault(task, _Waits()).add(*stats)
-            waits = contention.callers.get((caller, lock_type_name(row.flags)))
-            if waits is not None:  # None only if the per-stack map was full
-                waits.tasks.setdefault(task, _Waits()).add(*stats)
+            found = contention.callers.get((caller, lock_type_name(task_row.flags)))
+            if found is not None:  # None only if the per-stack map was full
+                found.tasks.setdefault(task, _Waits()).add(*stats)
                 user: tuple[UserFrame, ...] = ()
-                if row.user and self._resolve_user is not None:
-                    user = tuple(self._resolve_user(row.tgid, row.user))
-                    waits.user_stacks.setdefault(user, _Waits()).add(*stats)
-                waits.task_stacks.setdefault((row.tid, row.comm, frames, user), _Waits()).add(*stats)
-        for row in drain.locks:
-            key = (row.address, lock_type_name(row.flags))
+                if task_row.user and self._resolve_user is not None:
+                    user = tuple(self._resolve_user(task_row.tgid, task_row.user))
+                    found.user_stacks.setdefault(user, _Waits()).add(*stats)
+                found.task_stacks.setdefault((task_row.tid, task_row.comm, frames, user),
+                                             _Waits()).add(*stats)
+        for lock_row in drain.locks:
+            key = (lock_row.address, lock_type_name(lock_row.flags))
             contention.locks.setdefault(key, _Waits()).add(
-                row.contended, row.total_ns, row.max_ns, row.min_ns
+                lock_row.contended, lock_row.total_ns, lock_row.max_ns, lock_row.min_ns
             )
         return contention
 
@@ -427,12 +348,21 @@ def _counted(profile: LockProfile) -> _Contention:
         waits.user_stacks = {u.frames: _Waits(u.contended, u.total_wait_ns) for u in c.user_stacks}
         waits.task_stacks = {(t.pid, t.comm, t.frames, t.user_frames):
                              _Waits(t.contended, t.total_wait_ns) for t in c.task_stacks}
-    contention.locks = {(int(lock.address, 16), lock.type):
+    contention.locks = {(_recorded_address(lock.address), lock.type):
                         _Waits(lock.contended, lock.total_wait_ns, lock.max_wait_ns)
                         for lock in profile.locks}
     contention.tasks = {(t.pid, t.comm, t.cgroup): _Waits(t.contended, t.total_wait_ns, t.max_wait_ns)
                         for t in profile.tasks}
     return contention
+
+
+def _recorded_address(text: str) -> int:
+    """A recorded lock's address ("0xffff..."); one that is none (a forged file) counts as
+    0, an unknown address, rather than ending the replay."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return 0
 
 
 def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
@@ -441,7 +371,7 @@ def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
     merged = _Contention()
     for profile in profiles:
         merged.merge(_counted(profile))
-    names = {int(lock.address, 16): lock.symbol for p in profiles for lock in p.locks}
+    names = {_recorded_address(lock.address): lock.symbol for p in profiles for lock in p.locks}
     return build_profile(merged, sum(p.window_s for p in profiles), profiles[-1].lost,
                          lambda address: names.get(address, ""))
 

@@ -77,7 +77,7 @@ class Window(Generic[T]):
         interval = _Counted(start, end, counts)
         self._recent.append(interval)
         dropped = trim_to_window(self._recent, self.span_s)
-        if self._recent_sum is not None:
+        if self._recent_sum is not None and self._subtract is not None:
             self._merge(self._recent_sum, counts)
             for gone in dropped:
                 self._subtract(self._recent_sum, gone.counts)

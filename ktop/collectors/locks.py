@@ -43,7 +43,6 @@ LOST_NAMES = (  # enum lock_lost in bpf/ktop.h, in order
     "tasks_map_full",
 )
 HIST_SLOTS = 40  # LOCK_HIST_SLOTS: slot k counts waits in [2^k, 2^(k+1)) ns, slot 0 [0, 2)
-STACK_DEPTH = 48  # LOCK_STACK_DEPTH: a kernel stack this long may have lost outer frames
 U64_MAX = 2**64 - 1
 
 # The record layouts bpf/ktop.h hard-codes: (field, offset, size) per tracepoint.

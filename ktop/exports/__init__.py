@@ -26,7 +26,7 @@ class ExportOptions:
 def export(fmt: str, snapshot: Snapshot, options: ExportOptions = ExportOptions()) -> str | bytes:
     """The snapshot in one of DATA_FORMATS: text, or bytes for pprof."""
     if fmt == "json":
-        from ktop.export import to_json
+        from ktop.exports.jsonfile import to_json
 
         return json.dumps(to_json(snapshot, include_idle=options.include_idle), indent=1) + "\n"
     if fmt == "folded":

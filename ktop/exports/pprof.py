@@ -31,6 +31,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from ktop.exports.folded import io_stack_shares
 from ktop.model import Snapshot, UserFrame
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
+from ktop.text import printable
 
 PACKAGE = "perftools.profiles"
 
@@ -212,8 +213,8 @@ class _Tables:
         for key, value in labels.items():
             if isinstance(value, int):
                 sample.label.add(key=self.string(key), num=value)
-            else:
-                sample.label.add(key=self.string(key), str=self.string(value))
+            else:  # `go tool pprof -tags` prints labels as they are: escaped here
+                sample.label.add(key=self.string(key), str=self.string(printable(value)))
 
 
 def _user_function(frame: UserFrame) -> str:

@@ -198,7 +198,7 @@ class KeyedTable(ScrollView, can_focus=True):
         self._header_cache: tuple[tuple, Strip] | None = None
         # Rich styles of the table's parts, kept until its CSS changes: Textual computes
         # rich_style by walking the ancestors on every call, and drops its own cache of
-        # component styles on every refresh (a third of drawing a changed line).
+        # component styles on every refresh.
         self._style_cache: dict[str, Style] = {}
         self._widths_cache: dict[tuple[int, str], list[int | None]] = {}
         # render_lines: (the styles' cache key when found, the background its line filters
@@ -254,10 +254,9 @@ class KeyedTable(ScrollView, can_focus=True):
             return
         # Repaint only the visible lines whose row changed (a row gone or new counts as
         # changed); row i is virtual line i + 1, on screen line i + 1 - top. A full repaint
-        # re-renders every line. A run of changed lines is one region: each refresh call
-        # costs ~25 us of Textual's geometry, and a row that moved shifts every row below
-        # it. The region stops short of the scrollbar (Textual's refresh_lines spans it, and
-        # the scrollbar then redrew those lines too: 120 us a repaint).
+        # re-renders every line. A run of changed lines is one region (each refresh call costs
+        # Textual's geometry, and a row that moved shifts every row below it). The region
+        # stops short of the scrollbar, which Textual's refresh_lines would redraw too.
         top = self.scroll_offset.y
         end = min(max(len(before), len(ordered)), top + self.size.height)
         changed = [i for i in range(top, end) if i >= len(before) or i >= len(ordered)

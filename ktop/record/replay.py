@@ -1,5 +1,5 @@
 """Replaying a recording: a window over its records, the times a user types, and the source
-the app reads them from. Each record holds one interval alone (ktop.recording); a window of
+the app reads them from. Each record holds one interval alone (ktop.record.fileformat); a window of
 them is summed by the live aggregators' own merges (ktop.aggregate.merge)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ktop.aggregate.merge import merge_snapshots
 from ktop.model import Snapshot
-from ktop.recording import RecordInfo, Recording
+from ktop.record.fileformat import RecordInfo, Recording
 
 DEFAULT_WINDOW_S = 5.0  # as live ktop's -w
 

@@ -24,7 +24,7 @@ starts at a later one, and a gap anywhere else means a damaged file. The frame's
 record. The JSON is the snapshot of that one interval alone (the fields of ktop.model, as
 `--snapshot FILE.json` writes them, floats unrounded, fields at their default left out,
 hot functions left out: they are derived from the stacks and computed again on reading).
-A replay sums any run of records as the live window sums intervals (ktop.replay).
+A replay sums any run of records as the live window sums intervals (ktop.record.replay).
 
 A reader stops at the first record that is not whole. If that record runs to the end of
 the file (cut off, or zero-filled by a crash) the records before it are the recording and
@@ -40,21 +40,19 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import functools
 import json
 import math
 import os
 import stat
 import struct
-import tempfile
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import UnionType
-from typing import Any, get_args, get_origin, get_type_hints
 
-from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop import safefs
+from ktop.codec import RecordingError, from_data, to_data
+from ktop.model import Snapshot
 from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
@@ -72,11 +70,6 @@ MAX_JSON = 1 << 30
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
 FIGURES = 3  # f32 figures in a frame: kernel CPU %, lock wait ms, I/O latency ms
 CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
-
-
-class RecordingError(Exception):
-    """A recording that cannot be read or written; str() is one line naming the problem and
-    the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,126 +98,12 @@ class RecordInfo:
 # ---- a snapshot as a record's payload -----------------------------------------------------
 
 
-_NO_DEFAULT = object()
-# Per model class: its fields and their defaults, looked up once (dataclasses.fields() on
-# each of the thousands of values in a record was most of the cost of writing it).
-_PLANS: dict[type, tuple[tuple[str, Any], ...]] = {}
-
-
-def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
-    plan = _PLANS.get(cls)
-    if plan is None:
-        plan = _PLANS[cls] = tuple(
-            (f.name, f.default if f.default is not dataclasses.MISSING
-             else f.default_factory() if f.default_factory is not dataclasses.MISSING
-             else _NO_DEFAULT)
-            for f in dataclasses.fields(cls)
-        )
-    return plan
-
-
-def _plain(value: Any) -> Any:
-    """A model value as JSON data, floats unrounded, fields at their default left out."""
-    cls = type(value)
-    if cls is tuple or cls is list or cls is BuiltOnRead:
-        return [_plain(item) for item in value]
-    if cls is str or cls is int or cls is float or cls is bool or value is None:
-        return value
-    if cls is Bucket:  # as everywhere: [low, high, count]
-        return [value.low, value.high, value.count]
-    if dataclasses.is_dataclass(value):
-        data = {}
-        for name, default in _plan(cls):
-            item = getattr(value, name)
-            if item is default or (default is not _NO_DEFAULT and item == default):
-                continue
-            data[name] = _plain(item)
-        return data
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
-
-
 def encode_snapshot(snapshot: Snapshot) -> bytes:
     """One interval's snapshot as a record's (uncompressed) payload."""
-    data = _plain(dataclasses.replace(snapshot, paused=False))
+    data = to_data(dataclasses.replace(snapshot, paused=False), skip_defaults=True)
     if data.get("cpu"):
         del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
     return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _checked(kind: type, name: str) -> Callable[[Any], Any]:
-    def check(data: Any) -> Any:
-        if type(data) is not kind:  # exact: JSON's true is no int here
-            raise TypeError(f"found {data!r:.40} where {name} belongs")
-        return data
-    return check
-
-
-def _float(data: Any) -> float:
-    if type(data) is float or type(data) is int:
-        return float(data)
-    raise TypeError(f"found {data!r:.40} where a number belongs")
-
-
-def _list(data: Any) -> list:
-    if type(data) is not list:
-        raise TypeError(f"found {data!r:.40} where a list belongs")
-    return data
-
-
-def _object(data: Any) -> dict:
-    if type(data) is not dict:
-        raise TypeError(f"found {data!r:.40} where an object belongs")
-    return data
-
-
-@functools.cache
-def _decoder(hint: Any) -> Callable[[Any], Any]:
-    """A function from JSON data to the model type `hint`, made once per type: what
-    export.decode does for one file, at the speed a replay of thousands of records needs
-    (11 ms a busy record through export.decode, 2.5 through these)."""
-    origin = get_origin(hint)
-    if origin is UnionType:  # only ever "X | None"
-        (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
-        decode_inner = _decoder(inner)
-        return lambda data: None if data is None else decode_inner(data)
-    if origin is tuple or origin is Sequence:
-        item = _decoder(get_args(hint)[0])
-        return lambda data: tuple(map(item, _list(data)))
-    if origin is Mapping:
-        key, value = map(_decoder, get_args(hint))
-        return lambda data: {key(k): value(v) for k, v in _object(data).items()}
-    if dataclasses.is_dataclass(hint):
-        return _record_decoder(hint)
-    if hint is float:
-        return _float
-    return _checked(hint, hint.__name__)
-
-
-def _record_decoder(cls: type) -> Callable[[Any], Any]:
-    hints = get_type_hints(cls)
-    fields = [(f.name, _decoder(hints[f.name]),
-               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(cls)]
-    if cls is Bucket:  # [low, high, count]
-        int_ = _checked(int, "int")
-
-        def bucket(data: Any) -> Bucket:
-            low, high, count = _list(data)
-            return Bucket(int_(low), int_(high), int_(count))
-        return bucket
-
-    def record(data: Any) -> Any:
-        data = _object(data)
-        values = {}
-        for name, convert, required in fields:
-            if name in data:
-                values[name] = convert(data[name])
-            elif required:
-                raise KeyError(name)
-        return cls(**values)
-    return record
 
 
 def decode_snapshot(payload: bytes) -> Snapshot:
@@ -236,7 +115,7 @@ def decode_snapshot(payload: bytes) -> Snapshot:
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
         cpu["functions"] = []
-    snapshot = _decoder(Snapshot)(data)
+    snapshot = from_data(Snapshot, data)
     cpu = snapshot.cpu
     if cpu is not None:  # as the live aggregator derives them, from the same stacks
         functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
@@ -448,14 +327,20 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class RecordWriter:
     """Appends one record per interval to FILE, as root: the file is created (mode 0600: it
-    holds command lines) or continued, never through a symlink; with max_bytes, a ring.
+    holds command lines) or continued, never through a symlink (in the path either: see
+    ktop.safefs); with max_bytes, a ring.
 
     An existing recording is continued after its last whole record (a service restarted
-    goes on with its history); any other existing file is refused, never overwritten.
+    goes on with its history) if this user owns it and nobody else may write it; any other
+    existing file is refused, never overwritten.
     """
 
-    def __init__(self, path: str, max_bytes: int | None = None, level: int = 6) -> None:
+    def __init__(self, path: str, max_bytes: int | None = None, level: int = 6,
+                 exclusive: bool = False) -> None:
+        """exclusive: a new file only (FileExistsError if the name is taken), as `R` makes."""
         self.path = path
+        self.exclusive = exclusive
+        self._dir_fd = -1  # the file's directory, reached without planted links (ktop.safefs)
         self.name = printable(path)
         self.max_bytes = max_bytes
         self.level = level
@@ -469,39 +354,55 @@ class RecordWriter:
         return RecordingError(f"cannot record to {self.name}: {why}")
 
     def _open(self) -> int:
-        directory = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(directory):
-            raise self._fail(f"directory {printable(directory)} does not exist")
-        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+        directory, name = safefs.split(self.path)
+        self._name = name
+        if name in ("", ".", ".."):
+            raise self._fail("it is a directory: name a file")
         try:
-            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return self._continue(flags)
+            self._dir_fd = safefs.open_directory(directory)
+        except safefs.UnsafePath as e:
+            raise self._fail(str(e)) from None
+        except FileNotFoundError:
+            raise self._fail(f"directory {printable(directory)} does not exist") from None
         except OSError as e:
+            raise self._fail(f"{printable(e.filename or directory)}: {e.strerror}") from None
+        try:
+            fd = safefs.create_exclusive(self._dir_fd, name, 0o600, os.O_RDWR)
+        except FileExistsError:
+            if self.exclusive:
+                self._close_dir()
+                raise
+            return self._continue()
+        except OSError as e:
+            self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         try:
-            os.fchmod(fd, 0o600)  # whatever the umask: command lines are not for everyone
             _write_all(fd, file_header())
         except OSError as e:
             os.close(fd)
-            os.unlink(self.path)
+            os.unlink(name, dir_fd=self._dir_fd)
+            self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         self._end = HEADER_SIZE
         self._seq = 0
         return fd
 
-    def _continue(self, flags: int) -> int:
+    def _close_dir(self) -> None:
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    def _continue(self) -> int:
+        """The existing file, continued only if it is a regular file this user owns and
+        nobody else may write: root continuing a file another user made (or may still
+        write) would hand that user the command lines and stacks recorded."""
         try:
-            fd = os.open(self.path, flags)
-        except OSError as e:
-            if os.path.islink(self.path):
-                raise self._fail("it is a symlink, and ktop never writes through one: "
-                                 "name the file itself") from None
-            raise self._fail(e.strerror or str(e)) from None
+            fd = self._open_own()
+        except BaseException:
+            self._close_dir()
+            raise
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise self._fail("it exists and is not a regular file")
             if info.st_size == 0:  # an empty file (touch) holds nothing to lose
                 os.fchmod(fd, 0o600)
                 _write_all(fd, file_header())
@@ -517,9 +418,11 @@ class RecordWriter:
             os.ftruncate(fd, scan.end)  # a torn last record goes: the next one follows whole
         except OSError as e:
             os.close(fd)
+            self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         except RecordingError:
             os.close(fd)
+            self._close_dir()
             raise
         self.continued = len(scan.records)
         self.dropped = scan.dropped
@@ -527,6 +430,37 @@ class RecordWriter:
         self._seq = scan.records[-1].seq + 1 if scan.records else 0
         if self.max_bytes:
             self._offsets.extend(r.offset for r in scan.records)
+        return fd
+
+    def _open_own(self) -> int:
+        """The existing file, opened for writing once it is known to be one ktop may continue."""
+        try:
+            safefs.check_target(self._dir_fd, self._name)
+        except safefs.UnsafePath as e:
+            raise self._fail(str(e).replace("name a new or regular file, or - for standard "
+                                            "output", "name the file itself")) from None
+        try:
+            # O_NONBLOCK: a FIFO swapped in since the check opens without waiting, then is refused.
+            fd = os.open(self._name, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
+                         dir_fd=self._dir_fd)
+        except OSError as e:
+            raise self._fail(e.strerror or str(e)) from None
+        info = os.fstat(fd)
+        problem = ""
+        if not stat.S_ISREG(info.st_mode):
+            problem = f"it is {safefs.kind_of(info.st_mode)}: name a regular file"
+        elif info.st_uid != os.geteuid():
+            problem = (f"it exists and belongs to uid {info.st_uid}, and ktop continues only "
+                       "its own recordings (that user could read what it records): remove "
+                       "it or name another file")
+        elif info.st_mode & 0o022:
+            problem = (f"it exists and others may write it (mode {info.st_mode & 0o777:04o}): "
+                       "ktop continues only a recording nobody else can change; remove it or "
+                       "name another file")
+        if problem:
+            os.close(fd)
+            raise self._fail(problem)
+        os.set_blocking(fd, True)
         return fd
 
     @property
@@ -571,13 +505,12 @@ class RecordWriter:
         while first > 0 and self._end - offsets[first - 1] <= budget:
             first -= 1
         start = offsets[first] if first < len(offsets) else self._end
-        directory = os.path.dirname(os.path.abspath(self.path))
         try:
-            fd, temporary = tempfile.mkstemp(prefix=".ktop-record-", dir=directory)
+            fd, temporary = safefs.create_temporary(self._dir_fd, ".ktop-record-", 0o600,
+                                                    os.O_RDWR)
         except OSError as e:
             raise self._stopped(e) from None
         try:
-            os.fchmod(fd, 0o600)
             _write_all(fd, file_header())
             at = start
             while at < self._end:
@@ -585,11 +518,13 @@ class RecordWriter:
                 _write_all(fd, block)
                 at += len(block)
             os.fsync(fd)
-            os.rename(temporary, self.path)  # replaces the name itself, symlink or not
+            # In the directory opened at the start: a link planted in the path since is not
+            # followed, and the name itself is replaced, symlink or not.
+            os.rename(temporary, self._name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
         except OSError as e:
             os.close(fd)
             try:
-                os.unlink(temporary)
+                os.unlink(temporary, dir_fd=self._dir_fd)
             except OSError:
                 pass
             raise self._stopped(e) from None
@@ -607,3 +542,4 @@ class RecordWriter:
                 pass
             os.close(self._fd)
             self._fd = -1
+        self._close_dir()

@@ -8,9 +8,9 @@ from functools import partial
 from ktop.cgroups import short_name
 from ktop.model import PANE_BLOCKIO, BlockProfile, DiskStats, IoProcess, IoRequest, Snapshot
 from ktop.text import format_pid, human_bytes
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, View
+from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_bucket, format_span
-from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
-from ktop.widgets.table import Cell, Column, num
 
 # Queue time is the first column a half-screen pane drops for AVG SIZE (it fits from 180
 # columns); a zoomed pane shows it.
@@ -187,7 +187,7 @@ class BlockIoPane(Pane):
         if isinstance(row, IoRequest):  # a request opens its process
             row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
         if isinstance(row, IoProcess):
-            from ktop.screens.stacks import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
+            from ktop.ui.screens.details import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
 
             return partial(IoProcessScreen, row, self._snapshot)
         if isinstance(row, IoCommand):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-from collections.abc import Mapping, Sequence
-from types import UnionType
-from typing import Any, get_args, get_origin, get_type_hints
+from collections.abc import Mapping
+from typing import Any
 
-from ktop.model import Bucket, BuiltOnRead, Snapshot
+from ktop.codec import RecordingError, from_data, to_data
+from ktop.model import Snapshot
 from ktop.panes import PANES
 from ktop.stacktree import callers_tree
 from ktop.text import printable
@@ -24,75 +23,9 @@ ROUNDING: dict[type, Mapping[str, int]] = {
     **{cls: digits for spec in PANES for cls, digits in spec.rounding.items()},
 }
 
-# Written as a list of their fields, not an object: histograms always were [low, high, count].
-AS_LIST: tuple[type, ...] = (Bucket,)
-
-
 def encode(value: Any) -> Any:
-    """A model value as JSON data: a dataclass as an object of its fields."""
-    if dataclasses.is_dataclass(value):
-        digits = ROUNDING.get(type(value), {})
-        fields = {
-            f.name: encode(_rounded(getattr(value, f.name), digits.get(f.name)))
-            for f in dataclasses.fields(value)
-        }
-        return list(fields.values()) if type(value) in AS_LIST else fields
-    if isinstance(value, (tuple, BuiltOnRead)):
-        return [encode(item) for item in value]
-    if isinstance(value, Mapping):
-        return {key: encode(item) for key, item in value.items()}
-    return value
-
-
-def _rounded(value: Any, digits: int | None) -> Any:
-    return value if digits is None or value is None else round(value, digits)
-
-
-def decode(hint: Any, data: Any) -> Any:
-    """JSON data back to the model type `hint` (as the dataclasses' type hints name it).
-    Keys the model does not know are ignored, a missing field takes its default; one without
-    raises KeyError, a value of the wrong type TypeError."""
-    origin = get_origin(hint)
-    if origin is UnionType:  # only ever "X | None"
-        (inner,) = (arg for arg in get_args(hint) if arg is not type(None))
-        return None if data is None else decode(inner, data)
-    if origin is tuple or origin is Sequence:
-        return tuple(decode(get_args(hint)[0], item) for item in _expect(data, list, "a list"))
-    if origin is Mapping:
-        key, item = get_args(hint)
-        return {decode(key, k): decode(item, v) for k, v in _expect(data, dict, "an object").items()}
-    if dataclasses.is_dataclass(hint):
-        return _decode_record(hint, data)
-    if hint is float:
-        return float(_expect(data, (int, float), "a number"))
-    return _expect(data, hint, hint.__name__)
-
-
-def _decode_record(cls: type, data: Any) -> Any:
-    fields = dataclasses.fields(cls)
-    if cls in AS_LIST:
-        data = dict(zip((f.name for f in fields), _expect(data, list, "a list")))
-    data = _expect(data, dict, "an object")
-    hints = _hints(cls)
-    values = {}
-    for f in fields:
-        if f.name in data:
-            values[f.name] = decode(hints[f.name], data[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise KeyError(f.name)
-    return cls(**values)
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
-def _expect(data: Any, kind: type | tuple[type, ...], name: str) -> Any:
-    # JSON's true is no number, though Python's bool is an int
-    if not isinstance(data, kind) or (isinstance(data, bool) and kind is not bool):
-        raise TypeError(f"found {data!r:.40} where {name} belongs")
-    return data
+    """A model value as the file's JSON data: floats rounded as ROUNDING says."""
+    return to_data(value, ROUNDING)
 
 
 def to_json(snapshot: Snapshot, include_idle: bool = False) -> dict[str, Any]:
@@ -123,7 +56,9 @@ def to_json(snapshot: Snapshot, include_idle: bool = False) -> dict[str, Any]:
 
 
 def from_json(data: dict[str, Any]) -> Snapshot:
-    return decode(Snapshot, _upgraded(_expect(data, dict, "an object")))
+    if not isinstance(data, dict):
+        raise TypeError(f"found {data!r:.40} where an object belongs")
+    return from_data(Snapshot, _upgraded(data))
 
 
 # What format 1 could leave out, as its reader filled it in.
@@ -165,11 +100,7 @@ def _inclusive(low: int, high: int, count: int) -> list[int]:
     return [low, high - 1 if exclusive else high, count]
 
 
-class RecordingError(Exception):
-    """A file that cannot be replayed; str() is one line naming the problem and the fix."""
-
-
-def read_recording(path: str) -> Snapshot:
+def read_snapshot_file(path: str) -> Snapshot:
     """The snapshot in a file written by `ktop --snapshot FILE.json`."""
     fix = "replay a file written by `ktop --snapshot FILE.json`"
     name = printable(path)

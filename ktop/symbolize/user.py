@@ -33,7 +33,7 @@ DEBUG_ROOT = "/usr/lib/debug"  # separate debug files: .build-id/xx/yyyy.debug, 
 MAX_DEBUGDATA = 64 << 20  # MiniDebugInfo decompressed: a few MiB for the largest binaries
 KEEP_TABLES = 64  # symbol tables of files kept before those no live process maps are dropped
 # A table no sample has needed for this many refreshes is dropped, even if its file is still
-# mapped: ktop's own start-up names LLVM and clang frames (6 MiB of names) once, then never.
+# mapped: ktop's own start-up names LLVM and clang frames once, then never.
 IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
@@ -130,8 +130,7 @@ class _SymTable:
         self._ends = array("Q", (s[1] for s in symbols))
         self._sized = bytes(1 if s[2] else 0 for s in symbols)
         # Only these functions' names are kept: a string table also names every object,
-        # section and import (6 MiB for the 11 libraries of one busy machine), and tables
-        # stay loaded as long as their binary runs.
+        # section and import, and tables stay loaded as long as their binary runs.
         text, offsets = bytearray(), array("I")
         for _start, _end, _sized, name_off, tab_idx in symbols:
             table = strtabs[tab_idx]
@@ -194,7 +193,7 @@ def _read_exact(f: BinaryIO, offset: int, size: int, file_size: int) -> bytes | 
 
 def _build_id(elf: ELFFile) -> str | None:
     # The note segments first: finding a section by name makes pyelftools build every
-    # section, and its hash sections parse whole (35 ms for libc, each new binary).
+    # section, and its hash sections parse whole, for each new binary.
     sources: list = [seg for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE"]
     if not sources:
         sec = elf.get_section_by_name(".note.gnu.build-id")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from ktop.cgroups import short_name
 from ktop.model import EXITED_PID, PANE_PROCESSES, ProcessRow, Snapshot
 from ktop.text import human_bytes
-from ktop.widgets.pane import WIDE, WIDER, CgroupFilter, Display, Drill, Pane, PaneRow, View
-from ktop.widgets.table import Cell, Column, num
+from ktop.ui.widgets.pane import WIDE, WIDER, CgroupFilter, Display, Drill, Pane, PaneRow, View
+from ktop.ui.widgets.table import Cell, Column, num
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from ktop.cgroups import short_name
 from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
 from ktop.text import format_pid
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, View
+from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
-from ktop.widgets.pane import WIDER, Display, Drill, Pane, View
-from ktop.widgets.table import Cell, Column, num
 
 _WAIT_COLUMNS = (
     Column("contended", "contended", 9, right=True, priority=7),
@@ -150,7 +150,7 @@ class LocksPane(Pane):
 
     def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
         if isinstance(row, LockCaller):
-            from ktop.screens.stacks import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
+            from ktop.ui.screens.details import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
 
             return partial(LockCallerScreen, row, self._snapshot)
         if isinstance(row, LockTask):

@@ -1,6 +1,6 @@
 """`ktop --snapshot FILE`: run the collectors headless, then write the screen or its data.
 
-This drives the real app (`ktop.app`) on the collected snapshot for a picture (svg, txt);
+This drives the real app (`ktop.ui.app`) on the collected snapshot for a picture (svg, txt);
 data formats come from `ktop.exports`. The app never imports this module. Files are written
 by `ktop.writer`.
 """
@@ -15,11 +15,20 @@ import time
 
 from rich.console import Console
 
-from ktop.app import KtopApp, build_app
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
-from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format, write_atomically
+from ktop.text import printable
+from ktop.ui.app import KtopApp, build_app
+from ktop.writer import (
+    MODES,
+    PRIVATE,
+    STDOUT,
+    SnapshotError,
+    check_writable,
+    snapshot_format,
+    write_atomically,
+)
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
@@ -67,7 +76,7 @@ async def render_screen(
         if drill:
             if not _open_drill(app, drill):
                 raise SnapshotError(
-                    f"--drill {drill}: no such row in the data collected; "
+                    f"--drill {printable(drill)}: no such row in the data collected; "
                     "run without --drill to see what there is"
                 )
             await pilot.pause(0.3)
@@ -78,9 +87,9 @@ async def render_screen(
 
 def _open_drill(app: KtopApp, drill: str) -> bool:
     name, _, what = drill.partition(":")
-    pane = app.pane(name)
+    pane = app.main_screen.pane(name)
     key = pane.row_named(what)
-    return key is not None and app.open_drill(pane, key)
+    return key is not None and app.main_screen.open_drill(pane, key)
 
 
 def screen_text(app: KtopApp) -> str:
@@ -131,5 +140,5 @@ def run_snapshot(
             sys.stdout.write(content)
         sys.stdout.flush()
         return STDOUT
-    write_atomically(path, content)
+    write_atomically(path, content, MODES.get(fmt, PRIVATE))
     return os.path.abspath(path)

@@ -110,7 +110,7 @@ def header_text(
     if cost is not None:  # what the observer costs, so the user can judge it
         bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
         text.append(f"   ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", style="dim")
-    text.append(f"  v{snapshot.ktop_version}", style="dim")
+    text.append(f"  v{printable(snapshot.ktop_version)}", style="dim")
     text.append("\n")
     times = cpu.times if cpu else snapshot.cpu_times
     if times is not None:
@@ -131,7 +131,7 @@ def header_text(
             f"  idle-task {cpu.idle_samples}{hidden}"
         )
     elif PANE_FUNCTIONS in snapshot.loading:
-        text.append(f"   CPU sampling: {snapshot.loading[PANE_FUNCTIONS]}", style="dim")
+        text.append(f"   CPU sampling: {printable(snapshot.loading[PANE_FUNCTIONS])}", style="dim")
     elif PANE_FUNCTIONS in snapshot.unavailable:
         text.append("   CPU sampling unavailable", style="yellow")
     else:  # attached, its first drain not yet in
@@ -147,7 +147,8 @@ def header_text(
     if intact:
         text.append(f"  {intact} not in recent requests, counts intact"
                     f"{'' if total else ' (L lists)'}", style="dim")
-    text.append(f"   kernel {snapshot.kernel}  headers: {snapshot.headers}", style="dim")
+    text.append(f"   kernel {printable(snapshot.kernel)}  headers: {printable(snapshot.headers)}",
+                style="dim")
     return text
 
 

@@ -1,29 +1,32 @@
 """Recording live data: `ktop --record FILE` headless, and the `R` key of the live screen.
 
 Both append the newest interval alone (LiveSource.collect(latest=True), or
-interval_snapshot() beside the window the screen shows) through ktop.recording's writer.
+interval_snapshot() beside the window the screen shows) through ktop.record.fileformat's writer.
 Nothing here imports Textual.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
 
 from ktop.engine import LiveSource, Options
 from ktop.model import Snapshot
-from ktop.recording import RecordingError, RecordWriter
-from ktop.text import human_bytes
+from ktop.record.fileformat import RecordingError, RecordWriter
+from ktop.text import human_bytes, printable
 
 
 class SessionRecorder:
     """A recording that the collecting thread appends to and the UI thread starts, stops
     and describes. After a write error it is stopped, and `error` says why in one line."""
 
-    def __init__(self, path: str, max_bytes: int | None = None) -> None:
-        self.writer = RecordWriter(path, max_bytes)  # raises RecordingError: nothing started
+    def __init__(self, path: str, max_bytes: int | None = None, exclusive: bool = False) -> None:
+        # raises RecordingError (FileExistsError if exclusive): nothing started
+        self.writer = RecordWriter(path, max_bytes, exclusive=exclusive)
         self.path = path
         self.error = ""
         self._lock = threading.Lock()
@@ -58,6 +61,22 @@ class SessionRecorder:
             if writer is None:
                 return f"{self.records} records, {human_bytes(self.size)}"
             return f"{writer.continued + writer.records} records, {human_bytes(writer.size)}"
+
+
+def new_session_recorder(directory: str) -> SessionRecorder:
+    """`R`: a new recording in `directory`, named for the time (ktop-YYYYmmdd-HHMMSS.krec).
+    The name is predictable, so the file is created with O_EXCL and never continued: one
+    already there (another user may have planted it in a directory they can write) is left
+    alone, and the name takes a random suffix instead. Raises RecordingError."""
+    stamp = time.strftime("ktop-%Y%m%d-%H%M%S")
+    names = [f"{stamp}.krec", *(f"{stamp}-{secrets.token_hex(4)}.krec" for _ in range(20))]
+    for name in names:
+        try:
+            return SessionRecorder(os.path.join(directory, name), exclusive=True)
+        except FileExistsError:
+            continue
+    raise RecordingError(f"cannot record in {printable(directory)}: every name tried was "
+                         "taken; name a file with `ktop --record FILE`")
 
 
 def record(

@@ -15,7 +15,7 @@ KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
 # a gap (or past the end of text), and naming it after that symbol would be a lie.
 MAX_SYMBOL_SPAN = 256 * 1024
 # Addresses named lately, kept for the next lookup: every refresh names the same hot ones.
-# Bounded so that days of new stacks do not grow it: 200,000 names took 83 MiB (16,384: 7).
+# Bounded so that days of new stacks do not grow it (README: Memory).
 RESOLVED_KEPT = 16384
 
 # kallsyms markers that end a region rather than start a function. Exact names: real
@@ -56,8 +56,8 @@ class Kallsyms:
     def __init__(self, entries: list[tuple[int, str, str, str]]) -> None:
         """entries: (address, type letter, name, module) in any order."""
         entries = sorted((e for e in entries if e[0]), key=operator.itemgetter(0))
-        # 120k symbols stay in memory as long as ktop runs: kept compact (7 MiB instead of 30),
-        # as addresses in machine words, names in one string, a small number per module.
+        # The kernel's symbols stay as long as ktop runs: kept compact, as addresses in machine
+        # words, names in one string, a small number per module (README: Memory).
         self._addresses = array("Q", (e[0] for e in entries))
         self._names = _Strings([e[2] for e in entries])
         module_ids: dict[str, int] = {}

@@ -8,9 +8,9 @@ from functools import partial
 
 from ktop.model import PANE_FUNCTIONS, HotFunction, Snapshot
 from ktop.stacktree import comm_functions, hot_functions, user_functions
+from ktop.ui.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
+from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_span
-from ktop.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
-from ktop.widgets.table import Cell, Column, num
 
 _SHARES = (
     Column("children", "Children", 8, right=True, priority=8),
@@ -137,7 +137,7 @@ class FunctionsPane(Pane):
             self.notify("callers are drilled into from kernel functions: their stacks run down "
                         "to user space (v back to the kernel view)")
             return None
-        from ktop.screens.stacks import FunctionScreen  # noqa: PLC0415  (loaded when first opened)
+        from ktop.ui.screens.function import FunctionScreen  # noqa: PLC0415  (loaded when first opened)
 
         return partial(FunctionScreen, function.symbol, self._snapshot)
 

@@ -13,6 +13,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ktop.text import printable
+
 # (pane, loss name, count, why, counts intact), as header.loss_lines gives them, and the
 # window's label.
 Losses = tuple[list[tuple[str, str, int, str, bool]], str]
@@ -46,7 +48,7 @@ class LossesScreen(ModalScreen[None]):
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
         table.add_column(ratio=1)
         for pane, name, count, why, intact in rows:
-            what = Text(name, style="bold")
+            what = Text(printable(name), style="bold")  # a replayed file names its own
             what.append(f"  in {pane}", style="dim")
             what.append("  no count lost\n" if intact else "\n", style="bold green")
             what.append(why)

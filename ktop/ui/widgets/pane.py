@@ -17,7 +17,7 @@ from textual.widgets import Static
 from ktop import panes
 from ktop.cgroups import in_subtree
 from ktop.model import Snapshot
-from ktop.widgets.table import Cell, Column, KeyedTable
+from ktop.ui.widgets.table import Cell, Column, KeyedTable
 
 # A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
 PaneRow = tuple[str, Sequence[Cell], Any]
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the drill-down screens' module loads when the first one ope
 
     from textual.screen import Screen
 
-    from ktop.screens.stacks import DrillHost
+    from ktop.ui.screens.drill import DrillHost
 
     Drill = Callable[[DrillHost], Screen] | int | CgroupFilter | None
 else:

@@ -16,8 +16,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ktop.panes import figured_panes
-from ktop.recording import FIGURES, RecordInfo
-from ktop.replay import TimelineView
+from ktop.record.fileformat import FIGURES, RecordInfo
+from ktop.record.replay import TimelineView
 from ktop.units import format_span
 
 SPARKS = "▁▂▃▄▅▆▇█"

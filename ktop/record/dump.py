@@ -2,9 +2,10 @@
 scripts (as `atop -P` and `below dump` do).
 
 jsonl: each line is the interval's snapshot in the JSON format `--snapshot FILE.json` writes
-(ktop.export, with its "format" field). csv: a header line, then one row of figures per
+(ktop.exports.jsonfile, with its "format" field). csv: a header line, then one row of figures per
 interval, with the top function, lock caller and I/O process named. Strings from the
-recording are escaped (ktop.text.printable): a hostile process name reaches no terminal.
+recording are escaped (ktop.text.csv_cell): a hostile process name reaches no terminal, and
+one that starts as a formula (=HYPERLINK(...)) reaches a spreadsheet as text.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import json
 import time
 from typing import TextIO
 
-from ktop.export import to_json
+from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID, Snapshot
-from ktop.recording import Recording
-from ktop.text import printable
+from ktop.record.fileformat import Recording
+from ktop.text import csv_cell
 
 CSV_COLUMNS = (
     "time", "unix_time", "duration_s",
@@ -38,14 +39,14 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
         functions = [f for f in cpu.functions if show_idle or not f.idle]
         top = functions[0] if functions else None
         row += [f"{cpu.times.kernel:.2f}", f"{cpu.times.user:.2f}", f"{cpu.times.idle:.2f}",
-                cpu.total_samples, printable(top.symbol) if top else "",
+                cpu.total_samples, csv_cell(top.symbol) if top else "",
                 f"{top.percent:.3f}" if top else ""]
     else:
         row += [""] * 6
     if locks:
         top_lock = locks.callers[0] if locks.callers else None
         row += [locks.events, f"{sum(c.total_wait_ns for c in locks.callers) / 1e6:.3f}",
-                printable(top_lock.caller) if top_lock else "",
+                csv_cell(top_lock.caller) if top_lock else "",
                 f"{top_lock.total_wait_ns / 1e6:.3f}" if top_lock else ""]
     else:
         row += [""] * 4
@@ -55,7 +56,7 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
         top_io = io.processes[0] if io.processes else None
         row += [requests, sum(d.read_bytes + d.write_bytes for d in io.disks),
                 f"{latency / requests:.4f}" if requests else "",
-                top_io.pid if top_io else "", printable(top_io.comm) if top_io else "",
+                top_io.pid if top_io else "", csv_cell(top_io.comm) if top_io else "",
                 top_io.bytes if top_io else ""]
     else:
         row += [""] * 6

@@ -36,8 +36,9 @@ class PaneTabs(Widget):
             self.refresh()
 
     def tabs_text(self, short: bool | None = None) -> Text:
-        if short is None:  # the long labels if they fit the width
-            short = self.tabs_text(short=False).cell_len > (self.size.width or 1000)
+        if short is None:  # the long labels if the tabs fit the width (the hint may not)
+            long = sum(len(label) + 3 for _, label, _ in self._labels)
+            short = long > (self.size.width or 1000)
         text = Text()
         self._spans = []  # (first cell, end, pane) of each tab, for clicks
         for name, label, short_label in self._labels:

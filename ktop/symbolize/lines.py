@@ -16,7 +16,7 @@ from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
 from elftools.elf.elffile import ELFFile
 
-from ktop.usersyms import ELF_ERRORS
+from ktop.symbolize.user import ELF_ERRORS
 
 _KALLSYMS = "/proc/kallsyms"
 # Symbols present in both vmlinux and kallsyms whose difference is the KASLR slide.

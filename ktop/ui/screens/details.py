@@ -1,0 +1,218 @@
+"""The drill-downs into a lock caller (its stacks, wait histogram, tasks) and into a process
+doing block I/O (its submitting stacks, latency histogram, newest requests)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from ktop.model import (
+    Bucket,
+    IoProcess,
+    IoRequest,
+    LockCaller,
+    Snapshot,
+)
+from ktop.stackmerge import (
+    merge_io_stacks,
+    merge_lock_stacks,
+    merge_lock_user_stacks,
+)
+from ktop.text import format_pid, human_bytes, printable
+from ktop.ui.screens.drill import (
+    DetailScreen,
+    DrillHost,
+    count_of,
+    escaped,
+    frame_line,
+    heading,
+    merged_note,
+    offsets_title,
+)
+from ktop.units import format_bucket, format_ns
+
+
+class LockCallerScreen(DetailScreen):
+    """A lock caller: the whole stacks that contended there, the wait histogram, the tasks."""
+
+    TITLE = "Lock caller: stacks, waits, tasks"
+
+    def __init__(self, caller: LockCaller, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
+        self.caller = caller
+
+    def _find(self, snapshot: Snapshot) -> LockCaller | None:
+        if snapshot.locks is None:
+            return None
+        return next(
+            (c for c in snapshot.locks.callers
+             if c.caller == self.caller.caller and c.type == self.caller.type),
+            None,
+        )
+
+    def still_present(self, snapshot: Snapshot) -> bool:
+        found = self._find(snapshot)
+        if found is not None:
+            self.caller = found
+        return found is not None
+
+    def shown(self) -> object:
+        window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
+        return self.caller, self.window_label(window)
+
+    def header(self) -> Text:
+        c = self.caller
+        text = Text()
+        text.append("lock waits at ", style="bold")
+        text.append(printable(c.caller), style="bold cyan")
+        window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
+        text.append(
+            f"  ({printable(c.type)})   {count_of(c.contended, 'wait')} {self.window_label(window)},"
+            f" total {format_ns(c.total_wait_ns)}, max {format_ns(c.max_wait_ns)},"
+            f" avg {format_ns(c.avg_wait_ns)}"
+        )
+        text.append_text(self.stale_text())
+        return text
+
+    def rebuild(self) -> None:
+        c = self.caller
+        self.header_widget().update(self.header())
+
+        lines = [offsets_title("stacks that contended here", self.merge_offsets)]
+        stacks = (merge_lock_stacks(c.stacks) if self.merge_offsets
+                  else [(s, 1) for s in sorted(c.stacks, key=lambda s: -s.total_wait_ns)])
+        for s, variants in stacks:
+            head = Text(f"  {count_of(s.contended, 'wait')}, total {format_ns(s.total_wait_ns)},"
+                        f" max {format_ns(s.max_wait_ns)}", style="bold")
+            head.append(merged_note(variants), style="dim")
+            lines.append(head)
+            lines.extend(frame_line(frame) for frame in s.frames)
+        if not c.stacks:
+            lines.append(Text("  no kernel stacks kept for this caller", style="dim"))
+        lines.append(Text(""))
+        lines.extend(self._user_stack_lines(c))
+        self.query_one("#stack-list-text", Static).update(
+            Group(*lines, _histogram_table("wait time distribution", c.hist_ns, 1), _lock_tasks_table(c))
+        )
+
+    def _user_stack_lines(self, c: LockCaller) -> list[Text]:
+        if not c.user_stacks:
+            return []
+        lines = [offsets_title("user-space stacks of the waiters", self.merge_offsets)]
+        stacks = merge_lock_user_stacks(c.user_stacks) if self.merge_offsets else [
+            (s, 1) for s in c.user_stacks
+        ]
+        for s, variants in stacks[:20]:
+            head = Text(f"  {count_of(s.contended, 'wait')}, total {format_ns(s.total_wait_ns)}", style="bold")
+            head.append(merged_note(variants), style="dim")
+            lines.append(head)
+            lines.extend(frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.frames)
+            if not s.frames:
+                lines.append(frame_line("[no user stack]", "green"))
+        lines.append(Text(""))
+        return lines
+
+
+def _lock_tasks_table(c: LockCaller) -> Group:
+    tasks = Table(box=None)
+    tasks.add_column("pid", justify="right")
+    tasks.add_column("comm")
+    tasks.add_column("contended", justify="right")
+    tasks.add_column("total wait", justify="right")
+    for t in sorted(c.tasks, key=lambda t: -t.total_wait_ns):
+        tasks.add_row(format_pid(t.pid), escaped(t.comm), str(t.contended), format_ns(t.total_wait_ns))
+    return Group(heading("tasks that waited"), tasks)
+
+
+def _histogram_table(what: str, buckets: tuple[Bucket, ...], ns_per_unit: int) -> Group:
+    """A log2 histogram whose buckets count in ns (locks) or us (block I/O), shown alike."""
+    table = Table(box=None)
+    table.add_column("range", justify="right")
+    table.add_column("count", justify="right")
+    table.add_column("distribution")
+    peak = max((b.count for b in buckets), default=0) or 1
+    for b in buckets:
+        table.add_row(format_bucket(b.low * ns_per_unit, b.high * ns_per_unit), str(b.count),
+                      "█" * round(40 * b.count / peak))
+    return Group(heading(f"{what} (log2 buckets)"), table, Text(""))
+
+
+RECENT_REQUESTS = 50  # of one process, newest first
+
+
+class IoProcessScreen(DetailScreen):
+    """A process doing block I/O: the kernel stacks that submitted it, latencies, requests."""
+
+    TITLE = "Block I/O of a process: stacks, latency, requests"
+
+    def __init__(self, process: IoProcess, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
+        self.process = process
+
+    def still_present(self, snapshot: Snapshot) -> bool:
+        p = self.process
+        found = next(
+            (x for x in (snapshot.blockio.processes if snapshot.blockio else ())
+             if (x.pid, x.disk, x.rw) == (p.pid, p.disk, p.rw)),
+            None,
+        )
+        if found is not None:
+            self.process = found
+        return found is not None
+
+    def _recent(self) -> list[IoRequest]:
+        p = self.process
+        return [r for r in (self.snapshot.blockio.requests if self.snapshot.blockio else ())
+                if (r.pid, r.disk, r.rw) == (p.pid, p.disk, p.rw)][:RECENT_REQUESTS]
+
+    def shown(self) -> object:
+        window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
+        return self.process, self._recent(), self.window_label(window)
+
+    def header(self) -> Text:
+        p = self.process
+        text = Text()
+        text.append("block I/O of ", style="bold")
+        text.append(f"{format_pid(p.pid)} ", style="bold")
+        text.append(printable(p.comm), style="bold cyan")
+        window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
+        text.append(
+            f"  {printable(p.disk)} {'reads' if p.rw == 'R' else 'writes'} {self.window_label(window)}:"
+            f" {count_of(p.requests, 'request')}, {human_bytes(p.bytes)}B,"
+            f" avg size {human_bytes(p.bytes / p.requests if p.requests else 0)}B,"
+            f" avg {format_ns(p.avg_lat_ms * 1e6)} (queue {format_ns(p.avg_queue_ms * 1e6)})"
+        )
+        text.append_text(self.stale_text())
+        return text
+
+    def rebuild(self) -> None:
+        p = self.process
+        self.header_widget().update(self.header())
+
+        lines = [offsets_title("kernel stacks that submitted the I/O", self.merge_offsets)]
+        stacks = (merge_io_stacks(p.stacks) if self.merge_offsets
+                  else [(s, 1) for s in sorted(p.stacks, key=lambda s: -s.requests)])
+        for s, variants in stacks:
+            head = Text(f"  {count_of(s.requests, 'request')}", style="bold")
+            head.append(merged_note(variants), style="dim")
+            lines.append(head)
+            lines.extend(frame_line(frame) for frame in s.frames)
+        if not p.stacks:
+            lines.append(Text("  no kernel stacks kept for this process", style="dim"))
+        lines.append(Text(""))
+        requests = Table(box=None)
+        for name in ("TIME(s)", "DISK", "T", "SECTOR", "BYTES", "QUE(ms)", "LAT(ms)"):
+            requests.add_column(name, justify="left" if name in ("DISK", "T") else "right")
+        recent = self._recent()
+        for r in recent:
+            requests.add_row(f"{r.time_s:.6f}", Text(printable(r.disk)), Text(printable(r.rw)),
+                             str(r.sector), str(r.bytes),
+                             f"{r.queue_ms:.3f}", f"{r.lat_ms:.3f}")
+        parts = [*lines, _histogram_table("latency distribution of this process", p.hist_us, 1000),
+                 heading("recent requests of this process"), requests]
+        if not recent:
+            parts.append(Text("  none completed in the window", style="dim"))
+        self.query_one("#stack-list-text", Static).update(Group(*parts))
+

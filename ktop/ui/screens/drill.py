@@ -1,0 +1,181 @@
+"""What every drill-down screen shares: the header line, following the app's data (`space`
+freezes it), the stale mark once its row has left the data, back, refresh and help. Stacks are
+one frame a line, merged when they differ only in offsets of the same functions (`o` splits
+them): ktop.stackmerge.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from ktop.model import (
+    Snapshot,
+)
+from ktop.text import printable
+from ktop.units import format_span
+
+
+class DrillHost(Protocol):
+    """What a drill-down reads of the app under it (the app is one)."""
+
+    @property
+    def latest(self) -> Snapshot | None: ...  # the newest data, even while paused
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def cumulative(self) -> bool: ...  # the figures are since start (key c)
+
+COMMON_BINDINGS = [
+    Binding("escape,backspace", "back", "Back"),
+    Binding("o", "toggle_offsets", "Offsets",
+            tooltip="merge stacks that differ only in offsets of the same functions, or split them"),
+    # In the help, not the footer: at 80 columns the footer keeps room for space and c.
+    Binding("r", "refresh_data", "Refresh now (even paused)", show=False),
+    Binding("s", "app.save", "Save SVG", show=False),
+    Binding("question_mark,f1", "help", "Help"),
+    Binding("q", "app.quit", "Quit", show=False),
+]
+
+
+def escaped(text: str, style: str = "") -> Text:
+    return Text(printable(text), style=style)
+
+
+def frame_line(frame: str, style: str = "") -> Text:
+    """One frame a line, cut at the screen's edge rather than wrapped into the next."""
+    return Text(f"    {printable(frame)}", style=style, no_wrap=True, overflow="ellipsis")
+
+
+def count_of(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def merged_note(variants: int) -> str:
+    return f"  ({variants} stacks, offsets merged)" if variants > 1 else ""
+
+
+class DrillScreen(Screen[None]):
+    """What every drill-down shares: a header line, live updates, back, refresh, help."""
+
+    TITLE = "Drill-down"  # the help screen's title
+
+    def __init__(self, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.host = host
+        self.stale = False
+        self.merge_offsets = True  # as perf report: one stack per call path; `o` splits
+
+    def still_present(self, snapshot: Snapshot) -> bool:
+        """Whether the row is in `snapshot`; if so, the screen takes its new figures."""
+        raise NotImplementedError
+
+    def header(self) -> Text:
+        """The line above the body: what this is, its figures, and PAUSED or STALE."""
+        raise NotImplementedError
+
+    def show_paused(self) -> None:
+        """Space, pressed here or on the panes: the header says so (the body stays)."""
+        if self.is_mounted:
+            self.header_widget().update(self.header())
+
+    def shown(self) -> object:
+        """What the body is drawn from: an unchanged value is not drawn again."""
+        raise NotImplementedError
+
+    def rebuild(self) -> None:
+        raise NotImplementedError
+
+    def follow(self, snapshot: Snapshot) -> None:
+        """A new snapshot, as the panes get each refresh: redrawn only if what this screen
+        shows changed; a row gone from it keeps its last figures, marked stale."""
+        before, was_stale = self.shown(), self.stale
+        if self.still_present(snapshot):
+            self.snapshot, self.stale = snapshot, False
+        else:
+            self.stale = True
+        if self.stale != was_stale or self.shown() != before:
+            self.rebuild()
+
+    def window_label(self, window_s: float) -> str:
+        """Over what time the figures are: the pane's window, or since start (key c)."""
+        return "since start" if self.host.cumulative else f"in the last {format_span(window_s)}"
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+    def action_refresh_data(self) -> None:
+        """r: the latest data now, even while paused."""
+        latest = self.host.latest
+        if latest is None:
+            return
+        self.follow(latest)
+        if self.stale:
+            self.notify("gone from the latest data: showing what it had", severity="warning")
+
+    def action_toggle_offsets(self) -> None:
+        self.merge_offsets = not self.merge_offsets
+        self.notify("stacks merged by function (offsets differ)" if self.merge_offsets
+                    else "every offset its own stack")
+        self.rebuild()
+
+    def action_help(self) -> None:
+        from ktop.ui.screens.help import HelpScreen, bindings_help
+
+        own = [b for b in self.BINDINGS if self.check_action(b.action, ()) is not False]
+        taken = {key for b in own for key in b.key.split(",")}
+        app = self.app
+        # The app's keys that do something here (space, c, R...), as its footer shows them.
+        app_keys = [b for b in app.BINDINGS
+                    if b.show and app.check_action(b.action, ()) is not False
+                    and not taken & set(b.key.split(","))]
+        keys = bindings_help(own + app_keys) + [("Up Down PgUp PgDn", "scroll")]
+        self.app.push_screen(HelpScreen(self.TITLE, keys))
+
+    def header_widget(self) -> Static:
+        return self.query_one("#stack-header", Static)
+
+    def stale_text(self) -> Text:
+        """PAUSED (space) and STALE, as the panes' header says them."""
+        text = Text()
+        if self.host.paused:
+            text.append("  PAUSED (space resumes)", style="bold reverse")
+        if self.stale:
+            text.append("  STALE: no longer in the latest data", style="bold reverse yellow")
+        return text
+
+
+class DetailScreen(DrillScreen):
+    """A drill-down that is a scrollable page of stacks and tables under a header line."""
+
+    BINDINGS = list(COMMON_BINDINGS)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="stack-header")
+        with VerticalScroll(id="stack-list"):
+            yield Static(id="stack-list-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.rebuild()
+        self.query_one("#stack-list", VerticalScroll).focus()
+
+
+def offsets_title(text: str, merge: bool) -> Text:
+    title = Text(text, style="bold", no_wrap=True, overflow="ellipsis")
+    title.append("   offsets merged: o splits" if merge else "   offsets apart: o merges", style="dim")
+    return title
+
+
+def heading(text: str) -> Text:
+    """A table's title on a line of its own: a Rich title wraps to the table's width."""
+    return Text(text, style="bold", no_wrap=True, overflow="ellipsis")
+
+
