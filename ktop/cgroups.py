@@ -125,12 +125,43 @@ def resolve_filter(text: str, mountinfo: str = MOUNTINFO) -> str:
     relative = os.path.normpath(relative)
     if relative.startswith("//"):
         relative = relative[1:]
-    if not os.path.isdir(os.path.join(mount, relative.lstrip("/"))):
+    if os.path.isdir(os.path.join(mount, relative.lstrip("/"))):
+        return relative
+    # Not a path: the short name ktop shows ("podman:ace6f0acfc2f", "nginx.service").
+    named = [path for path in _walk(mount) if short_name(path) == given]
+    if len(named) == 1:
+        return named[0]
+    if named:
         raise CgroupError(
-            f"no cgroup {relative} under {mount}: list them with "
-            f"`find {mount} -mindepth 1 -type d`"
+            f"{len(named)} cgroups are named {given}: give one by its path, "
+            f"{' or '.join(sorted(named)[:3])}"
         )
-    return relative
+    raise CgroupError(
+        f"no cgroup {relative} under {mount}, nor one named {given}: list them with "
+        f"`find {mount} -mindepth 1 -type d`"
+    )
+
+
+def _walk(mount: str) -> list[str]:
+    """Every cgroup below the mount, as a path relative to it (links not followed)."""
+    found = []
+    stack = [(mount, "")]
+    while stack:
+        directory, relative = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:  # removed while we walked
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            path = f"{relative}/{entry.name}"
+            found.append(path)
+            stack.append((entry.path, path))
+    return found
 
 
 def cgroup_exists(relative: str, mountinfo: str = MOUNTINFO) -> bool:

@@ -24,14 +24,27 @@ MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most mach
 GC_THRESHOLDS = (10_000, 10, 10)  # Python's default: (700, 10, 10)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
+# The longest any duration may be: far beyond use, far within what a timer can wait
+# (threading's limit is ~292 years; 1e10 s overflowed it).
+MAX_INTERVAL_S = 24 * 3600  # -d and -w
+MAX_DURATION_S = 366 * 24 * 3600  # --duration of a --record
+
+
+def _seconds(limit: float, what: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 < value <= limit:  # NaN too
+            raise argparse.ArgumentTypeError(
+                f"must be a positive number of seconds up to {limit:.0f} ({what}), not {text}")
+        return value
+    return parse
+
+
+_positive_float = _seconds(MAX_INTERVAL_S, "a day")
+_duration = _seconds(MAX_DURATION_S, "a year")
 
 
 def _frequency(text: str) -> int:
@@ -93,6 +106,7 @@ def _series(text: str) -> int:
 # --snapshot FILE's formats, as --format names them (ktop.writer maps suffixes to them).
 FORMAT_NAMES = ("svg", "txt", "json", "folded", "pprof", "prom")
 FOLDED_OF = ("cpu", "locks", "io", "io-latency")
+PPROF_OF = ("cpu", "locks", "io")  # as exports.pprof.PROFILES (not imported: protobuf loads slowly)
 
 
 def _megabytes(text: str) -> int:
@@ -100,8 +114,8 @@ def _megabytes(text: str) -> int:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of megabytes: {text!r}") from None
-    if not 1 <= value <= 1 << 30:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (MB), not {text}")
+    if not 1 <= value <= 1 << 30:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be from 1 to {1 << 30} (MB), not {text}")
     return int(value * 1_000_000)
 
 
@@ -116,7 +130,7 @@ def _drill(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected {', '.join(_DRILL_FORMS[:-1])} or {_DRILL_FORMS[-1]}, not {text!r}"
         )
-    if by[pane] == "pid" and not what.isdigit():
+    if by[pane] == "pid" and not (what.isascii() and what.isdigit()):
         raise argparse.ArgumentTypeError(f"{pane} takes a pid, not {what!r}")
     return text
 
@@ -139,9 +153,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
     parser.add_argument("-p", "--pid", type=_pid, metavar="PID",
                         help="show only this process in every pane")
-    parser.add_argument("--cgroup", metavar="PATH",
+    parser.add_argument("--cgroup", metavar="PATH|NAME",
                         help="show only this cgroup v2 and the cgroups below it in every pane "
-                        "(/system.slice/nginx.service, or its full path under the mount; key G)")
+                        "(/system.slice/nginx.service, its full path under the mount, or the "
+                        "name ktop shows: nginx.service, podman:ace6f0acfc2f; key G)")
     parser.add_argument("--snapshot", metavar="FILE",
                         help="run headless and write FILE, then exit: the screen (.svg, .txt), "
                         "its data (.json), flame graph stacks (.folded), pprof (.pb.gz) or "
@@ -151,13 +166,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--folded-of", choices=FOLDED_OF, metavar="|".join(FOLDED_OF),
                         help="with folded stacks: CPU samples (default), lock waits in us, "
                         "I/O bytes, or I/O latency in us")
+    parser.add_argument("--pprof-of", choices=PPROF_OF, metavar="|".join(PPROF_OF),
+                        help="with pprof: the profile of CPU samples (default), lock waits, or "
+                        "I/O (one pane a profile, each over its pane's own seconds)")
     parser.add_argument("--serve", type=_serve_address, metavar="[ADDR:]PORT",
                         help="run headless and serve Prometheus metrics at /metrics (PORT "
                         "alone: 127.0.0.1 only; 0.0.0.0:PORT for every interface)")
     parser.add_argument("--top", type=_series, metavar="N",
                         help="with --serve or .prom: series for the top N functions, lock "
                         "callers, disks and processes, the rest summed as other (default 20)")
-    parser.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+    parser.add_argument("--duration", type=_duration, metavar="SECONDS",
                         help="how long --snapshot collects (default 3), or --record records "
                         "(default: until SIGINT or SIGTERM)")
     parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
@@ -186,6 +204,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "line per interval")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
+    for option, path in (("--snapshot", args.snapshot), ("--record", args.record),
+                         ("--replay", args.replay)):
+        if path == "":
+            parser.error(f"{option} needs a file name, not an empty one")
     if args.serve is not None:
         _check_serve(parser, args)
     elif args.snapshot is None and (args.size != (160, 50) or args.drill):
@@ -222,7 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if given:
             parser.error(f"{', '.join(given)} shape live collection; --replay shows recorded data")
         if (args.at or args.dump) and not recording:
-            parser.error("--at and --dump need a recording (--record FILE), not a snapshot")
+            parser.error(f"--at and --dump need a recording (--record FILE); "
+                         f"{printable(args.replay)} is not one")
     return args
 
 
@@ -251,6 +274,8 @@ def _check_export_options(parser: argparse.ArgumentParser, args: argparse.Namesp
     fmt = _snapshot_format(args)
     if args.folded_of is not None and fmt != "folded":
         parser.error("--folded-of goes with folded stacks: --snapshot FILE.folded")
+    if args.pprof_of is not None and fmt != "pprof":
+        parser.error("--pprof-of goes with pprof: --snapshot FILE.pb.gz")
     if args.top is not None and args.serve is None and fmt != "prom":
         parser.error("--top goes with --serve or --snapshot FILE.prom")
 
@@ -344,6 +369,7 @@ def _export_options(args: argparse.Namespace):
     from ktop.exports import ExportOptions
 
     return ExportOptions(include_idle=args.idle, folded_of=args.folded_of or "cpu",
+                         pprof_of=args.pprof_of or "cpu",
                          top=args.top or 20)
 
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ktop.model import (
     BlockProfile,
     CpuProfile,
-    CpuTimes,
     DiskStats,
     HotFunction,
     IoProcess,
@@ -187,23 +186,21 @@ PANES: list[PaneDef] = [
         short_label="Functions", drill_by="symbol", widget=_functions_widget,
         build=_build_functions, merge=_merge_functions,
         figure=Figure("kernel CPU", "kern", _kernel_percent, "%"), loss_prefix="cpu",
-        rounding={CpuProfile: {"window_s": 3}, CpuTimes: {"user": 2, "kernel": 2, "idle": 2,
-                                                          "steal": 2},
-                  HotFunction: {"percent": 3, "children_percent": 3}},
+        # (spans and CPU shares are written whole: the exports of a replayed file use them)
+        rounding={HotFunction: {"percent": 3, "children_percent": 3}},
     ),
     PaneDef(
         name="locks", field="locks", title="Lock contention", key_label="Lock contention",
         short_label="Locks", drill_by="caller", widget=_locks_widget, build=_build_locks,
         merge=_merge_locks, figure=Figure("lock wait", "lock", _lock_wait_ms, "ms/s", True),
-        loss_prefix="lock", rounding={LockProfile: {"window_s": 3}},
+        loss_prefix="lock",
     ),
     PaneDef(
         name="blockio", field="blockio", title="Block I/O", key_label="Block I/O",
         short_label="I/O", drill_by="pid", widget=_blockio_widget, build=_build_blockio,
         merge=_merge_blockio, figure=Figure("I/O latency", "I/O", _io_latency_ms, "ms"),
         loss_prefix="io",
-        rounding={BlockProfile: {"window_s": 3}, DiskStats: {"avg_lat_ms": 4},
-                  IoProcess: {"avg_lat_ms": 4, "avg_queue_ms": 4},
+        rounding={DiskStats: {"avg_lat_ms": 4}, IoProcess: {"avg_queue_ms": 4},
                   IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4}},
     ),
     PaneDef(

@@ -77,6 +77,24 @@ def test_cgroup_filter_paths_relative_or_full(tmp_path):
     assert resolve_filter(str(tmp_path / "cg" / "web.slice"), info) == "/web.slice"
 
 
+def test_cgroup_filter_takes_the_short_name_ktop_shows(tmp_path):
+    container = tmp_path / "cg" / "machine.slice" / f"libpod-{HEX}.scope"
+    container.mkdir(parents=True)
+    (tmp_path / "cg" / "system.slice" / "nginx.service").mkdir(parents=True)
+    info = mountinfo(tmp_path, tmp_path / "cg")
+    assert resolve_filter("podman:3f2a9c1b0d4e", info) == f"/machine.slice/libpod-{HEX}.scope"
+    assert resolve_filter("nginx.service", info) == "/system.slice/nginx.service"
+    assert resolve_filter(str(container), info) == f"/machine.slice/libpod-{HEX}.scope"
+
+
+def test_a_short_name_two_cgroups_share_asks_for_a_path(tmp_path):
+    (tmp_path / "cg" / "a" / "x.service").mkdir(parents=True)
+    (tmp_path / "cg" / "b" / "x.service").mkdir(parents=True)
+    with pytest.raises(CgroupError, match=r"^2 cgroups are named x.service: give one by its "
+                                          r"path, /a/x.service or /b/x.service$"):
+        resolve_filter("x.service", mountinfo(tmp_path, tmp_path / "cg"))
+
+
 def test_a_cgroup_that_does_not_exist_is_one_line_with_the_fix(tmp_path):
     (tmp_path / "cg").mkdir()
     with pytest.raises(CgroupError, match=r"^no cgroup /nope under .*: list them with `find"):

@@ -84,3 +84,52 @@ def test_snapshot_onto_a_directory_is_refused(tmp_path):
     result = ktop("--snapshot", str(tmp_path / "out.svg"), cwd=tmp_path)
     assert result.returncode != 0
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        # Durations a timer cannot wait: OverflowError, and the TUI left silently (exit 1).
+        (["--snapshot", "x.txt", "--duration", "1e300"], "--duration: must be a positive"),
+        (["--record", "x.krec", "--duration", "1e10"], "--duration: must be a positive"),
+        (["-d", "1e300"], "--interval: must be a positive"),
+        (["--serve", "127.0.0.1:1", "-d", "1e300"], "--interval: must be a positive"),
+        (["-w", "1e300"], "--window: must be a positive"),
+        # An empty file name started the TUI.
+        (["--snapshot", ""], "--snapshot needs a file name"),
+        (["--record", ""], "--record needs a file name"),
+        (["--replay", ""], "--replay needs a file name"),
+        (["--record", "x.krec", "--max-size", "1e30"], "must be from 1 to"),
+        # A digit that is not 0-9: Python's int() message.
+        (["--serve", "\u00b2"], "expected [ADDR:]PORT with a port from 1 to 65535"),
+        (["--snapshot", "x.txt", "--drill", "processes:\u00b2"], "processes takes a pid"),
+    ],
+)
+def test_bounded_arguments_are_one_line_errors(args, complaint, tmp_path):
+    """Issue 29, item 5 and the small items: each is named, with exit 2, no traceback."""
+    result = ktop(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ktop: error: ") and complaint in last, result.stderr
+    assert "Traceback" not in result.stderr and "int()" not in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_dump_of_a_file_that_is_no_snapshot_either_says_so(tmp_path):
+    """A 3-byte file was called a snapshot."""
+    path = tmp_path / "three"
+    path.write_bytes(b"abc")
+    result = ktop("--replay", str(path), "--dump", "csv")
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "need a recording" in last and "three is not one" in last
+    assert "snapshot" not in last
+
+
+def test_a_drill_name_with_escapes_is_not_echoed_raw(tmp_path):
+    from conftest import FIXTURES  # noqa: PLC0415
+
+    result = ktop("--replay", str(FIXTURES / "recorded.json"), "--snapshot",
+                  str(tmp_path / "x.txt"), "--drill", "locks:\x1b[2J")
+    assert result.returncode == 1
+    assert "\x1b" not in result.stderr and "\\x1b[2J" in result.stderr, result.stderr

@@ -12,7 +12,8 @@ import uuid
 import pytest
 from conftest import root_only
 
-from ktop.cgroups import cgroup2_mount
+from ktop.cgroups import cgroup2_mount, short_name
+from ktop.cli import _check_cgroup, parse_args
 from ktop.engine import LiveSource, Options, RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS
 from ktop.ui.headless import render_screen
@@ -93,3 +94,23 @@ def test_a_buffered_writer_is_shown_with_its_write_rate(tmp_path):
     assert written >= 48 << 20
     text = asyncio.run(render_screen(RecordedSource([final]), (160, 50), "txt"))
     assert "sent by writeback threads (kworker)" in text and "DISK W/s" in text
+
+
+def test_the_cli_takes_a_container_cgroup_by_the_name_ktop_shows_it_by():
+    """A hand-made podman cgroup (containers cannot run here): `--cgroup` takes the name the
+    CGROUP column shows, and the full path under the mount."""
+    mount = cgroup2_mount()
+    if mount is None:
+        pytest.skip("no cgroup v2 hierarchy mounted")
+    container_id = uuid.uuid4().hex * 2
+    relative = f"/ktop-test-{container_id[:8]}/libpod-{container_id}.scope"
+    os.makedirs(mount + relative)
+    try:
+        shown = short_name(relative)
+        assert shown == f"podman:{container_id[:12]}"
+        for given in (shown, mount + relative, relative):
+            args = parse_args(["--cgroup", given, "--snapshot", "/tmp/x.txt"])
+            assert _check_cgroup(args) == "" and args.cgroup == relative
+    finally:
+        os.rmdir(mount + relative)
+        os.rmdir(os.path.dirname(mount + relative))

@@ -11,6 +11,7 @@ import time
 
 from conftest import first_in_line, root_only
 
+from ktop.collectors.processes import ProcessCollector
 from ktop.collectors.procstat import read_cpu_ticks
 from ktop.engine import LiveSource, Options
 from ktop.exports.jsonfile import to_json
@@ -120,3 +121,66 @@ def test_a_short_lived_shell_and_its_children_add_up_to_what_the_kernel_charged(
     shown = row.cpu_percent / 100 * elapsed  # seconds of CPU, over about the same interval
     assert charged > 0.3
     assert abs(shown - charged) <= 0.15 * charged, f"shown {shown:.2f} s, charged {charged:.2f} s"
+
+
+def test_a_scan_preempted_midway_still_reads_one_cpu_as_100_percent():
+    """A spinner owns a CPU; the scan loses its CPU for half a second just before reading the
+    spinner's stat (as on saturated CPUs). Its row is its CPU over its own interval: ~100%,
+    as /proc/PID/schedstat says, not 150%."""
+    with first_in_line():
+        spinner = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        try:
+            collector = ProcessCollector()
+            collector.collect()
+            time.sleep(1.0)
+            read = collector._pread
+
+            def preempted(fds, pid, name, size):
+                if pid == spinner.pid and name == "stat":
+                    time.sleep(0.5)
+                return read(fds, pid, name, size)
+
+            collector._pread = preempted
+            with open(f"/proc/{spinner.pid}/schedstat") as f:
+                ran_before = int(f.read().split()[0])
+            before = time.monotonic()
+            rows = collector.collect()
+            with open(f"/proc/{spinner.pid}/schedstat") as f:
+                ran = (int(f.read().split()[0]) - ran_before) / 1e9 / (time.monotonic() - before)
+            collector.close()
+        finally:
+            spinner.kill()
+            spinner.wait()
+    row = next(r for r in rows if r.pid == spinner.pid)
+    assert ran > 0.8  # it did own a CPU
+    assert row.cpu_percent <= 105.0 and abs(row.cpu_percent - 100 * ran) <= 10
+
+
+def test_a_shells_short_lived_children_write_in_its_exited_row(tmp_path):
+    """`bash` running dd after dd, each gone within a refresh: their bytes are in the
+    shell's exited-children row, as their CPU is, and not on the shell's own row."""
+    me_script = (f"for i in $(seq 30); do dd if=/dev/zero of={tmp_path}/out bs=1M count=4 "
+                 "conv=notrunc 2>/dev/null; rm -f {0}/out; sleep 0.05; done").replace(
+                     "{0}", str(tmp_path))
+    collector = ProcessCollector()
+    collector.collect()
+    last = time.monotonic()
+    shell = subprocess.Popen(["bash", "-c", me_script])
+    own = children = 0.0
+    try:
+        while shell.poll() is None:
+            time.sleep(0.4)
+            rows = collector.collect()
+            now = time.monotonic()
+            span, last = now - last, now  # about each row's own interval
+            for row in rows:
+                if row.pid == shell.pid and row.disk_write_bps:
+                    own += row.disk_write_bps * span
+                if row.pid == EXITED_PID and row.parent == shell.pid and row.disk_write_bps:
+                    children += row.disk_write_bps * span
+    finally:
+        shell.wait()
+        collector.close()
+    written = 30 * 4 << 20
+    assert children >= 0.5 * written, f"children {children / 2**20:.0f} MiB"
+    assert own <= 0.1 * written, f"the shell's own row {own / 2**20:.0f} MiB"

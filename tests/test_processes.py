@@ -147,7 +147,8 @@ class FakeProc:
             f.truncate()
 
     def process(self, pid: int, comm: str, cmdline: bytes, *, utime=0, stime=0, cutime=0,
-                cstime=0, ppid=1, start=100, args=(1000, 1020), state="S", io=None) -> None:
+                cstime=0, ppid=1, start=100, args=(1000, 1020), state="S", io=None,
+                own_io=None) -> None:
         d = self.root / str(pid)
         d.mkdir(exist_ok=True)
         # fields 3..52 of proc(5): state ppid pgrp session tty tpgid flags minflt cminflt
@@ -159,8 +160,15 @@ class FakeProc:
         (d / "status").write_bytes(b"Uid:\t0\t0\t0\t0\n")
         (d / "cgroup").write_bytes(b"0::/test\n")
         if io is not None:
-            self._rewrite(d / "io", (f"rchar: 0\nwchar: 0\nsyscr: 0\nsyscw: 0\nread_bytes: {io[0]}\n"
-                                     f"write_bytes: {io[1]}\ncancelled_write_bytes: 0\n").encode())
+            self._rewrite(d / "io", self._io(io))
+            # its one thread's own count: all of it unless told (the rest is of dead tasks)
+            (d / "task" / str(pid)).mkdir(parents=True, exist_ok=True)
+            self._rewrite(d / "task" / str(pid) / "io", self._io(io if own_io is None else own_io))
+
+    @staticmethod
+    def _io(counts) -> bytes:
+        return (f"rchar: 0\nwchar: 0\nsyscr: 0\nsyscw: 0\nread_bytes: {counts[0]}\n"
+                f"write_bytes: {counts[1]}\ncancelled_write_bytes: 0\n").encode()
 
     def exit(self, pid: int) -> None:
         import shutil  # noqa: PLC0415
@@ -288,8 +296,8 @@ def test_a_grandchild_waited_for_by_a_child_that_exited_too_is_counted_once(
 
 
 def test_prometheus_sums_the_exited_rows_of_parents_of_one_command(recorded_snapshot):
-    """Two shells' exited children: one series, pid "exited", both counted (a dict keyed by
-    pid and comm kept the last alone)."""
+    """Two shells' exited children: one series of their command, both counted (a dict
+    keyed by pid and comm kept the last alone)."""
     from dataclasses import replace  # noqa: PLC0415
 
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
@@ -303,13 +311,14 @@ def test_prometheus_sums_the_exited_rows_of_parents_of_one_command(recorded_snap
     text = to_prom(replace(recorded_snapshot, processes=rows), top=5)
     samples = next(f for f in text_string_to_metric_families(text)
                    if f.name == "ktop_process_cpu_ratio").samples
-    exited = {s.labels["mode"]: s.value for s in samples if s.labels["pid"] == "exited"}
+    exited = {s.labels["mode"]: s.value for s in samples if s.labels["comm"] == "bash"}
     assert exited == {"system": pytest.approx(0.3), "user": pytest.approx(0.5)}
 
 
 def test_a_childs_disk_bytes_are_not_its_parents_when_it_exits(tmp_path, monkeypatch):
     """A shell runs dd: the kernel adds dd's bytes to the shell's /proc/PID/io when the shell
-    waits for it. dd's own row showed them while it ran; the shell did not write 50 MiB."""
+    waits for it. dd's own row showed them while it ran; the shell did not write 50 MiB, and
+    what dd wrote after ktop last saw it is in the shell's exited-children row, as its CPU."""
     mib = 1 << 20
     proc = FakeProc(tmp_path, monkeypatch)
     proc.process(100, "bash", b"bash\0", io=(0, 0))
@@ -322,12 +331,38 @@ def test_a_childs_disk_bytes_are_not_its_parents_when_it_exits(tmp_path, monkeyp
     assert dd.disk_write_bps == 5 * mib
     proc.tick()
     proc.exit(200)  # 5 MiB more, then exit; the shell now counts all 50
-    proc.process(100, "bash", b"bash\0", io=(0, 50 * mib))
-    shell = next(r for r in collector.collect() if r.pid == 100)
-    assert shell.disk_write_bps == 5 * mib  # dd's last 5 MiB, not its 50
+    proc.process(100, "bash", b"bash\0", io=(0, 50 * mib), own_io=(0, 0), cutime=20)
+    rows = collector.collect()
+    shell = next(r for r in rows if r.pid == 100)
+    assert shell.disk_write_bps == 0  # not one byte of dd's is the shell's own
+    assert exited(rows)[100].disk_write_bps == 5 * mib  # dd's last 5 MiB, not its 50
     proc.tick()
-    shell = next(r for r in collector.collect() if r.pid == 100)
-    assert shell.disk_write_bps == 0
+    rows = collector.collect()
+    assert next(r for r in rows if r.pid == 100).disk_write_bps == 0 and exited(rows) == {}
+
+
+def test_children_never_seen_alive_write_in_the_exited_row(tmp_path, monkeypatch):
+    """`bash script` starting dd after dd, each gone before a refresh lists it (the report:
+    `bash ... DISK W/s 498.1M` while `<children of PID>` showed `-`). The shell's own writes
+    stay its own."""
+    mib = 1 << 20
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0script\0", io=(0, 10 * mib), own_io=(0, 1 * mib))
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    for second in range(1, 4):
+        proc.tick()
+        # each second: children write 498 MiB and use 0.3 s of CPU; the shell 1 MiB itself
+        proc.process(100, "bash", b"bash\0script\0", io=(0, (10 + 499 * second) * mib),
+                     own_io=(0, (1 + second) * mib), cutime=round(0.3 * TICKS * second))
+        rows = collector.collect()
+        shell = next(r for r in rows if r.pid == 100)
+        children = exited(rows)[100]
+        assert children.cpu_percent == 30.0
+        if second == 1:  # first seen waiting: its dead tasks' share of what it gained
+            assert (children.disk_write_bps, shell.disk_write_bps) == (499 * mib, 0)
+        else:  # from then on, each by what its live thread and its dead tasks gained
+            assert (children.disk_write_bps, shell.disk_write_bps) == (498 * mib, 1 * mib)
 
 
 def test_a_quiet_process_row_follows_every_change_of_its_files(tmp_path, monkeypatch):
@@ -354,3 +389,51 @@ def test_a_quiet_process_row_follows_every_change_of_its_files(tmp_path, monkeyp
     proc.process(100, "sleeper", b"sleeper\0", io=(0, 4096), state="D", utime=50)
     assert refresh().cpu_percent == 50.0
     assert refresh().cpu_percent == 0.0  # nothing moved since: back to 0, not kept at 50
+
+
+def test_a_scan_preempted_midway_measures_each_process_over_its_own_interval(
+        tmp_path, monkeypatch):
+    """Two processes each burn one CPU of two. On saturated CPUs the scan is preempted before
+    it reads one of them: read half a second late, its counters hold 1.5 s of CPU. Over the
+    scans' 1 s that was 150%, and a cgroup of 89 tasks read 204% on 2 CPUs."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    began = proc.now
+
+    def burning(pid: int) -> None:  # its counters as they are when read: one CPU since began
+        proc.process(pid, "spin", b"spin\0", utime=round((proc.now - began) * TICKS), state="R")
+
+    burning(100)
+    burning(200)
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    read = collector._pread
+
+    def preempted(fds, pid, name, size):
+        if name == "stat":
+            if pid == 200:
+                proc.tick(0.5)  # the scan lost its CPU just before reading 200
+            burning(pid)
+        return read(fds, pid, name, size)
+
+    monkeypatch.setattr(collector, "_pread", preempted)
+    rows = collector.collect()
+    assert [r.cpu_percent for r in rows] == [100.0, 100.0]
+
+
+def test_a_thread_that_exits_keeps_its_bytes_on_its_process_row(tmp_path, monkeypatch):
+    """A shell that waits for children also lost a thread: the thread's bytes move to the
+    process's dead tasks' share, but it wrote them itself (and its row showed them)."""
+    mib = 1 << 20
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "bash", b"bash\0", io=(0, 10 * mib), own_io=(0, 10 * mib))
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()  # a child writes 5 MiB and is waited for
+    proc.process(100, "bash", b"bash\0", io=(0, 15 * mib), own_io=(0, 10 * mib), cutime=10)
+    assert exited(collector.collect())[100].disk_write_bps == 5 * mib
+    proc.tick()  # a thread that wrote 4 MiB of those 10 exits; the shell writes 1 MiB more
+    proc.process(100, "bash", b"bash\0", io=(0, 16 * mib), own_io=(0, 7 * mib), cutime=10)
+    rows = collector.collect()
+    assert next(r for r in rows if r.pid == 100).disk_write_bps == 1 * mib
+    assert exited(rows) == {}

@@ -191,7 +191,7 @@ def test_a_newer_format_is_one_line(recording):
         (["--max-size", "10"], "--max-size goes with --record"),
         (["--dump", "csv"], "--at and --dump go with --replay"),
         (["--record", "x", "--replay", "y"], "--record runs on its own"),
-        (["--record", "x", "--max-size", "0.5"], "must be at least 1"),
+        (["--record", "x", "--max-size", "0.5"], "must be from 1 to"),
     ],
 )
 def test_options_that_do_not_fit_are_usage_errors(args, complaint):

@@ -25,14 +25,18 @@ from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.disks import kernel_dev
 from ktop.collectors.locks import LockDrain, LockWaits, StackWaits, TaskWaits
 from ktop.collectors.procstat import CpuTicks
-from ktop.model import Snapshot, UserFrame
-from ktop.record.fileformat import decode_snapshot, encode_snapshot
+from ktop.model import IoRequest, Snapshot, UserFrame
+from ktop.record.fileformat import REQUEST_DIGITS, decode_snapshot, encode_snapshot
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
 def comparable(value):
-    """A model value as nested tuples, floats rounded: what "equal" means for a profile."""
+    """A model value as nested tuples, floats rounded: what "equal" means for a profile (a
+    request's times to what a record keeps of them: what the screen shows)."""
+    if isinstance(value, IoRequest):
+        value = dataclasses.replace(value, **{name: round(getattr(value, name), digits)
+                                              for name, digits in REQUEST_DIGITS.items()})
     if dataclasses.is_dataclass(value):
         return (type(value).__name__,) + tuple(
             (f.name, comparable(getattr(value, f.name))) for f in dataclasses.fields(value))

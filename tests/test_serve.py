@@ -7,6 +7,7 @@ fake source. Every connection goes to 127.0.0.1, and every loop is bounded.
 from __future__ import annotations
 
 import http.client
+import selectors
 import signal
 import socket
 import statistics
@@ -22,7 +23,7 @@ from conftest import FIXTURES
 from prometheus_client.parser import text_string_to_metric_families
 
 from ktop.exports.openmetrics import MetricsPage
-from ktop.exports.serve import MAX_CLIENTS, ServeError, bind, parse_address, serve
+from ktop.exports.serve import EVICT_AFTER_S, MAX_CLIENTS, ServeError, bind, parse_address, serve
 from ktop.model import PANE_BLOCKIO, PANE_LOCKS, HotFunction
 
 LOCALHOST = "127.0.0.1"
@@ -307,15 +308,140 @@ def test_clients_leaving_mid_response_cost_nothing(in_process):
 
 
 def test_connections_beyond_the_limit_get_503_and_the_rest_go_on(in_process):
-    _source, port, _page = in_process
-    idle = [socket.create_connection((LOCALHOST, port)) for _ in range(MAX_CLIENTS)]
+    """The cap is reached by connections being answered: clients that asked for a big page
+    and do not read it."""
+    source, port, page = in_process
+    source.loading = {}
+    source.snapshot = big_snapshot(source.snapshot)
+    wait_for(lambda: len(page.body()) > 300_000)
+    stuck = []
     try:
-        time.sleep(0.3)  # each has its serving thread now
+        for _ in range(MAX_CLIENTS):
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect((LOCALHOST, port))
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            stuck.append(client)
+        for client in stuck:
+            assert client.recv(100).startswith(b"HTTP/1.1 200")  # being answered, slowly
+        time.sleep(EVICT_AFTER_S * 2)
         assert scrape(port)[0] == 503
     finally:
-        for connection in idle:
+        for connection in stuck:
             connection.close()
     wait_for(lambda: scrape(port)[0] == 200)
+
+
+def dribble(connection: socket.socket, until: float, every_s: float) -> None:
+    """A slow client: a request line, then a header line now and then, never the end."""
+    try:
+        connection.sendall(b"GET /metrics HTTP/1.1\r\n")
+        i = 0
+        while time.monotonic() < until:
+            time.sleep(every_s)
+            connection.sendall(b"X-Slow-%d: y\r\n" % i)
+            i += 1
+    except OSError:  # the server closed it: what it should do
+        pass
+
+
+def test_idle_and_slow_connections_do_not_deny_scrapes(in_process):
+    """Issue 29 item 17: eight connections each sending a header line every few seconds made
+    every scrape answer 503; idle sockets alone filled the server too."""
+    _source, port, _page = in_process
+    slow = [socket.create_connection((LOCALHOST, port)) for _ in range(MAX_CLIENTS // 2)]
+    idle = [socket.create_connection((LOCALHOST, port)) for _ in range(MAX_CLIENTS // 2)]
+    until = time.monotonic() + 4
+    threads = [threading.Thread(target=dribble, args=(c, until, 0.3)) for c in slow]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1.0)  # each has its serving thread now, and waited past EVICT_AFTER_S
+        for _ in range(3):
+            assert scrape(port)[0] == 200
+    finally:
+        for thread in threads:
+            thread.join()
+        for connection in slow + idle:
+            connection.close()
+
+
+def test_a_request_has_one_deadline_however_it_dribbles(in_process, monkeypatch):
+    """A header line every 0.2 s kept a connection (and its slot) as long as the client
+    liked: the silence timeout was per read."""
+    import ktop.exports.serve as serve_module  # noqa: PLC0415
+
+    monkeypatch.setattr(serve_module, "REQUEST_DEADLINE_S", 1.0, raising=False)
+    _source, port, _page = in_process
+    connection = socket.create_connection((LOCALHOST, port))
+    started = time.monotonic()
+    dribble(connection, started + 6, 0.2)
+    try:
+        connection.settimeout(1)
+        closed = connection.recv(100) == b""
+    except OSError:
+        closed = True
+    finally:
+        connection.close()
+    held = time.monotonic() - started
+    assert closed and held < 4, f"held {held:.1f}s"
+
+
+def test_a_burst_of_200_connections_is_answered_at_once(in_process):
+    """A listen backlog of 5 left most of 200 concurrent scrapers retrying their SYN for
+    seconds (74 of 200 unanswered after 60 s); each is answered (200, or 503 when all are
+    being answered) at once."""
+    _source, port, _page = in_process
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    selector = selectors.DefaultSelector()
+    clients = []
+    started = time.monotonic()
+    for _ in range(200):
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex((LOCALHOST, port))
+        selector.register(client, selectors.EVENT_WRITE)
+        clients.append(client)
+    statuses: list[bytes] = []
+    try:
+        while len(statuses) < len(clients) and time.monotonic() < started + 10:
+            for key, mask in selector.select(0.5):
+                client = key.fileobj
+                try:
+                    if mask & selectors.EVENT_WRITE:
+                        client.send(request)
+                        selector.modify(client, selectors.EVENT_READ)
+                        continue
+                    statuses.append(client.recv(100)[9:12])
+                except OSError as e:
+                    statuses.append(str(e).encode())
+                selector.unregister(client)
+        took = time.monotonic() - started
+    finally:
+        for client in clients:
+            client.close()
+    assert len(statuses) == 200 and took < 5, f"{len(statuses)} answered in {took:.1f}s"
+    assert set(statuses) <= {b"200", b"503"}, statuses
+    assert statuses.count(b"200") >= MAX_CLIENTS
+
+
+def test_keep_alive_scrapes_are_not_held_by_delayed_acks(in_process):
+    """Headers and body in two writes: Nagle held the body until the client's delayed ACK,
+    44 ms a scrape on a kept-alive connection (Prometheus keeps it), 0.5 ms on a fresh one."""
+    source, port, _page = in_process
+    source.loading = {}
+    connection = http.client.HTTPConnection(LOCALHOST, port, timeout=10)
+    times = []
+    try:
+        for _ in range(15):
+            started = time.perf_counter()
+            connection.request("GET", "/metrics")
+            response = connection.getresponse()
+            assert response.status == 200 and response.read()
+            times.append(time.perf_counter() - started)
+    finally:
+        connection.close()
+    assert statistics.median(times[1:]) < 0.020, [f"{t * 1000:.1f}" for t in times]
 
 
 def test_binding_a_used_port_raises_one_line():
@@ -333,3 +459,83 @@ def test_the_page_is_rendered_once_per_refresh(recorded_snapshot):
     assert page.body() is first  # the same bytes: a scrape costs no rendering
     page.update(recorded_snapshot)
     assert page.body() is not first
+
+
+class SlowSource(StartingSource):
+    """A collect that takes most of an interval, as on saturated CPUs."""
+
+    def __init__(self, snapshot, seconds: float) -> None:
+        super().__init__(snapshot)
+        self.loading = {}
+        self.seconds = seconds
+        self.started: list[float] = []
+
+    def collect(self):
+        self.started.append(time.monotonic())
+        time.sleep(self.seconds)
+        return super().collect()
+
+
+def test_slow_collects_keep_to_the_interval_so_the_page_is_never_more_than_one_old(
+        recorded_snapshot):
+    page = MetricsPage()
+    server = bind(LOCALHOST, 0, page, print)
+    source = SlowSource(recorded_snapshot, 0.25)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(server, source, 0.4, stop))
+    thread.start()
+    time.sleep(3.0)
+    stop.set()
+    thread.join(timeout=10)
+    gaps = [b - a for a, b in zip(source.started, source.started[1:])]
+    # The page is updated every 0.4 s, not every 0.4 s after a 0.25 s collect (0.65 s).
+    assert statistics.median(gaps) == pytest.approx(0.4, abs=0.06)
+    assert len(source.started) >= 7
+    source.seconds = 0.6  # a collect longer than the interval: the next follows at once
+    stop.clear()
+    source.started.clear()
+    server = bind(LOCALHOST, 0, page, print)
+    thread = threading.Thread(target=serve, args=(server, source, 0.4, stop))
+    thread.start()
+    time.sleep(2.0)
+    stop.set()
+    thread.join(timeout=10)
+    gaps = [b - a for a, b in zip(source.started, source.started[1:])]
+    assert statistics.median(gaps) == pytest.approx(0.6, abs=0.1)  # not 0.6 + 0.4
+
+
+def test_counters_carry_the_time_they_count_up_to_and_gauges_none(recorded_snapshot):
+    """A collect that drains at once and then takes 0.3 s more (saturated CPUs): the counters'
+    samples carry the drain's time, so Prometheus' rate() divides by the seconds they cover."""
+    page = MetricsPage()
+    server = bind(LOCALHOST, 0, page, print)
+    source = SlowSource(recorded_snapshot, 0.3)
+    drained: list[float] = []
+    collect = source.collect
+
+    def draining_then_slow():
+        drained.append(time.time())
+        return collect()
+
+    source.collect = draining_then_slow
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(server, source, 5.0, stop))
+    thread.start()
+    try:
+        wait_for(lambda: b"ktop_function_samples" in page.body())
+        text = page.body().decode()
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    stamps = {}  # metric -> how many numbers its lines end with: value, and a timestamp?
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            name, rest = line.split("{", 1)[0].split(" ")[0], line.rsplit("}", 1)[-1]
+            if "{" not in line:
+                rest = line.split(" ", 1)[1]
+            stamps.setdefault(name, set()).add(len(rest.split()))
+    assert stamps["ktop_function_samples_total"] == {2}  # value and timestamp
+    assert stamps["ktop_up"] == {1} and stamps["ktop_process_cpu_ratio"] == {1}  # value alone
+    stamp_ms = int(next(line for line in text.splitlines()
+                        if line.startswith("ktop_cpu_samples_expected_total")).split()[-1])
+    assert abs(stamp_ms / 1000 - drained[0]) < 0.05  # the drain's time, not 0.3 s later

@@ -114,6 +114,10 @@ class _Seen(NamedTuple):
     reaped: int
     reaped_system: int
     ppid: int
+    # time.monotonic() when its stat was read: each process's rate is over its own interval.
+    # A scan preempted on saturated CPUs reads some processes hundreds of ms later than it
+    # began, and dividing by the scans' interval made a cgroup of two CPUs read 204%.
+    read_at: float = 0.0
 
 
 _INIT = 1  # orphans are reparented to init, which reaps them
@@ -198,6 +202,9 @@ class ProcessCollector:
         # Gone children's CPU ticks (total, system) and disk bytes (read, written).
         self._cpu_owed = _Debts()
         self._disk_owed = _Debts()
+        # pid -> (start, (read, written)): the bytes of its dead tasks (reaped children and
+        # exited threads) in its /proc/PID/io, for processes that wait for children.
+        self._dead_io: dict[int, tuple[int, tuple[int, int]]] = {}
         self._proc_stat_fd: int | None = None
         self._previous_forks: int | None = None
         # The kernel's counts at the last refresh: runnable and blocked tasks, forks a second.
@@ -307,6 +314,7 @@ class ProcessCollector:
             text = self._pread(self._stat_fds, pid, "stat", _STAT_MAX)
             if text is None:
                 continue
+            read_at = time.monotonic()
             quiet = self._quiet(pid, text, recheck)
             if quiet is not None:
                 current[pid], row, io_text = quiet
@@ -322,32 +330,46 @@ class ProcessCollector:
             read_bytes, written_bytes = disk or (0, 0)
             current[pid] = _new_tuple(_Seen, (stat.start, stat.total, stat.system, read_bytes,
                                               written_bytes, stat.reaped, stat.reaped_system,
-                                              stat.ppid))
-            read.append((pid, stat, disk))
+                                              stat.ppid, read_at))
+            read.append((pid, stat, disk, read_at))
         self._raw, self._rates_shown = raw, elapsed > 0
         self._owe_for_the_gone(current)
-        reapers: dict[int, tuple[int, int]] = {}  # pid -> reaped ticks gained (total, system)
-        for pid, stat, disk in read:
+        # pid -> (its own interval, what its exited children added: reaped ticks (total,
+        # system), disk bytes (read, written) or None where unknown)
+        reapers: dict[int, tuple[float, tuple[int, int], tuple[int, int] | None]] = {}
+        for pid, stat, disk, read_at in read:
             comm, state, total, system, threads, start, rss_pages, ppid, reaped, reaped_sys, args = stat
             before = self._previous.get(pid)
             cpu = sys = 0.0
             disk_read = disk_write = None
+            born = False
             if (before is None or before.start != start) and start >= self._previous_boot_ticks:
                 # Born in the interval: its counters started at zero (a dd that burns half a
                 # second of CPU and writes 64 MiB before the next refresh is seen once, and
                 # counted).
-                before = _Seen(start, 0, 0, 0, 0, 0, 0, ppid)
-            if before and before.start == start and elapsed > 0:
-                cpu = max(0.0, 100.0 * (total - before.total) / _TICKS / elapsed)
-                sys = max(0.0, 100.0 * (system - before.system) / _TICKS / elapsed)
-                if reaped != before.reaped:
-                    reapers[pid] = (reaped - before.reaped, reaped_sys - before.reaped_system)
+                before = _Seen(start, 0, 0, 0, 0, 0, 0, ppid, self._previous_time)
+                born = True
+            span = read_at - before.read_at if before else 0.0
+            if before and before.start == start and elapsed > 0 and span > 0:
+                cpu = max(0.0, 100.0 * (total - before.total) / _TICKS / span)
+                sys = max(0.0, 100.0 * (system - before.system) / _TICKS / span)
+                reaped_gain = (reaped - before.reaped, reaped_sys - before.reaped_system)
+                children_disk = None
                 if disk is not None:
-                    # A child's bytes join its parent's when it is waited for: those its own
-                    # row showed are not the parent's (a shell's dd, 50 MiB at its exit).
-                    gained = self._disk_owed.settle(pid, start, (
-                        max(0, disk[0] - before.read_bytes), max(0, disk[1] - before.written_bytes)))
-                    disk_read, disk_write = gained[0] / elapsed, gained[1] / elapsed
+                    gained = (max(0, disk[0] - before.read_bytes),
+                              max(0, disk[1] - before.written_bytes))
+                    children_disk = self._childrens_bytes(
+                        pid, start, born, gained, waited=reaped != before.reaped)
+                    if children_disk is None:  # not told apart: as its own, less what
+                        gained = self._disk_owed.settle(pid, start, gained)  # they showed
+                    else:
+                        gained = (gained[0] - children_disk[0], gained[1] - children_disk[1])
+                        # A child's bytes join its parent's when it is waited for: those its
+                        # own row showed are not new (a shell's dd, 50 MiB at its exit).
+                        children_disk = self._disk_owed.settle(pid, start, children_disk)
+                    disk_read, disk_write = gained[0] / span, gained[1] / span
+                if reaped_gain[0] or (children_disk and any(children_disk)):
+                    reapers[pid] = (span, reaped_gain, children_disk)
             cgroup = self._cgroup(pid, start, ran=before is None or total != before.total)
             cpu, sys = round(cpu, 1), round(sys, 1)
             figures = (start, comm, state, cpu, sys, threads, rss_pages,
@@ -375,7 +397,7 @@ class ProcessCollector:
             self._rows[pid] = (figures, row)
             rows.append(row)
         if elapsed > 0:
-            rows += self._exited_rows(current, reapers, elapsed)
+            rows += self._exited_rows(current, reapers)
         self._cpu_owed.age(current)
         self._disk_owed.age(current)
         self.tasks = self._task_counts(elapsed)
@@ -383,7 +405,7 @@ class ProcessCollector:
         live = {(pid, c.start) for pid, c in current.items()}
         self._uids = {k: v for k, v in self._uids.items() if k[:2] in live}
         self._unreadable_io &= live
-        for table in (self._rows, self._cgroups, self._cmdlines):
+        for table in (self._rows, self._cgroups, self._cmdlines, self._dead_io):
             for gone in [pid for pid in table if pid not in current]:
                 del table[gone]
         for fds in (self._stat_fds, self._io_fds, self._cgroup_fds):
@@ -405,18 +427,68 @@ class ProcessCollector:
                                                seen.system + seen.reaped_system))
             self._disk_owed.add(waiter, start, (seen.read_bytes, seen.written_bytes))
 
+    def _childrens_bytes(self, pid: int, start: int, born: bool, gained: tuple[int, int],
+                         waited: bool) -> tuple[int, int] | None:
+        """Of what /proc/PID/io gained, the bytes of children it waited for (the kernel adds
+        a child's whole I/O to its parent's then, in no field of its own): what its dead
+        tasks' share grew by, that is its whole count less its live threads' (each
+        thread's /proc/PID/task/TID/io is its own). Asked only of a process that waits for
+        children. None where the threads cannot be read."""
+        known = self._dead_io.get(pid)
+        if known is not None and known[0] != start:
+            known = None
+        waited = waited or self._disk_owed.owes(pid)
+        if not (gained[0] or gained[1]) or not (waited or known):
+            return (0, 0) if known else None
+        dead = self._dead_tasks_io(pid)
+        if dead is None:
+            return None
+        before = known[1] if known else (0, 0) if born else None
+        if before is not None:
+            dead = (max(dead[0], before[0]), max(dead[1], before[1]))
+        self._dead_io[pid] = (start, dead)
+        if not waited:  # no child waited for: its threads that exited, whose bytes it showed
+            return (0, 0)
+        if before is None:  # first seen waiting: its dead tasks' bytes, at most
+            return (min(gained[0], dead[0]), min(gained[1], dead[1]))
+        return (min(gained[0], dead[0] - before[0]), min(gained[1], dead[1] - before[1]))
+
+    def _dead_tasks_io(self, pid: int) -> tuple[int, int] | None:
+        """(read, written) of /proc/PID/io that no live thread holds: reaped children's and
+        exited threads'. The threads are read first and the whole after, so a thread
+        writing meanwhile cannot make the rest look negative."""
+        live = [0, 0]
+        try:
+            threads = os.listdir(f"{self._proc}/{pid}/task")
+            for tid in threads:
+                with open(f"{self._proc}/{pid}/task/{tid}/io", "rb") as f:
+                    counts = parse_io(f.read(_IO_MAX))
+                if counts is None:
+                    return None
+                live[0] += counts[0]
+                live[1] += counts[1]
+            with open(f"{self._proc}/{pid}/io", "rb") as f:
+                whole = parse_io(f.read(_IO_MAX))
+        except OSError:  # gone, or not ours to read
+            return None
+        if whole is None:
+            return None
+        return max(0, whole[0] - live[0]), max(0, whole[1] - live[1])
+
     def _exited_rows(
-        self, current: dict[int, _Seen], reapers: dict[int, tuple[int, int]], elapsed: float
+        self, current: dict[int, _Seen],
+        reapers: dict[int, tuple[float, tuple[int, int], tuple[int, int] | None]],
     ) -> list[ProcessRow]:
-        """The CPU of children that exited and were waited for in the interval, one row per
-        parent: what their parent's cutime and cstime gained (the kernel adds a child's
-        whole CPU, its own reaped children's included, when its parent waits for it), less
-        what the children had already shown while we saw them alive."""
+        """The CPU and disk bytes of children that exited and were waited for in the
+        interval, one row per parent: what their parent's cutime and cstime (and its dead
+        tasks' share of /proc/PID/io) gained (the kernel adds a child's whole life, its own
+        reaped children's included, when its parent waits for it), less what the children
+        had already shown while we saw them alive."""
         rows = []
-        for pid, gained in reapers.items():
+        for pid, (span, gained, disk) in reapers.items():
             total, system = self._cpu_owed.settle(pid, current[pid].start, gained)
-            if total:
-                rows.append(self._exited_row(pid, total, min(system, total), elapsed))
+            if total or (disk and any(disk)):
+                rows.append(self._exited_row(pid, total, min(system, total), disk, span))
         return rows
 
     def _waiter(self, parent: int, current: dict[int, _Seen]) -> int:
@@ -432,7 +504,8 @@ class ProcessCollector:
             parent = gone.ppid
         return _INIT
 
-    def _exited_row(self, parent: int, total: int, system: int, elapsed: float) -> ProcessRow:
+    def _exited_row(self, parent: int, total: int, system: int, disk: tuple[int, int] | None,
+                    elapsed: float) -> ProcessRow:
         cpu = round(100.0 * total / _TICKS / elapsed, 1)
         sys = round(100.0 * system / _TICKS / elapsed, 1)
         kept = self._rows.get(parent)
@@ -450,6 +523,8 @@ class ProcessCollector:
             rss_bytes=0,
             cmdline=of.cmdline if of else "",
             cgroup=of.cgroup if of else "",
+            disk_read_bps=None if disk is None else _rounded(disk[0] / elapsed),
+            disk_write_bps=None if disk is None else _rounded(disk[1] / elapsed),
         )
 
     def _task_counts(self, elapsed: float) -> TaskCounts | None:

@@ -20,6 +20,7 @@ DATA_FORMATS = ("json", "folded", "pprof", "prom")
 class ExportOptions:
     include_idle: bool = False
     folded_of: str = "cpu"  # cpu, locks, io or io-latency
+    pprof_of: str = "cpu"  # cpu, locks or io: one pprof profile per pane
     top: int = 20  # series per metric before the rest is summed into `other`
 
 
@@ -36,7 +37,7 @@ def export(fmt: str, snapshot: Snapshot, options: ExportOptions = ExportOptions(
     if fmt == "pprof":
         from ktop.exports.pprof import to_pprof
 
-        return to_pprof(snapshot, options.include_idle)
+        return to_pprof(snapshot, options.include_idle, options.pprof_of)
     if fmt == "prom":
         from ktop.exports.openmetrics import to_prom
 

@@ -17,9 +17,11 @@ from ktop.text import printable
 # as block I/O's do (ktop wrote an exclusive one); sample_hz and cpus are in "cpu" too.
 FORMAT = 2
 
-# Floats are written rounded to what they can mean; those not named here are written whole.
+# Floats only shown are written rounded to what they can mean (each pane's own, in
+# ktop.panes). Those not named there are written whole: spans, CPU shares and I/O latencies
+# feed the exports (pprof, folded, Prometheus), which must come out of a replayed file as
+# they came out of the live run.
 ROUNDING: dict[type, Mapping[str, int]] = {
-    Snapshot: {"duration_s": 3},
     **{cls: digits for spec in PANES for cls, digits in spec.rounding.items()},
 }
 
@@ -29,14 +31,16 @@ def encode(value: Any) -> Any:
 
 
 def to_json(snapshot: Snapshot, include_idle: bool = False) -> dict[str, Any]:
-    """The snapshot as JSON data, with idle functions and stacks only if asked. Stacks
-    without kernel frames are left out: the file lists kernel stacks."""
+    """The snapshot as JSON data, with idle functions and stacks only if asked. Every stack
+    with frames is kept, user-only ones too: the exports of a replayed file are the live
+    run's."""
     cpu = snapshot.cpu
     if cpu is not None:
         cpu = dataclasses.replace(
             cpu,
             functions=tuple(f for f in cpu.functions if include_idle or not f.idle),
-            stacks=tuple(s for s in cpu.stacks if s.frames and (include_idle or not s.idle)),
+            stacks=tuple(s for s in cpu.stacks
+                         if (s.frames or s.user_frames) and (include_idle or not s.idle)),
         )
     data: dict[str, Any] = {"format": FORMAT, **encode(dataclasses.replace(snapshot, cpu=cpu))}
     # Derived values, for tools that read the file (replay computes them again).

@@ -2,8 +2,9 @@
 
 The source runs cumulative, so counters count since ktop started and Prometheus' rate()
 gives the recent figures. Cardinality stays bounded: functions, lock callers, disks and
-processes get a series each for the top N only (N configurable) and the rest are summed
-into one series labelled `other`; stacks never go into labels. Label values are made
+processes (by command and cgroup, never by pid) get a series each for the top N only (N
+configurable) and the rest are summed into one series labelled `other`; stacks and pids never
+go into labels. Label values are made
 visible-safe (control characters escaped, as on ktop's screen) and then escaped by
 prometheus_client as the exposition format requires (backslash, quote, newline).
 
@@ -30,9 +31,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ktop.model import Bucket, Snapshot
+from ktop.cgroups import short_name
+from ktop.model import Bucket, ProcessRow, Snapshot
 from ktop.panes import bpf_panes
-from ktop.text import format_pid, printable
+from ktop.text import printable
 
 DEFAULT_TOP = 20
 OTHER = "other"
@@ -291,30 +293,40 @@ class SnapshotMetrics:
 
     def _processes(self, snapshot: Snapshot) -> list[Metric]:
         cpu = GaugeMetricFamily(
-            "ktop_process_cpu_ratio", "CPU of each process over the last refresh (1 = one CPU), "
-            "by mode (top N processes by CPU; the rest as pid=\"other\")",
-            labels=["pid", "comm", "mode"])
-        # (cpu, system) by (pid, comm): exited children's rows (pid "exited") of parents of
-        # one command are summed
+            "ktop_process_cpu_ratio", "CPU of the processes of each command and cgroup over "
+            "the last refresh (1 = one CPU), by mode (top N by CPU; the rest as "
+            "comm=\"other\")", labels=["comm", "cgroup", "mode"])
+        # (cpu, system) by (comm, cgroup as ktop names it), never by pid: every pid would be
+        # a series Prometheus keeps, and pids churn (498 series in 8 minutes of short dd).
+        # Exited children's rows count under their parent's command, as on the screen.
         values: dict[tuple[str, str], tuple[float, float]] = {}
         for p in snapshot.processes:
-            key = (format_pid(p.pid), p.comm)
+            key = (label_value(command_label(p)), label_value(short_name(p.cgroup)))
             busy, system = values.get(key, (0.0, 0.0))
             values[key] = (busy + p.cpu_percent, system + p.sys_percent)
         top = top_keys({key: busy for key, (busy, _) in values.items()}, self.top)
         picked = set(top)
         rest = [v for key, v in values.items() if key not in picked]
         rows = []
-        for pid, comm in top:
-            busy, system = values[(pid, comm)]
-            labels = (pid, label_value(comm))
-            rows.append(((*labels, "system"), _ratio(system)))
-            rows.append(((*labels, "user"), _ratio(busy - system)))
+        for comm, cgroup in top:
+            busy, system = values[(comm, cgroup)]
+            rows.append(((comm, cgroup, "system"), _ratio(system)))
+            rows.append(((comm, cgroup, "user"), _ratio(busy - system)))
         system = sum(s for _, s in rest)
         rows.append(((OTHER, OTHER, "system"), _ratio(system)))
         rows.append(((OTHER, OTHER, "user"), _ratio(sum(c for c, _ in rest) - system)))
         _add_rows(cpu, rows)
         return [cpu]
+
+
+def command_label(process: ProcessRow) -> str:
+    """A process's command as a label value. A kernel thread (no command line) is named by
+    what comes before its instance: the kernel renames its workers as they take work
+    ("kworker/1:2-events", "kworker/u8:0-writeback") and numbers them per CPU
+    ("ksoftirqd/0"), a series each that comes and goes."""
+    if not process.cmdline and process.pid > 0:
+        return process.comm.split("/", 1)[0]
+    return process.comm
 
 
 def _ratio(percent: float) -> float:
@@ -354,6 +366,17 @@ def to_prom(snapshot: Snapshot, top: int = DEFAULT_TOP, include_idle: bool = Fal
     return render(families).decode("utf-8")
 
 
+def timestamped(family: Metric, counted_at: float) -> Metric:
+    """A counter or histogram with the time its values count up to on every sample. A
+    collect can come late on saturated CPUs, and Prometheus stamps a sample with the scrape's
+    time: rate() then reads counts of the seconds before a late collect as if they were of
+    the seconds to the scrape (188.8/s for 198 over 30 s). Gauges say how things are now,
+    and keep the scrape's time (and Prometheus' staleness marking)."""
+    if family.type in ("counter", "histogram"):
+        family.samples = [sample._replace(timestamp=counted_at) for sample in family.samples]
+    return family
+
+
 class MetricsPage:
     """The latest exposition, rendered once per refresh and per format, whatever the number
     of scrapes: a scrape costs a lookup, and what it holds is one snapshot's text."""
@@ -364,9 +387,13 @@ class MetricsPage:
         self._families = self._metrics.families(None)
         self._rendered: dict[bool, bytes] = {}
 
-    def update(self, snapshot: Snapshot, starting: bool = False) -> None:
-        """Called by the one collecting thread."""
+    def update(self, snapshot: Snapshot, starting: bool = False,
+               counted_at: float | None = None) -> None:
+        """Called by the one collecting thread. counted_at: the unix time the counters
+        count up to (when the collect drained them), written with each counter's samples."""
         families = self._metrics.families(snapshot, starting)
+        if counted_at is not None:
+            families = [timestamped(family, counted_at) for family in families]
         with self._lock:
             self._families = families
             self._rendered = {}

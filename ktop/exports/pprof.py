@@ -1,13 +1,15 @@
-"""pprof: one gzip-compressed profile.proto for `go tool pprof`, Pyroscope and Parca.
+"""pprof: a gzip-compressed profile.proto for `go tool pprof`, Pyroscope and Parca.
 
-Every sample carries the same value types, so the hot functions, lock stacks and I/O stacks
-share one location and function table and any reader can switch between them
-(`go tool pprof -sample_index=lock_wait`):
+One profile per pane, as Go writes its cpu, mutex and block profiles apart: a profile's
+duration is the span of its own pane (the BPF panes attach one after the other), and no
+reader meets samples of another pane, valued zero in its types (`-traces` listed every CPU
+stack before the first lock wait). PROFILES names each one's value types:
 
-  samples/count, cpu/nanoseconds            a CPU stack's samples, and as CPU time (1/Hz each)
-  contentions/count, lock_wait/nanoseconds  a lock stack's waits, by the task that waited
-  io_requests/count, io/bytes,              an I/O submission stack's requests; bytes and
-  io_latency/nanoseconds                    latency shared among a process's stacks by requests
+  cpu    samples/count, cpu/nanoseconds            a CPU stack's samples, as CPU time (1/Hz)
+  locks  contentions/count, lock_wait/nanoseconds  a lock stack's waits, by the task that waited
+  io     io_requests/count, io/bytes,              an I/O submission stack's requests; bytes
+         io_latency/nanoseconds                    and latency shared among a process's
+                                                   stacks by requests
 
 Labels: pid and comm on every sample that has them, lock_type and lock_caller on lock
 stacks, disk and op (read/write) on I/O stacks.
@@ -122,17 +124,15 @@ def profile_class() -> type:
     return get_class(descriptor)
 
 
-# (type, unit) of each value, in the order every sample carries them.
-SAMPLE_TYPES = (
-    ("samples", "count"),
-    ("cpu", "nanoseconds"),
-    ("contentions", "count"),
-    ("lock_wait", "nanoseconds"),
-    ("io_requests", "count"),
-    ("io", "bytes"),
-    ("io_latency", "nanoseconds"),
-)
-_VALUE = {kind: i for i, (kind, _unit) in enumerate(SAMPLE_TYPES)}
+# Per profile: (type, unit) of each value, in the order its samples carry them; the last is
+# what pprof shows unless told (-sample_index).
+PROFILES: dict[str, tuple[tuple[str, str], ...]] = {
+    "cpu": (("samples", "count"), ("cpu", "nanoseconds")),
+    "locks": (("contentions", "count"), ("lock_wait", "nanoseconds")),
+    "io": (("io_requests", "count"), ("io", "bytes"), ("io_latency", "nanoseconds")),
+}
+PPROF_OF = tuple(PROFILES)
+_DEFAULT_TYPE = {"cpu": "cpu", "locks": "lock_wait", "io": "io"}
 KERNEL_MAPPING = "[kernel.kallsyms]"
 
 
@@ -141,8 +141,10 @@ class _Tables:
     """The profile's shared tables: each string, function, location and mapping once."""
 
     profile: Any
+    sample_types: tuple[tuple[str, str], ...]
 
     def __post_init__(self) -> None:
+        self._value = {kind: i for i, (kind, _unit) in enumerate(self.sample_types)}
         self._strings: dict[str, int] = {}
         self._functions: dict[tuple[str, str], int] = {}
         self._locations: dict[tuple[str, str, int], int] = {}
@@ -206,9 +208,9 @@ class _Tables:
                 for frame in frames]
 
     def sample(self, locations: list[int], values: dict[str, int], labels: dict[str, Any]) -> None:
-        row = [0] * len(SAMPLE_TYPES)
+        row = [0] * len(self.sample_types)
         for kind, value in values.items():
-            row[_VALUE[kind]] = value
+            row[self._value[kind]] = value
         sample = self.profile.sample.add(location_id=locations, value=row)
         for key, value in labels.items():
             if isinstance(value, int):
@@ -236,21 +238,27 @@ def _utf8(text: str) -> str:
     return text
 
 
-def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
-    """The snapshot as a Profile message (not yet serialized)."""
+def build_profile(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu") -> Any:
+    """One pane of the snapshot as a Profile message (not yet serialized): `of` is cpu,
+    locks or io. A pane that did not run gives a profile without samples."""
+    if of not in PROFILES:
+        raise ValueError(f"no pprof profile of {of!r}: choose one of {', '.join(PPROF_OF)}")
     profile = profile_class()()
-    tables = _Tables(profile)
-    for kind, unit in SAMPLE_TYPES:
+    tables = _Tables(profile, PROFILES[of])
+    for kind, unit in PROFILES[of]:
         profile.sample_type.add(type=tables.string(kind), unit=tables.string(unit))
-    profile.time_nanos = int((snapshot.taken_at - snapshot.duration_s) * 1e9)
-    profile.duration_nanos = int(snapshot.duration_s * 1e9)
-    profile.default_sample_type = tables.string("cpu")
+    pane = {"cpu": snapshot.cpu, "locks": snapshot.locks, "io": snapshot.blockio}[of]
+    # The pane's own span: the BPF panes attach one after the other, after the processes.
+    span_s = pane.window_s if pane is not None and pane.window_s else snapshot.duration_s
+    profile.time_nanos = int((snapshot.taken_at - span_s) * 1e9)
+    profile.duration_nanos = int(span_s * 1e9)
+    profile.default_sample_type = tables.string(_DEFAULT_TYPE[of])
     tables.mapping(KERNEL_MAPPING)  # the first mapping is what pprof names the profile by
     profile.comment.append(tables.string(
         f"ktop {snapshot.ktop_version} on {snapshot.hostname}, Linux {snapshot.kernel}"
     ))
     cpu = snapshot.cpu
-    if cpu is not None:
+    if of == "cpu" and cpu is not None:
         period_ns = round(1e9 / cpu.sample_hz) if cpu.sample_hz else 0
         profile.period_type.type = tables.string("cpu")
         profile.period_type.unit = tables.string("nanoseconds")
@@ -266,9 +274,9 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False) -> Any:
             locations += tables.user_stack(stack.user_frames)
             tables.sample(locations, {"samples": stack.samples, "cpu": stack.samples * period_ns},
                           {"pid": stack.pid, "comm": stack.comm})
-    if snapshot.locks is not None:
+    if of == "locks" and snapshot.locks is not None:
         _add_locks(tables, snapshot)
-    if snapshot.blockio is not None:
+    if of == "io" and snapshot.blockio is not None:
         _add_io(tables, snapshot)
         profile.comment.append(tables.string(
             "io bytes and io_latency are a process's, shared among its stacks by requests"
@@ -305,7 +313,7 @@ def _add_io(tables: _Tables, snapshot: Snapshot) -> None:
                            "io_latency": latency_share}, labels)
 
 
-def to_pprof(snapshot: Snapshot, include_idle: bool = False) -> bytes:
-    """The gzip-compressed profile, as pprof files are stored (mtime 0: the same data gives
-    the same bytes)."""
-    return gzip.compress(build_profile(snapshot, include_idle).SerializeToString(), mtime=0)
+def to_pprof(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu") -> bytes:
+    """The gzip-compressed profile of one pane, as pprof files are stored (mtime 0: the same
+    data gives the same bytes)."""
+    return gzip.compress(build_profile(snapshot, include_idle, of).SerializeToString(), mtime=0)

@@ -16,7 +16,11 @@ Layout (little-endian):
     frame   = "KREC"  u32 payload length  u32 seq  u32 crc32 of the payload
               f64 taken_at (unix time)  f32 duration_s  f32 kernel CPU %  f32 lock wait ms
               f32 I/O latency ms  u32 crc32 of the 40 bytes before
-    payload = zlib (deflate) of the interval's Snapshot as JSON, UTF-8
+    payload = zlib (deflate) of the interval's Snapshot as JSON, UTF-8; from format 2 its
+              first key "names" is a table of the record's frame names (a string, or
+              [symbol, module] for a user frame), and every frames, modules, sources and
+              user_frames field a list of numbers into it; the block I/O requests are one
+              list per field, their times rounded to what the screen shows (REQUEST_DIGITS)
 
 `seq` counts records from the first the recording ever had: a ring that dropped its oldest
 starts at a later one, and a gap anywhere else means a damaged file. The frame's figures
@@ -49,16 +53,19 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ktop import safefs
 from ktop.codec import RecordingError, from_data, to_data
-from ktop.model import Snapshot
+from ktop.model import IoRequest, Snapshot
 from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
 
 MAGIC = b"KTOPREC\x00"
-FORMAT = 1
+# 2: a record's frames are numbers into its own table of names (format 1 files are read as
+# before, and continued in their own format).
+FORMAT = 2
 _HEADER = struct.Struct("<8sHHI")
 _FRAME = struct.Struct("<4sIIIdffffI")
 SYNC = b"KREC"
@@ -98,12 +105,113 @@ class RecordInfo:
 # ---- a snapshot as a record's payload -----------------------------------------------------
 
 
-def encode_snapshot(snapshot: Snapshot) -> bytes:
-    """One interval's snapshot as a record's (uncompressed) payload."""
+# Fields that hold frames (kernel "symbol+0xoff", modules, file:line, user frames): written
+# as numbers into the record's table of names, each name once. A busy record repeats the
+# same few hundred frames over thousands of stacks, farther apart than zlib's 32 KB window.
+NAMED_FIELDS = frozenset({"frames", "modules", "sources", "user_frames"})
+# A request's times as the screen shows them (time to the microsecond, queue and latency to
+# a tenth of one): the digits below are noise, and a busy record lists hundreds of requests.
+REQUEST_DIGITS = {"time_s": 6, "queue_ms": 4, "lat_ms": 4}
+_REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(IoRequest))
+
+
+def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
+    """One interval's snapshot as a record's (uncompressed) payload, in the format of the
+    file it goes to."""
     data = to_data(dataclasses.replace(snapshot, paused=False), skip_defaults=True)
     if data.get("cpu"):
         del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
+    if format >= 2:
+        names = _Names()
+        names.number(data)
+        requests = (data.get("blockio") or {}).get("requests")
+        if requests:
+            data["blockio"]["requests"] = _request_columns(requests)
+        # First: a reader meets the names before the numbers that stand for them.
+        data = {"names": names.table, **data}
     return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+
+class _Names:
+    """The table of a record's names: a string, or [symbol, module] for a user frame."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[Any, int] = {}
+        self.table: list[Any] = []
+
+    def number(self, data: Any) -> None:
+        """The frames of the payload's data as numbers into the table, in place."""
+        if type(data) is list:
+            for item in data:
+                if type(item) is dict or type(item) is list:
+                    self.number(item)
+            return
+        if type(data) is not dict:
+            return
+        for key, value in data.items():
+            if key in NAMED_FIELDS and type(value) is list:
+                data[key] = [self._numbered(item) for item in value]
+            elif type(value) is dict or type(value) is list:
+                self.number(value)
+
+    def _numbered(self, item: Any) -> int:
+        key = item if type(item) is str else (item["symbol"], item["module"])
+        number = self.numbers.get(key)
+        if number is None:
+            number = self.numbers[key] = len(self.table)
+            self.table.append(item if type(item) is str else list(key))
+        return number
+
+
+def _request_columns(requests: list[dict]) -> dict[str, list]:
+    """Requests as one list per field (each field's values side by side compress better
+    than objects in turn), times rounded to what they can mean."""
+    columns: dict[str, list] = {}
+    for name in _REQUEST_FIELDS:
+        digits = REQUEST_DIGITS.get(name)
+        values = [request.get(name) for request in requests]
+        if digits is not None:
+            values = [None if v is None else round(v, digits) for v in values]
+        if any(v is not None for v in values):
+            columns[name] = values
+    return columns
+
+
+def _request_rows(columns: Any) -> list[dict]:
+    if type(columns) is not dict or any(type(v) is not list for v in columns.values()):
+        raise TypeError("request columns are no object of lists")
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError("request columns of different lengths")
+    count = lengths.pop() if lengths else 0
+    return [{name: values[i] for name, values in columns.items() if values[i] is not None}
+            for i in range(count)]
+
+
+def _named(data: Any, table: list) -> None:
+    """A payload's frame numbers back to the names they stand for, in place."""
+    if type(data) is list:
+        for item in data:
+            if type(item) is dict or type(item) is list:
+                _named(item, table)
+        return
+    if type(data) is not dict:
+        return
+    for key, value in data.items():
+        if key in NAMED_FIELDS and type(value) is list:
+            data[key] = [_name(table, number) for number in value]
+        elif type(value) is dict or type(value) is list:
+            _named(value, table)
+
+
+def _name(table: list, number: Any) -> Any:
+    if type(number) is not int or not 0 <= number < len(table):
+        raise ValueError(f"frame {number!r:.20} is in no table of names")
+    name = table[number]
+    if type(name) is list:
+        symbol, module = name
+        return {"symbol": symbol, "module": module}
+    return name
 
 
 def decode_snapshot(payload: bytes) -> Snapshot:
@@ -112,6 +220,14 @@ def decode_snapshot(payload: bytes) -> Snapshot:
     data = json.loads(payload)
     if not isinstance(data, dict):
         raise TypeError("a record holds no object")
+    names = data.pop("names", None)
+    if names is not None:  # format 2: frames as numbers in the record's table
+        if type(names) is not list:
+            raise TypeError("a record's names are no list")
+        _named(data, names)
+        blockio = data.get("blockio")
+        if isinstance(blockio, dict) and isinstance(blockio.get("requests"), dict):
+            blockio["requests"] = _request_rows(blockio["requests"])
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
         cpu["functions"] = []
@@ -130,9 +246,9 @@ def _figures(snapshot: Snapshot) -> tuple[float, ...]:
     return (*figures, *[math.nan] * FIGURES)[:FIGURES]
 
 
-def frame_record(seq: int, snapshot: Snapshot, level: int = 6) -> bytes:
+def frame_record(seq: int, snapshot: Snapshot, level: int = 6, format: int = FORMAT) -> bytes:
     """The bytes appended for one interval: frame and compressed payload."""
-    payload = zlib.compress(encode_snapshot(snapshot), level)
+    payload = zlib.compress(encode_snapshot(snapshot, format), level)
     head = _FRAME.pack(SYNC, len(payload), seq, zlib.crc32(payload), snapshot.taken_at,
                        snapshot.duration_s, *_figures(snapshot), 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload
@@ -162,9 +278,11 @@ class _Scan:
     records: list[RecordInfo]
     end: int  # where the whole records end: a writer continues from here
     dropped: str  # "" or what was dropped at the end, for the one-line note
+    format: int = FORMAT
 
 
-def _check_header(head: bytes, name: str) -> None:
+def _check_header(head: bytes, name: str) -> int:
+    """The file's format, or RecordingError saying why it cannot be read."""
     if len(head) < HEADER_SIZE:
         if MAGIC.startswith(head[: len(MAGIC)]) and head:
             raise RecordingError(f"{name} is a ktop recording cut off in its header: "
@@ -183,13 +301,14 @@ def _check_header(head: bytes, name: str) -> None:
                              f"reads (format {FORMAT}): replay it with a newer ktop")
     if version < 1:
         raise RecordingError(f"{name} is not a ktop recording (format {version})")
+    return version
 
 
 def _scan(fd: int, name: str) -> _Scan:
     """Every whole record's frame, checksums verified; raises RecordingError for a file that
     is not a recording or is damaged before its last record."""
     size = os.fstat(fd).st_size
-    _check_header(os.pread(fd, HEADER_SIZE, 0), name)
+    version = _check_header(os.pread(fd, HEADER_SIZE, 0), name)
     records: list[RecordInfo] = []
     offset = HEADER_SIZE
     chunk = 1 << 20
@@ -220,10 +339,10 @@ def _scan(fd: int, name: str) -> _Scan:
                 )
             return _Scan(records, offset,
                          f"{problem}: {size - offset} bytes dropped after record "
-                         f"{records[-1].seq if records else 'none'}")
+                         f"{records[-1].seq if records else 'none'}", version)
         records.append(RecordInfo(seq, offset, length, taken_at, duration, *figures))
         offset += FRAME_SIZE + length
-    return _Scan(records, offset, "")
+    return _Scan(records, offset, "", version)
 
 
 def _only_tail(fd: int, offset: int, size: int, head: bytes) -> bool:
@@ -345,6 +464,7 @@ class RecordWriter:
         self.max_bytes = max_bytes
         self.level = level
         self.records = 0  # appended by this writer
+        self.format = FORMAT
         self.continued = 0  # whole records the file already held
         self.dropped = ""  # what was cut off its end, when continued
         self._offsets = array.array("Q")  # of the records in the file, kept for the ring
@@ -425,6 +545,7 @@ class RecordWriter:
             self._close_dir()
             raise
         self.continued = len(scan.records)
+        self.format = scan.format  # a file of an older format goes on in it
         self.dropped = scan.dropped
         self._end = scan.end
         self._seq = scan.records[-1].seq + 1 if scan.records else 0
@@ -472,7 +593,7 @@ class RecordWriter:
         the file is cut back to its last whole record and RecordingError says so."""
         if self._fd < 0:
             raise self._fail("the recording is closed")
-        record = frame_record(self._seq, snapshot, self.level)
+        record = frame_record(self._seq, snapshot, self.level, self.format)
         if self.max_bytes and self._end + len(record) > self.max_bytes and self._offsets:
             self._drop_oldest(len(record))
         try:

@@ -5,6 +5,10 @@ for the end of the app: 0.13% of a CPU at idle here, which ktop, a tool that mus
 less than what it watches, cannot afford. This one waits in select() until the terminal
 has input, the app ends (a pipe says so), or an escape sequence it holds is due (the
 parser's own timeout: a lone Esc is a key after a moment, not the start of a sequence).
+
+End of input (a read of nothing, or EIO) means the terminal is gone: the thread stops reading
+and the app leaves as on SIGHUP. A terminal that is not the controlling one (`su -c` starts a
+new session) sends no SIGHUP when it closes, and select() then says "readable" forever.
 """
 
 from __future__ import annotations
@@ -53,21 +57,31 @@ class QuietLinuxDriver(LinuxDriver):
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
 
-        def process(events, final: bool = False) -> None:
+        def process(events, final: bool = False) -> bool:
+            """Deliver the keys read; False once the terminal is gone."""
             for key, mask in events:
                 if key.fd == self._wake_read or not mask & selectors.EVENT_READ:
                     continue
-                text = decode(os.read(self.fileno, 1024 * 4), final=final)
+                try:
+                    data = os.read(self.fileno, 1024 * 4)
+                except OSError:  # EIO: the terminal was hung up
+                    data = b""
+                if not data:
+                    return False
+                text = decode(data, final=final)
                 if text:
                     for event in parser.feed(text):
                         self.process_message(event)
             for event in parser.tick():
                 self.process_message(event)
+            return True
 
         try:
             while not self.exit_event.is_set():
                 pending = getattr(parser, "_timeout_time", 0) is not None
-                process(selector.select(PENDING_POLL_S if pending else None))
+                if not process(selector.select(PENDING_POLL_S if pending else None)):
+                    self._input_ended()
+                    return
             selector.unregister(self.fileno)
             process(selector.select(0), final=True)
         finally:
@@ -77,6 +91,14 @@ class QuietLinuxDriver(LinuxDriver):
                     pass
             except Exception:  # a partial sequence at exit: nothing to deliver
                 pass
+
+    def _input_ended(self) -> None:
+        """The terminal is gone: the app leaves as `q` does (its quit), on its own loop."""
+        leave = getattr(self._app, "quit", self._app.exit)
+        try:
+            self._loop.call_soon_threadsafe(leave)
+        except RuntimeError:  # the loop is closed: the app has left already
+            pass
 
     def _drain_wake_pipe(self) -> None:
         try:
