@@ -205,7 +205,9 @@ class LiveSource:
                     if self._closed:
                         return
                     self._load(spec)
-                    self.headers = bpfload.headers_description()
+                    if bpfload.headers_looked_for():  # said once the first compile found them
+                        self.headers = bpfload.headers_description()
+            self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
             # as ktop: out of the collector's sight, a full collection no longer walks it.
             gc.freeze()
