@@ -21,14 +21,22 @@ Each tool runs in a real terminal (a private tmux server, 160x50). For each, the
 Each figure is the median of --runs runs, with min-max beside it; the runs of the two tools
 are interleaved (ktop, perf top, ktop, ...) so that drift hits both alike.
 
+Then, under churn (bench/churn.py: a urandom reader, four loops creating and unlinking files,
+~50 short processes a second), a headless `ktop --snapshot` of --churn-seconds at --hz and at
+--high-hz: the samples dropped or counted without their kernel or user stack, as shares of
+the samples taken, beside ktop's CPU% and its BPF programs' over the same run (from --warmup
+to 5 s before its end; the headless run drains every interval as the screen does).
+
 Usage (root): python bench/overhead.py [--runs 3] [--seconds 30] [--warmup 10] [--quick]
-`make bench` runs it with the defaults (about 17 minutes on 2 CPUs).
+              [--churn-seconds 600] [--churn-only]
+`make bench` runs it with the defaults (about 17 minutes on 2 CPUs, and 20 of churn).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -42,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from churn import FILE_LOOPS, SPAWNS_PER_S, churning
 
 REPO = Path(__file__).resolve().parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -417,6 +426,80 @@ def slowdown(run: dict[str, float | None]) -> float | None:
     return None if not alone or with_tool is None else 100.0 * (alone - with_tool) / alone
 
 
+# --- samples lost under churn -----------------------------------------------------------
+
+CHURN_TAIL = 5.0  # seconds before the snapshot's end where the CPU measurement stops
+CHURN_WARMUP = 20.0  # seconds from launch: compiling under churn takes 5-15 s here
+
+
+def loss_shares(cpu: dict) -> dict[str, float]:
+    """Of the samples taken (counted, or dropped for want of a counter), the % dropped, the
+    % counted without their kernel stack, and without their user stack."""
+    lost = cpu["lost"]
+    dropped = lost.get("counts_map_full", 0)
+    taken = cpu["total_samples"] + dropped
+    kernel = lost.get("kstack_collision", 0) + lost.get("kstack_map_full", 0)
+    user = lost.get("ustack_collision", 0) + lost.get("ustack_map_full", 0)
+    missing = lost.get("stack_missing", 0)
+    return {
+        "taken": float(taken),
+        "dropped": 100.0 * dropped / max(1, taken),
+        "no_kstack": 100.0 * kernel / max(1, taken),
+        "dropped_or_no_kstack": 100.0 * (dropped + kernel) / max(1, taken),
+        "no_ustack": 100.0 * user / max(1, taken),
+        "missing": 100.0 * missing / max(1, taken),
+    }
+
+
+def churn_run(hz: int, seconds: float, warmup: float) -> dict[str, float]:
+    """A headless snapshot of `seconds` at hz under churn: its loss shares, and ktop's CPU%
+    and BPF% from `warmup` after launch to CHURN_TAIL before the snapshot's end."""
+    out = Path(f"/tmp/ktop-bench-churn-{os.getpid()}.json")
+    with churning():
+        started = time.monotonic()
+        process = subprocess.Popen([sys.executable, "-m", "ktop", "--snapshot", str(out),
+                                    "--duration", str(seconds), "-F", str(hz)], cwd=REPO,
+                                   stdin=subprocess.DEVNULL)
+        try:
+            sleep_until(started + warmup)
+            cpu0, bpf0, t0 = cpu_seconds(process.pid), bpf_run_times(process.pid), time.monotonic()
+            sleep_until(t0 + max(1.0, seconds - warmup - CHURN_TAIL))
+            cpu1, bpf1, t1 = cpu_seconds(process.pid), bpf_run_times(process.pid), time.monotonic()
+            if process.wait() != 0:
+                raise RuntimeError(f"ktop --snapshot at {hz} Hz failed")
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    try:
+        cpu = json.loads(out.read_text())["cpu"]
+    finally:
+        out.unlink(missing_ok=True)
+    if cpu is None:
+        raise RuntimeError(f"ktop --snapshot at {hz} Hz has no CPU profile")
+    figures = loss_shares(cpu)
+    figures["cpu"] = 100.0 * (cpu1 - cpu0) / (t1 - t0)
+    figures["bpf"] = 100.0 * sum(ns - bpf0.get(prog, 0) for prog, ns in bpf1.items()) / 1e9 / (t1 - t0)
+    figures["window"] = cpu["window_s"]
+    return figures
+
+
+def churn_report(args: argparse.Namespace, runs: dict[int, dict[str, float]]) -> None:
+    print(f"\nunder churn: {args.churn_seconds:g} s headless snapshot per rate (a urandom reader,"
+          f" {FILE_LOOPS} file create/unlink loops, ~{SPAWNS_PER_S} processes/s); % of the samples"
+          " taken; CPU from launch + warmup to 5 s before the end")
+    width = 14
+    columns = [("samples", "taken"), ("dropped %", "dropped"), ("no kstack %", "no_kstack"),
+               ("drop+kstack %", "dropped_or_no_kstack"), ("no ustack %", "no_ustack"),
+               ("missing %", "missing"), ("ktop CPU %", "cpu"), ("BPF %", "bpf")]
+    print(f"{'':<10}" + "".join(f"{name:>{width}}" for name, _ in columns))
+    for hz, figures in runs.items():
+        print(f"{f'{hz} Hz':<10}" + "".join(f"{number(figures[key]):>{width}}"
+                                           for _, key in columns))
+    print("goals: dropped or without kernel stack below 1% at 99 Hz and 2% at 4000 Hz, "
+          "without user stack below 2%")
+
+
 # --- the report -------------------------------------------------------------------------
 
 
@@ -520,9 +603,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hz", type=int, default=99, help="sampling frequency")
     parser.add_argument("--high-hz", type=int, default=4000, help="the high sampling frequency")
     parser.add_argument("--quick", action="store_true", help="to try it: 1 run, 5 s, 5 s warmup")
+    parser.add_argument("--churn-seconds", type=float, default=600.0,
+                        help="seconds of each headless run under churn")
+    parser.add_argument("--churn-only", action="store_true",
+                        help="only the runs under churn (losses, ktop's CPU and BPF)")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.seconds, args.warmup = 1, 5.0, 5.0
+        args.churn_seconds = min(args.churn_seconds, 30.0)
     return args
 
 
@@ -549,13 +637,23 @@ def main() -> int:
         signal.signal(signum, leave_on_signal)
     tmux = Tmux()
     results: dict[Tool, list[dict]] = {KTOP: [], PERF: []}
+    churned: dict[int, dict[str, float]] = {}
+    dd_mib = 0
     try:
         with bpf_stats():
-            dd_mib = workload_size()
-            for run in range(1, args.runs + 1):
-                for tool in (KTOP, PERF):
-                    print(f"bench: run {run}/{args.runs}: {tool.name}...", file=sys.stderr)
-                    results[tool].append(measure(tool, tmux, args, dd_mib))
+            if not args.churn_only:
+                dd_mib = workload_size()
+                for run in range(1, args.runs + 1):
+                    for tool in (KTOP, PERF):
+                        print(f"bench: run {run}/{args.runs}: {tool.name}...", file=sys.stderr)
+                        results[tool].append(measure(tool, tmux, args, dd_mib))
+            for hz in (args.hz, args.high_hz):
+                print(f"bench: under churn at {hz} Hz ({args.churn_seconds:g} s)...",
+                      file=sys.stderr)
+                churned[hz] = churn_run(hz, args.churn_seconds, max(args.warmup, CHURN_WARMUP))
+                print(f"bench: {hz} Hz under churn: " + ", ".join(
+                    f"{key} {number(value)}" for key, value in churned[hz].items()),
+                    file=sys.stderr)
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
@@ -564,7 +662,9 @@ def main() -> int:
         return 1
     finally:
         tmux.close()
-    report(args, results, dd_mib)
+    if not args.churn_only:
+        report(args, results, dd_mib)
+    churn_report(args, churned)
     return 0
 
 

@@ -1,6 +1,6 @@
 /* Hot kernel functions: a cpu-clock perf event on every CPU counts samples in the kernel by
  * (pid, cgroup, kernel stack, user stack). User space drains one generation of maps while the
- * program fills the other; stack maps are emptied by user space once crowded (maps.py). */
+ * program fills the other, stacks included (collectors/cpu.py). */
 #include <uapi/linux/ptrace.h>
 #include "ktop.h"
 
@@ -15,22 +15,113 @@ struct bpf_perf_event_data;
 #define STACK_ENTRIES 16384
 #endif
 #ifndef USER_STACK_ENTRIES
-#define USER_STACK_ENTRIES 8192
+#define USER_STACK_ENTRIES 16384
 #endif
 #ifndef IDLE_STACK_ENTRIES
 #define IDLE_STACK_ENTRIES 1024
 #endif
 
 BPF_ARRAY(generation, u32, 1);
-BPF_HASH(counts_0, struct cpu_key, u64, COUNTS_ENTRIES);
-BPF_HASH(counts_1, struct cpu_key, u64, COUNTS_ENTRIES);
-/* Kernel and user stacks in separate maps: a stack map returns -EEXIST when a new stack
- * hashes to an occupied bucket, so sharing one map doubles the losses. */
-BPF_STACK_TRACE(stacks_0, STACK_ENTRIES);
-BPF_STACK_TRACE(stacks_1, STACK_ENTRIES);
-BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_0, USER_STACK_ENTRIES);
-BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_1, USER_STACK_ENTRIES);
+/* Maps of one interval are allocated as entries come (no preallocation): their sizes bound
+ * a burst, not the memory held while idle. */
+BPF_F_TABLE("hash", struct cpu_key, u64, counts_0, COUNTS_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct cpu_key, u64, counts_1, COUNTS_ENTRIES, BPF_F_NO_PREALLOC);
+/* Stacks keyed by a hash of their frames, not kept in stack maps: a stack map loses a new
+ * stack whose bucket another holds (-EEXIST) until user space empties it, and under process
+ * churn distinct stacks never stop coming. A hash map has no such loss, and a stack keeps
+ * its key across intervals, so user space reads each new stack once. Each generation holds
+ * the stacks of its own interval: user space empties it after each drain. */
+BPF_F_TABLE("hash", s64, struct kernel_stack, stacks_0, STACK_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", s64, struct kernel_stack, stacks_1, STACK_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", s64, struct user_stack, user_stacks_0, USER_STACK_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", s64, struct user_stack, user_stacks_1, USER_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(lost, u64, CPU_LOST_NR);
+/* Where each CPU walks a stack (too big for the BPF stack), and the hash's seed: user space
+ * writes a random one, so no process can choose frames that hash alike. */
+#define WALK_SLOTS 128  /* a power of two above either depth: an index masked stays inside */
+struct stack_walk {
+	u64 ip[WALK_SLOTS];
+};
+BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
+BPF_ARRAY(hash_seed, u64, 1);
+
+/* A 63-bit hash of the first `depth` frames (a key is >= 0; an error is -errno). */
+static __always_inline s64 frames_hash(const u64 *ip, u32 depth, u32 max_depth)
+{
+	u32 zero = 0;
+	u64 *seed = hash_seed.lookup(&zero);
+	u64 h = (seed ? *seed : 0) ^ depth;
+
+	for (u32 i = 0; i < max_depth; i++) {
+		if (i >= depth)
+			break;
+		/* Masked out of clang's sight: it folds the two bounds into one count, and walks
+		 * a pointer the verifier cannot bound. */
+		u32 slot = i;
+		asm volatile("" : "+r"(slot));
+		h = (h ^ ip[slot & (WALK_SLOTS - 1)]) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 31;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (s64)(h >> 1);
+}
+
+/* Returns the kernel stack's key, or -errno: -EFAULT for a sample in user mode (no kernel
+ * frames), -E2BIG when the generation's map is full. */
+static __always_inline s64 kernel_stack_key(struct bpf_perf_event_data *ctx, u32 g)
+{
+	u32 zero = 0;
+	struct stack_walk *walk = stack_walk.lookup(&zero);
+	long bytes;
+	u32 depth;
+	s64 key;
+
+	if (!walk)
+		return -ENOMEM;
+	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct kernel_stack), 0);
+	if (bytes < 0)
+		return bytes;
+	depth = (u32)bytes >> 3;
+	if (depth == 0)
+		return -EFAULT;
+	walk->ip[depth & (WALK_SLOTS - 1)] = 0;  /* readers stop at 0; past it, an older walk's */
+	key = frames_hash(walk->ip, depth, KTOP_KERNEL_STACK_DEPTH);
+	if (g ? stacks_1.lookup(&key) : stacks_0.lookup(&key))
+		return key;
+	if ((g ? stacks_1.insert(&key, (struct kernel_stack *)walk)
+	     : stacks_0.insert(&key, (struct kernel_stack *)walk)) == -E2BIG)
+		return -ENOMEM;
+	return key;
+}
+
+static __always_inline s64 user_stack_key(struct bpf_perf_event_data *ctx, u32 g)
+{
+	u32 zero = 0;
+	struct stack_walk *walk = stack_walk.lookup(&zero);
+	long bytes;
+	u32 depth;
+	s64 key;
+
+	if (!walk)
+		return -ENOMEM;
+	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack), BPF_F_USER_STACK);
+	if (bytes < 0)
+		return bytes;
+	depth = (u32)bytes >> 3;
+	if (depth == 0)
+		return -EFAULT;
+	walk->ip[depth & (WALK_SLOTS - 1)] = 0;
+	key = frames_hash(walk->ip, depth, KTOP_USER_STACK_DEPTH);
+	if (g ? user_stacks_1.lookup(&key) : user_stacks_0.lookup(&key))
+		return key;
+	if ((g ? user_stacks_1.insert(&key, (struct user_stack *)walk)
+	     : user_stacks_0.insert(&key, (struct user_stack *)walk)) == -E2BIG)
+		return -ENOMEM;
+	return key;
+}
+
 /* ktop's own processes (user space writes them): ktop's, and its BPF compiler's while it
  * runs (0: none). Their user stacks are not walked. Each sample of the Python interpreter
  * is a stack never seen before, and at 4000 Hz they were 60% of the new stacks each second,
@@ -53,10 +144,10 @@ static __always_inline bool is_own(u32 pid)
 
 /* The idle task idling is most samples of an idle machine, and a kernel stack walk costs
  * 18-28 us a sample on these VMs. Its stack is walked once per (CPU, instruction, stack
- * pointer) and the id reused: in the idle loop, the same instruction at the same depth is
- * the same call path (an interrupt is not cached: its instruction is no idle code). User
- * space writes the idle code's ranges (the functions the aggregator calls idle) and empties
- * a generation's cache with its stack map (maps.py). */
+ * pointer) and interval, and the key reused: in the idle loop, the same instruction at the
+ * same depth is the same call path (an interrupt is not cached: its instruction is no idle
+ * code). User space writes the idle code's ranges (the functions the aggregator calls idle)
+ * and empties a generation's cache with its stack maps, after each drain. */
 #define IDLE_RANGES 16
 struct idle_code {
 	u64 start[IDLE_RANGES];
@@ -69,8 +160,8 @@ struct idle_at {
 	u32 pad;
 };
 BPF_ARRAY(idle_code, struct idle_code, 1);
-BPF_HASH(idle_stacks_0, struct idle_at, s32, IDLE_STACK_ENTRIES);
-BPF_HASH(idle_stacks_1, struct idle_at, s32, IDLE_STACK_ENTRIES);
+BPF_HASH(idle_stacks_0, struct idle_at, s64, IDLE_STACK_ENTRIES);
+BPF_HASH(idle_stacks_1, struct idle_at, s64, IDLE_STACK_ENTRIES);
 
 static __always_inline bool in_idle_code(u64 ip)
 {
@@ -86,29 +177,29 @@ static __always_inline bool in_idle_code(u64 ip)
 	return false;
 }
 
-/* The idle task's kernel stack id: cached while idling, else walked. */
-static __always_inline s32 idle_task_stack(struct bpf_perf_event_data *ctx, u32 g)
+/* The idle task's kernel stack key: cached while idling, else walked. */
+static __always_inline s64 idle_task_stack(struct bpf_perf_event_data *ctx, u32 g)
 {
 	struct pt_regs *regs = (struct pt_regs *)ctx;
 	struct idle_at at = {};
-	s32 *cached, id;
+	s64 *cached, key;
 
 	at.ip = PT_REGS_IP(regs);
 	if (!in_idle_code(at.ip))
-		return g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
+		return kernel_stack_key(ctx, g);
 	at.sp = PT_REGS_SP(regs);
 	at.cpu = bpf_get_smp_processor_id();
 	cached = g ? idle_stacks_1.lookup(&at) : idle_stacks_0.lookup(&at);
 	if (cached)
 		return *cached;
-	id = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
-	if (id >= 0) {  /* a full cache only means walking again */
+	key = kernel_stack_key(ctx, g);
+	if (key >= 0) {  /* a full cache only means walking again */
 		if (g)
-			idle_stacks_1.update(&at, &id);
+			idle_stacks_1.update(&at, &key);
 		else
-			idle_stacks_0.update(&at, &id);
+			idle_stacks_0.update(&at, &key);
 	}
-	return id;
+	return key;
 }
 
 static __always_inline void count_lost(int reason)
@@ -130,18 +221,14 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (key.pid == 0) {  /* the idle task: no user stack */
 		key.kstack = idle_task_stack(ctx, g);
 		key.ustack = -EFAULT;
-	} else if (is_own(key.pid)) {
-		key.kstack = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
-		key.ustack = -ENOENT;
-	} else if (g == 0) {
-		key.kstack = stacks_0.get_stackid(ctx, 0);
-		key.ustack = user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK);
 	} else {
-		key.kstack = stacks_1.get_stackid(ctx, 0);
-		key.ustack = user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK);
+		key.kstack = kernel_stack_key(ctx, g);
+		key.ustack = is_own(key.pid) ? -ENOENT : user_stack_key(ctx, g);
 	}
-	count_lost(stack_loss(key.kstack, CPU_LOST_KSTACK_COLLISION, CPU_LOST_KSTACK_FULL));
-	count_lost(stack_loss(key.ustack, CPU_LOST_USTACK_COLLISION, CPU_LOST_USTACK_FULL));
+	if (key.kstack < 0)
+		count_lost(stack_loss(key.kstack, CPU_LOST_KSTACK_COLLISION, CPU_LOST_KSTACK_FULL));
+	if (key.ustack < 0)
+		count_lost(stack_loss(key.ustack, CPU_LOST_USTACK_COLLISION, CPU_LOST_USTACK_FULL));
 	/* Written out per map: bcc rewrites map references only in method-call form. */
 	u64 none = 0, *n;
 	n = g ? counts_1.lookup_or_try_init(&key, &none) : counts_0.lookup_or_try_init(&key, &none);

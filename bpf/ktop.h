@@ -5,6 +5,7 @@
 
 #define KTOP_COMM_LEN 16
 #define KTOP_USER_STACK_DEPTH 64
+#define KTOP_KERNEL_STACK_DEPTH 127	/* PERF_MAX_STACK_DEPTH */
 
 /* User stacks are kept shallower than kernel ones: they only serve the drill-downs, and it
  * halves their memory. */
@@ -23,20 +24,27 @@ static __always_inline int stack_loss(int stack_id, int collision, int full)
 
 /* ---- cpu.bpf.c: perf_event sampling ------------------------------------------------- */
 
+struct kernel_stack {
+	u64 ip[KTOP_KERNEL_STACK_DEPTH];
+};
+
 /* One counter per (process, kernel stack, user stack). */
 struct cpu_key {
 	u32 pid;			/* tgid; 0 is the idle task */
-	s32 kstack;			/* kernel stack id, or -errno (-EFAULT: sampled in user mode) */
-	s32 ustack;			/* user stack id, or -errno (kernel threads have none;
-				   -ENOENT: ktop's own, not walked) */
 	u32 pad;
+	s64 kstack;			/* kernel stack's key (a hash of its frames), or -errno
+				   (-EFAULT: sampled in user mode) */
+	s64 ustack;			/* user stack's key, or -errno (kernel threads have none;
+				   -ENOENT: ktop's own, not walked) */
 	u64 cgroup;			/* bpf_get_current_cgroup_id(): the task's cgroup v2 */
 	char comm[KTOP_COMM_LEN];
 };
 
 /* Index into the `lost` per-CPU array: every sample that could not be counted whole. */
 enum cpu_lost {
-	CPU_LOST_KSTACK_COLLISION,	/* stack map bucket held another stack (-EEXIST) */
+	CPU_LOST_KSTACK_COLLISION,	/* stack map bucket held another stack (-EEXIST): no
+					   longer happens (stacks are hash map entries), kept so
+					   that the names stay in order */
 	CPU_LOST_KSTACK_FULL,		/* stack map out of room (-ENOMEM) */
 	CPU_LOST_USTACK_COLLISION,
 	CPU_LOST_USTACK_FULL,

@@ -128,8 +128,9 @@ class LiveSource:
         specs = bpf_specs() if specs is None else specs
         self.cumulative = options.cumulative
         self.on_attached: Callable[[], None] | None = None
-        self.headers = "not needed"
         self._specs = [spec for spec in specs if spec.name in options.panes]
+        # Said as soon as known: the first compile finds them.
+        self.headers = "looking for them" if self._specs else "not needed (no BPF pane)"
         self._processes = ProcessCollector()
         self._pressure = PressureReader()
         self._self_cost = SelfCost()
@@ -152,6 +153,7 @@ class LiveSource:
         self._loader: threading.Thread | None = None
         self._collects = 0
         self._last_collect = 0.0
+        self._span_start = 0.0  # restart_span(): when the panes' counts begin (0: at start)
         self._last_span = 0.0
 
     @property
@@ -207,6 +209,8 @@ class LiveSource:
                     if self._closed:
                         return
                     self._load(spec)
+                    if bpfload.headers_looked_for():  # said once the first compile found them
+                        self.headers = bpfload.headers_description()
             self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
             # as ktop: out of the collector's sight, a full collection no longer walks it.
@@ -277,28 +281,17 @@ class LiveSource:
     def collect(self, latest: bool = False) -> Snapshot:
         """The window (or totals since start) after draining every collector; with latest,
         the newest interval alone, as `ktop --record` keeps each one."""
-        with self._lock:
-            running = list(self._running.items())
+        running = self._drain_all()
         profiles: dict[str, Any] = {}
         for name, (collector, aggregator) in running:
             try:
-                aggregator.add(collector.drain())
                 profiles[name] = (aggregator.profile(latest=True) if latest
                                   else aggregator.profile(self.cumulative))
             except Exception as e:
-                with self._lock:
-                    self._unavailable[name] = f"stopped: {e}"
-                    self._running.pop(name, None)
-                collector.close()
-                self._self_cost.programs_changed()
+                self._stopped(name, collector, e)
         processes = self._processes.collect()
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
-        self._collects += 1
-        if self._collects % FOLD_EVERY == 0:
-            is_alive = functools.cache(task_exists)  # asked once per pid
-            for _, (_, aggregator) in running:
-                aggregator.fold_exited(is_alive)
         cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
         now = time.monotonic()
         # Without CPU samples, a record's span is the time since the last collect.
@@ -308,7 +301,7 @@ class LiveSource:
         if cpu_profile:
             duration = cpu_profile.window_s
         else:
-            duration = self._last_span if latest else now - self.started_at
+            duration = self._last_span if latest else now - (self._span_start or self.started_at)
             cpu_times = self._proc_stat_split()
         if self._collects % TRIM_EVERY == 0:
             trim_heap()
@@ -331,6 +324,60 @@ class LiveSource:
             cpu_times=cpu_times,
             pressure=self._pressure.read(),
         )
+
+    def _drain_all(self) -> list[tuple[str, tuple[Collector, Aggregator]]]:
+        """Every running collector drained into its aggregator (those that fail stop, their
+        pane says why), exited processes folded now and then; the panes still running."""
+        with self._lock:
+            running = list(self._running.items())
+        # Every collector drained before any drain is folded: their intervals end together
+        # (folding a CPU drain full of new stacks took 0.2 s, which the next pane's gained).
+        drains = []
+        for name, (collector, aggregator) in running:
+            try:
+                drains.append((name, collector, aggregator, collector.drain()))
+            except Exception as e:
+                self._stopped(name, collector, e)
+        for name, collector, aggregator, drain in drains:
+            try:
+                aggregator.add(drain)
+            except Exception as e:
+                self._stopped(name, collector, e)
+        with self._lock:
+            running = [(name, pair) for name, pair in running if name in self._running]
+        self._collects += 1
+        if self._collects % FOLD_EVERY == 0:
+            is_alive = functools.cache(task_exists)  # asked once per pid
+            for _, (_, aggregator) in running:
+                aggregator.fold_exited(is_alive)
+        return running
+
+    def _stopped(self, name: str, collector: Collector, error: Exception) -> None:
+        with self._lock:
+            self._unavailable[name] = f"stopped: {error}"
+            self._running.pop(name, None)
+        collector.close()
+        self._self_cost.programs_changed()
+
+    def keep_up(self) -> None:
+        """Drain every collector, without a snapshot: a headless run empties the kernel's
+        maps every interval, as the screen does (a map left for the whole run fills)."""
+        self._drain_all()
+
+    def restart_span(self) -> None:
+        """Every pane counts from now: what was counted before is dropped. A headless
+        snapshot starts here once all panes are attached, so they cover the same seconds
+        (they attach one after the other)."""
+        with self._lock:
+            running = list(self._running.items())
+        for name, (collector, _) in running:
+            try:
+                collector.drain()
+            except Exception as e:
+                self._stopped(name, collector, e)
+        self._processes.collect()
+        self._proc_stat_split()
+        self._last_collect = self._span_start = time.monotonic()
 
     @staticmethod
     def _profile_fields(profiles: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,7 @@
-"""Stack map entries are read once and kept while the map keeps them; the maps never fill.
-
-These hold on the real kernel only if a stack map never replaces an entry under an id
-(no BPF_F_REUSE_STACKID) and deleting entries works (bcc 0.26's StackTrace.clear() silently
-did nothing; these tests are what would catch that).
-"""
+"""The CPU sampler's stacks on the real kernel (root): keyed by a hash of their frames, so a
+stack keeps its key across intervals and generations and is read once; each generation's
+stack maps hold one interval's stacks and are empty after its drain (nothing to collide
+with, nothing left to fill them)."""
 
 import os
 import subprocess
@@ -12,7 +10,9 @@ import time
 import pytest
 from cpu_drains import counts_of
 
-from ktop.collectors import bpfsys, maps
+from ktop.collectors import cpu
+
+KERNEL_DEPTH = 127  # a kernel stack map's frames per entry
 
 pytestmark = [
     pytest.mark.live,
@@ -22,67 +22,71 @@ pytestmark = [
 
 @pytest.fixture
 def busy_sampler():
-    from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
-
-    sampler = CpuSampler(hz=499)
+    sampler = cpu.CpuSampler(hz=499)
     sampler.start()
     busy = subprocess.Popen(["dd", "if=/dev/urandom", "of=/dev/null", "bs=64k"],
                             stderr=subprocess.DEVNULL)
     yield sampler
     busy.kill()
+    busy.wait()
     sampler.close()
 
 
-def test_a_stack_kept_across_intervals_still_names_the_same_entry(busy_sampler, monkeypatch):
-    from ktop.collectors.cpu import MAP_STACKS  # noqa: PLC0415
-
+def test_a_stack_met_again_in_either_generation_is_read_once(busy_sampler, monkeypatch):
     reads = []
-    def counted(table, stack_id):
-        if table.name in MAP_STACKS:  # kernel stacks, as `named` counts
-            reads.append(stack_id)
-        return bpfsys.stack_addresses(table, stack_id)
+    frames = cpu._DrainedStacks.frames
 
-    monkeypatch.setattr(maps, "stack_addresses", counted)
-    decoded = []
-    monkeypatch.setattr(busy_sampler, "_row",
-                        lambda *a, _row=busy_sampler._row: decoded.append(1) or _row(*a))
-    named, read, rows, decodes = [], [], [], []
+    def counted(self, key):
+        if self._depth == KERNEL_DEPTH:  # kernel stacks, as `named` counts
+            reads.append(key)
+        return frames(self, key)
+
+    monkeypatch.setattr(cpu._DrainedStacks, "frames", counted)
+    named, read = [], []
     for _ in range(4):  # two of each generation
         time.sleep(0.5)
         reads.clear()
-        decoded.clear()
         drain = busy_sampler.drain()
         named.append(len({row.kernel for row in counts_of(drain) if row.kernel}))
         read.append(len(reads))
-        rows.append(len(counts_of(drain)))
-        decodes.append(len(decoded))
     assert named[-1] > 0, "no stacks were sampled"
-    # dd's stacks recur: the later intervals read only the stacks that are new to them,
-    # and decode only the counters' keys new to them.
+    # dd's stacks recur: later intervals read only the stacks new to them, whichever
+    # generation saw them first (the maps were emptied in between).
     assert sum(read[2:]) < sum(named[2:]), (read, named)
-    assert sum(decodes[2:]) < sum(rows[2:]), (decodes, rows)
-    # Every id kept names, in the map now, exactly the stack read for it back then.
-    reader = busy_sampler._program.stacks
-    for generation in (0, 1):
-        table = busy_sampler._program.table(MAP_STACKS[generation])
-        kept = reader._known.get(table.fd, {})
-        assert kept, f"{table.name} kept nothing"
-        for stack_id, stack in kept.items():
-            assert bpfsys.stack_addresses(table, stack_id) == stack
+    assert busy_sampler.lost()["stack_missing"] == 0
 
 
-def test_a_crowded_stack_map_is_emptied_after_its_drain(busy_sampler, monkeypatch):
-    from ktop.collectors.cpu import MAP_STACKS, MAP_USER_STACKS  # noqa: PLC0415
-
-    monkeypatch.setattr(maps, "CROWDED", 0.0)  # any stack at all is a crowd
+def test_a_generations_stacks_are_gone_after_its_drain(busy_sampler):
     time.sleep(1.0)
-    drained_generation = busy_sampler._program.generation
+    drained = busy_sampler._program.generation
     drain = busy_sampler.drain()
     assert sum(len(row.kernel) > 0 for row in counts_of(drain)) > 0, "no stacks were sampled"
-    for name in (MAP_STACKS[drained_generation], MAP_USER_STACKS[drained_generation]):
-        table = busy_sampler._program.table(name)
-        left = len(list(table.keys()))
-        assert left == 0, f"{name} still holds {left} stacks after its drain"
-        assert busy_sampler._program.stacks._known[table.fd] == {}
-    # The keys decoded for that generation named stacks by the ids just emptied.
-    assert busy_sampler._rows[drained_generation] == {}
+    for name in (cpu.MAP_STACKS[drained], cpu.MAP_USER_STACKS[drained],
+                 cpu.MAP_IDLE_STACKS[drained]):
+        left = len(list(busy_sampler._program.table(name).keys()))
+        assert left == 0, f"{name} still holds {left} entries after its drain"
+
+
+def test_one_key_one_stack_in_every_interval(busy_sampler, monkeypatch):
+    """Keys are hashes: two stacks under one key would show one's samples under the other's
+    frames. Every key the kernel stack maps held in four intervals names the same frames each
+    time, and the same frames always got the same key (the hash covers the frames, nothing
+    else). (Kernel stacks: a user stack may hold a 0 frame, where reading stops.)"""
+    drained = []
+
+    def kept(table, _drained=cpu._drained_stacks):
+        stacks = _drained(table)
+        if table.name in cpu.MAP_STACKS:
+            drained.append(stacks)
+        return stacks
+
+    monkeypatch.setattr(cpu, "_drained_stacks", kept)
+    for _ in range(4):
+        time.sleep(0.5)
+        busy_sampler.drain()
+    seen: dict[int, tuple] = {}
+    for stacks in drained:
+        for key in stacks._index:
+            assert seen.setdefault(key, stacks.frames(key)) == stacks.frames(key)
+    assert len(seen) > 10
+    assert len(set(seen.values())) == len(seen)

@@ -47,9 +47,9 @@ def test_sharing_is_bounded_and_never_changes_a_stack(monkeypatch):
     entries = {i: (0xFFFFFFFF81000000 + i, *CALLERS) for i in range(1, 6)}
     reader = reader_of(entries, monkeypatch)
     assert [reader.read(KERNEL, i, kernel=True) for i in entries] == list(entries.values())
-    assert len(reader._addresses) <= 2 + len(CALLERS) + 1
+    assert len(reader._shared._addresses) <= 2 + len(CALLERS) + 1
     assert reader.read(KERNEL, 99) == () and reader.missing == 1
     # User addresses differ in every new process (ASLR): read as they are, never kept.
-    shared = dict(reader._addresses)
+    shared = dict(reader._shared._addresses)
     assert reader.read(SimpleNamespace(fd=8, max_entries=8192), 3) == entries[3]
-    assert reader._addresses == shared
+    assert reader._shared._addresses == shared

@@ -81,6 +81,11 @@ def kernel_headers() -> KernelHeaders:
     return _headers
 
 
+def headers_looked_for() -> bool:
+    """Whether a compile has looked for the headers yet (headers_description() is then cheap)."""
+    return _headers is not None or _headers_error is not None
+
+
 def headers_description() -> str:
     try:
         return kernel_headers().description

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,17 +14,18 @@ from ktop.cgroups import CgroupNames, shared_names
 from ktop.collectors import loader
 from ktop.collectors.bpfload import Unavailable, load_program
 from ktop.collectors.bpfsys import BpfMap, attach_sampling
-from ktop.collectors.maps import TwoGenerationProgram
+from ktop.collectors.maps import SharedAddresses, TwoGenerationProgram
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
 MAP_COUNTS = ("counts_0", "counts_1")
-MAP_STACKS = ("stacks_0", "stacks_1")
+MAP_STACKS = ("stacks_0", "stacks_1")  # a hash of the frames -> the frames
 MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
-MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> id in MAP_STACKS
+MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> key in MAP_STACKS
 MAP_IDLE_CODE = "idle_code"
 MAP_OWN_PIDS = "own_pids"  # [ktop, its BPF compiler or 0]
+MAP_HASH_SEED = "hash_seed"
 LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "kstack_collision",
     "kstack_map_full",
@@ -30,7 +33,11 @@ LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
     "ustack_map_full",
     "counts_map_full",
 )
-ROWS_KEPT = 16384  # decoded counter keys remembered per generation (process churn adds keys)
+# Decoded counter keys, and stacks read, remembered while in use: past this many, those not
+# met since the last time it was passed are forgotten (process churn never stops adding keys:
+# at 4000 Hz ~2,000 new user stacks a second, each a few hundred bytes).
+ROWS_KEPT = 8192
+STACKS_KEPT = 4096
 MAX_STACK_DEPTH = 127  # PERF_MAX_STACK_DEPTH: a stack this deep may have been cut
 
 
@@ -70,14 +77,66 @@ class CpuDrain:
 
 
 def _map_sizes(hz: int, cpus: int, interval_s: float) -> tuple[int, int, int]:
-    """Counts: room for every sample of two intervals. Stacks: a stack map loses a new stack
-    whose hash bucket is taken (-EEXIST), so buckets must far outnumber the stacks of one
-    interval: at 180 unique stacks/s, 4096 buckets lost 2.5% of them, 16384 about 0.5%."""
-    per_interval = hz * cpus * interval_s
-    counts = min(max(4096, int(per_interval * 2)), 262144)
-    stacks = min(max(16384, int(per_interval * 8)), 65536)
-    user_stacks = min(max(16384, int(per_interval * 4)), 32768)
-    return counts, stacks, user_stacks
+    """Counters and stacks of one interval: no more than its samples, and room for four
+    intervals' worth, for a drain that comes late (a saturated machine delays it). The maps
+    take memory only for what they hold; their size costs 16 bytes a bucket."""
+    room = min(max(8192, int(hz * cpus * interval_s * 4)), 262144)
+    return room, room, room
+
+
+class _Remembered:
+    """Values by key, those not asked for lately forgotten once there are too many: at
+    most twice `kept` are held, and a key asked for again is never forgotten between."""
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.now: dict = {}
+        self.before: dict = {}
+
+    def get(self, key: Any) -> Any:
+        value = self.now.get(key)
+        if value is None:
+            value = self.before.pop(key, None)
+            if value is not None:
+                self.now[key] = value
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if len(self.now) >= self.kept:
+            self.before, self.now = self.now, {}
+        self.now[key] = value
+
+    def clear(self) -> None:
+        self.now.clear()
+        self.before.clear()
+
+    def __len__(self) -> int:
+        return len(self.now) + len(self.before)
+
+
+class _DrainedStacks:
+    """The stacks a generation's map held when drained, by key, each read only if asked
+    for (most were met in earlier intervals)."""
+
+    def __init__(self, keys: list[bytes], values: bytes, depth: int) -> None:
+        self._index = dict(zip(array("q", b"".join(keys)), range(len(keys))))
+        self._values = memoryview(values).cast("Q") if values else memoryview(b"")
+        self._depth = depth
+
+    def frames(self, key: int) -> tuple[int, ...] | None:
+        i = self._index.get(key)
+        if i is None:
+            return None
+        words = self._values[i * self._depth:(i + 1) * self._depth].tolist()
+        try:
+            return tuple(words[:words.index(0)])
+        except ValueError:  # as deep as the map keeps: cut there
+            return tuple(words)
+
+
+def _drained_stacks(table: BpfMap) -> _DrainedStacks:
+    keys, values = table.drain_columns()
+    return _DrainedStacks(keys, values, table.value_size // 8)
 
 
 class CpuSampler:
@@ -96,11 +155,16 @@ class CpuSampler:
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
         self._ticks = CpuTicks()
-        # Per generation, each counter's key as the kernel wrote it -> its row: a workload's
-        # keys come back interval after interval, and decoding one and reading its stacks
-        # cost 5 us (at 4000 Hz, 300 keys a second). Forgotten when that generation's stack
-        # maps are emptied (their ids then name other stacks).
-        self._rows: tuple[dict[bytes, StackRow], dict[bytes, StackRow]] = ({}, {})
+        # Each counter's key as the kernel wrote it -> its row: a workload's keys come back
+        # interval after interval, and decoding one and reading its stacks cost 5 us (at
+        # 4000 Hz, 300 keys a second). A key names its stacks by a hash of their frames, so
+        # it means the same row for as long as it is remembered.
+        self._rows = _Remembered(ROWS_KEPT)
+        # The frames of each stack key met, kernel and user: each stack is read once.
+        self._kernel_frames = _Remembered(STACKS_KEPT)
+        self._user_frames = _Remembered(STACKS_KEPT)
+        self._shared = SharedAddresses()
+        self.missing = 0  # stacks a counter named that no map held (cumulative)
         self._cgroups = cgroups or shared_names()
         # The processes whose user stacks the program does not walk (bpf/cpu.bpf.c).
         self.own_pid = os.getpid()
@@ -119,6 +183,7 @@ class CpuSampler:
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
         self._write_idle_code()
+        self._program.table(MAP_HASH_SEED)[0] = secrets.randbits(64)
         own_pids = self._program.table(MAP_OWN_PIDS)
         own_pids[0], own_pids[1] = self.own_pid, self.compiler_pid
         if self.compiler_pid:
@@ -150,55 +215,70 @@ class CpuSampler:
         table[0] = code
 
     def drain(self) -> CpuDrain:
-        """Swap map generations, then read and empty the one the program just left."""
+        """Swap map generations, then read and empty the one the program just left: its
+        counters, the stacks first seen in its interval, and its idle task's cache."""
         assert self._program is not None, "start() first"
         old, end = self._program.swap()
         ticks = read_cpu_ticks()
         counts_map = self._program.table(MAP_COUNTS[old])
-        kernel_stacks = self._program.table(MAP_STACKS[old])
-        user_stacks = self._program.table(MAP_USER_STACKS[old])
-        known = self._rows[old]
         keys, values = counts_map.drain_columns()
+        # Emptied after each drain: a generation's maps hold one interval's stacks.
+        kernel = _drained_stacks(self._program.table(MAP_STACKS[old]))
+        user = _drained_stacks(self._program.table(MAP_USER_STACKS[old]))
+        self._program.table(MAP_IDLE_STACKS[old]).drain_columns()
         samples = tuple(memoryview(values).cast("Q"))  # u64 counts, in the kernel's byte order
+        known = self._rows
         rows = list(map(known.get, keys))
-        if None in rows:  # keys not met before in this generation (or not whole then)
+        if None in rows:  # keys not met lately (or not whole then)
             for i, row in enumerate(rows):
                 if row is None:
-                    row, whole = self._row(counts_map.Key.from_buffer_copy(keys[i]),
-                                           kernel_stacks, user_stacks)
+                    row, whole = self._row(counts_map.Key.from_buffer_copy(keys[i]), kernel,
+                                           user)
                     # (A row whose stack or cgroup was not found is counted, and looked for
                     # again next time.)
-                    if whole and len(known) < ROWS_KEPT:
+                    if whole:
                         known[keys[i]] = row
                     rows[i] = row
-        if self._program.stacks.tidy(kernel_stacks):
-            # The ids it remembered for the idle task named stacks just deleted.
-            self._program.table(MAP_IDLE_STACKS[old]).clear()
-            known.clear()
-        if self._program.stacks.tidy(user_stacks):
-            known.clear()
         drain = CpuDrain(self._last, end, tuple(rows), samples, self.lost(),
                          ticks - self._ticks)
         self._last, self._ticks = end, ticks
         return drain
 
-    def _row(self, decoded: Any, kernel_stacks: BpfMap, user_stacks: BpfMap) -> tuple[StackRow, bool]:
+    def _frames(self, key: int, drained: _DrainedStacks, remembered: _Remembered,
+                kernel: bool) -> tuple[int, ...] | None:
+        """A stack's frames by its key, innermost first: () for an error (-errno), None when
+        neither this interval's map nor memory holds it."""
+        if key < 0:
+            return ()
+        frames = remembered.get(key)
+        if frames is None:
+            frames = drained.frames(key)
+            if frames is None:
+                return None
+            if kernel:
+                frames = self._shared(frames)
+            remembered[key] = frames
+        return frames
+
+    def _row(self, decoded: Any, kernel: _DrainedStacks,
+             user: _DrainedStacks) -> tuple[StackRow, bool]:
         """A counter's key with its stacks read and its cgroup named, and whether all of it
         was found (both stacks there to read, the cgroup known)."""
-        assert self._program is not None
-        reader = self._program.stacks
-        missing = reader.missing
         kstack, ustack = decoded.kstack, decoded.ustack
+        kernel_frames = self._frames(kstack, kernel, self._kernel_frames, True)
+        user_frames = self._frames(ustack, user, self._user_frames, False)
+        missing = (kernel_frames is None) + (user_frames is None)
+        self.missing += missing
         cgroup = self._cgroups.name(decoded.cgroup)
         row = StackRow(decoded.pid, decoded.comm.decode(errors="replace"),
-                       reader.read(kernel_stacks, kstack, kernel=True),
-                       reader.read(user_stacks, ustack),
+                       kernel_frames or (), user_frames or (),
                        kstack == -errno.EFAULT, cgroup, ustack == -errno.ENOENT)
-        return row, reader.missing == missing and self._cgroups.knows(decoded.cgroup)
+        return row, not missing and self._cgroups.knows(decoded.cgroup)
 
     def lost(self) -> dict[str, int]:
         assert self._program is not None
         totals = self._program.lost()
+        totals["stack_missing"] = self.missing
         return totals
 
     def close(self) -> None:

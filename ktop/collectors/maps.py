@@ -42,6 +42,22 @@ STACKS_KEPT_S = 60.0
 ADDRESSES_SHARED = 32768
 
 
+class SharedAddresses:
+    """Each kernel address read, as one int object: stacks that differ in one frame share
+    the others' (a 20-frame stack held ~640 bytes of ints of its own, and at 4000 Hz the
+    totals since start gain ~25 new stacks a second, most a new innermost instruction under
+    callers already seen)."""
+
+    def __init__(self) -> None:
+        self._addresses: dict[int, int] = {}
+
+    def __call__(self, stack: tuple[int, ...]) -> tuple[int, ...]:
+        shared = self._addresses
+        if len(shared) > ADDRESSES_SHARED:
+            shared.clear()
+        return tuple(map(shared.setdefault, stack, stack))
+
+
 class StackReader:
     """Reads stack map entries by id, each once for as long as the map keeps it.
 
@@ -56,7 +72,7 @@ class StackReader:
         self.missing = 0  # cumulative
         self._known: dict[int, dict[int, tuple[int, ...]]] = {}  # map fd -> id -> stack
         self._emptied: dict[int, float] = {}  # map fd -> when
-        self._addresses: dict[int, int] = {}  # each address read, as one int object
+        self._shared = SharedAddresses()
 
     def read(self, table: BpfMap, stack_id: int, kernel: bool = False) -> tuple[int, ...]:
         """kernel: the stack's addresses are kernel text, each shared as one int object by
@@ -75,16 +91,6 @@ class StackReader:
                 self.missing += 1
                 return ()
         return stack
-
-    def _shared(self, stack: tuple[int, ...]) -> tuple[int, ...]:
-        """The stack with each address an int object read before: stacks that differ in one
-        frame share the others' (a 20-frame stack held ~640 bytes of ints of its own, and at
-        4000 Hz the totals since start gain ~25 new stacks a second, most a new innermost
-        instruction under callers already seen)."""
-        shared = self._addresses
-        if len(shared) > ADDRESSES_SHARED:
-            shared.clear()
-        return tuple(map(shared.setdefault, stack, stack))
 
     def tidy(self, table: BpfMap) -> bool:
         """Empty a stack map the programs are not filling now, once crowded or old; True

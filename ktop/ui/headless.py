@@ -32,12 +32,25 @@ from ktop.writer import (
 
 
 def collect(options: Options, duration_s: float) -> Snapshot:
-    """Run the live collectors for the duration; the data covers all of it (cumulative)."""
+    """Run the live collectors for the duration, from the moment every pane is attached (so
+    all cover the same seconds), draining them every interval as the screen does; the data
+    covers all of it (cumulative)."""
     source = LiveSource(options)
     source.cumulative = True
     try:
         source.start()
-        time.sleep(duration_s)
+        source.restart_span()
+        began = time.monotonic()
+        end = began + duration_s
+        following = began + options.interval_s
+        while following < end:
+            time.sleep(max(0.0, following - time.monotonic()))
+            source.keep_up()
+            # Late (a saturated machine): the next drain one interval from now, not at once
+            # for each interval missed (a drain covers whatever time passed).
+            following = max(following + options.interval_s,
+                            time.monotonic() + options.interval_s / 2)
+        time.sleep(max(0.0, end - time.monotonic()))
         return source.collect()
     finally:
         source.close()

@@ -16,9 +16,9 @@ from textual.widgets import Static
 
 from ktop.text import printable
 
-# (pane, loss name, count, why), as header.loss_lines gives them, the window's label, and the
-# BPF run time by pane (% of one CPU) over the last refresh.
-Losses = tuple[list[tuple[str, str, int, str]], str, tuple[tuple[str, float], ...]]
+# (pane, loss name, count, why, counts intact), as header.loss_lines gives them, the window's
+# label, and the BPF run time by pane (% of one CPU) over the last refresh.
+Losses = tuple[list[tuple[str, str, int, str, bool]], str, tuple[tuple[str, float], ...]]
 
 
 class LossesScreen(ModalScreen[None]):
@@ -48,11 +48,12 @@ class LossesScreen(ModalScreen[None]):
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
         table.add_column(justify="right", style="bold yellow", no_wrap=True)
         table.add_column(ratio=1)
-        for pane, name, count, why in rows:
+        for pane, name, count, why, intact in rows:
             what = Text(printable(name), style="bold")  # a replayed file names its own
-            what.append(f"  in {pane}\n", style="dim")
+            what.append(f"  in {pane}", style="dim")
+            what.append("  no count lost\n" if intact else "\n", style="bold green")
             what.append(why)
-            table.add_row(Text(str(count)), what)
+            table.add_row(Text(str(count), style="dim" if intact else ""), what)
         self.query_one("#losses-box").border_title = f"lost in the last {window} (Esc closes)"
         lost = table if rows else Text("nothing lost: every event was counted")
         if bpf_panes:

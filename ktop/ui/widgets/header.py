@@ -49,7 +49,8 @@ LOSS_REASONS = {
     "totals_full": "the per-process counters were full: a completion is not counted",
     "hist_full": "the latency histogram map was full: a latency is not counted",
     "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
-    "ringbuf_full": "the request stream dropped one (recent requests); the counters have it",
+    "ringbuf_full": "the stream of recent requests dropped one: missing from that list "
+                    "only, every count has it",
     "threads_map_full": "the map of threads was full: a thread's waits are not counted",
     "procs_map_full": "the per-process map was full: a switch-out's or a wait's time is lost",
     "wait_stacks_full": "the per-stack map was full: a blocked wait is missing from the stack "
@@ -61,6 +62,9 @@ LOSS_REASONS = {
     "recursion_misses": "the kernel skipped the program (another BPF program was running on "
                         "that CPU): the event was not seen",
 }
+# Losses that cost no count (what they dropped is counted all the same): told apart from
+# those that do, or a busy disk's dropped list entries read as thousands of lost samples.
+COUNTS_INTACT = frozenset({"io.ringbuf_full"})
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:
@@ -75,8 +79,9 @@ def losses(snapshot: Snapshot) -> dict[str, int]:
     return lost
 
 
-def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str]]:
-    """(pane, loss name, count, why it happens) for each loss in the window."""
+def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str, bool]]:
+    """(pane, loss name, count, why it happens, whether counts are intact) for each loss in
+    the window: those that cost counts first."""
     if snapshot is None:
         return []
     rows = []
@@ -84,8 +89,8 @@ def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str]]:
     for key, count in losses(snapshot).items():
         prefix, name = key.split(".", 1)
         rows.append((pane_of_loss[prefix], name, count,
-                     LOSS_REASONS.get(name, "counted by the BPF program")))
-    return rows
+                     LOSS_REASONS.get(name, "counted by the BPF program"), key in COUNTS_INTACT))
+    return sorted(rows, key=lambda row: row[4])  # stable: each pane's order kept
 
 
 def header_text(
@@ -146,11 +151,16 @@ def header_text(
     else:  # attached, its first drain not yet in
         text.append("   CPU sampling: waiting for the first samples", style="dim")
     text.append("\n")
-    total = sum(losses(snapshot).values())
+    lost = losses(snapshot)
+    intact = sum(count for key, count in lost.items() if key in COUNTS_INTACT)
+    total = sum(lost.values()) - intact
     if total:
         text.append(f"lost {total} (L lists)", style="bold yellow")
     else:
         text.append("lost none", style="dim")
+    if intact:
+        text.append(f"  {intact} not in recent requests, counts intact"
+                    f"{'' if total else ' (L lists)'}", style="dim")
     if snapshot.pressure is not None:
         text.append("   ")
         text.append_text(pressure_text(snapshot.pressure))
