@@ -271,3 +271,21 @@ def test_esc_and_backspace_in_the_time_prompt_belong_to_it(replay):
     run_app(build_app(replay, interval_s=INTERVAL), scenario)
     assert seen["pid"] is not None
     assert seen["after"] == (seen["pid"], "processes", 179, False)
+
+
+def test_a_pane_the_file_does_not_hold_says_so_instead_of_waiting(recorded_snapshot):
+    """recorded.json was written before the waits pane existed: a replay never gets its
+    data, so the pane says why it is empty rather than 'waiting for scheduler events'."""
+    from ktop.engine import RecordedSource  # noqa: PLC0415
+
+    assert recorded_snapshot.waits is None and "waits" not in recorded_snapshot.unavailable
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.pause(0.2)
+        seen["screen"] = screen_text(pilot.app)
+
+    run_app(build_app(RecordedSource([recorded_snapshot]), interval_s=INTERVAL), scenario)
+    assert "not in this file" in seen["screen"]
+    assert "waiting for scheduler events" not in seen["screen"]
+    assert "chacha_permute" in seen["screen"]  # the panes the file holds show their rows

@@ -109,7 +109,8 @@ class KtopApp(App[None]):
         self._collected_at: float | None = None  # the first snapshot, when collected at mount
         self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
         self.timeline = source.timeline  # a replayed recording moves through time
-        self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup),
+        self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup,
+                                                       recorded=not source.live),
                                       self.timeline)
 
     def get_default_screen(self) -> MainScreen:

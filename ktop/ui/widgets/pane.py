@@ -63,6 +63,7 @@ class Display:
     pid: int | None = None  # show only this process (drill-down into a process, --pid)
     cgroup: str | None = None  # show only this cgroup v2 subtree (--cgroup, key G)
     cgroup_gone: bool = False  # that cgroup has been removed since
+    recorded: bool = False  # a replayed file: a pane with no data now never gets any
 
     def shows(self, pid: int, cgroup: str) -> bool:
         """A row of this process and cgroup passes the --pid and --cgroup filters."""
@@ -134,6 +135,11 @@ class Pane(Vertical):
         if loading:
             self._show_rows([])
             self._set_chrome(loading, "loading")
+            return
+        if display.recorded and getattr(snapshot, panes.pane(self.PANE).field) is None:
+            self._show_rows([])
+            self._set_chrome("not in this file (written by a ktop without this pane, or before "
+                             "it attached)", "")
             return
         rows, empty_message, subtitle = self.rows(snapshot, display)
         if display.cgroup is not None and not rows:
