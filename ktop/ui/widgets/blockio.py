@@ -8,7 +8,7 @@ from functools import partial
 from ktop.cgroups import short_name
 from ktop.model import PANE_BLOCKIO, BlockProfile, DiskStats, IoProcess, IoRequest, Snapshot
 from ktop.text import format_pid, human_bytes
-from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, View
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_bucket, format_span
 
@@ -80,10 +80,11 @@ class BlockIoPane(Pane):
         ),
     )
 
-    def rows(self, snapshot: Snapshot, display: Display):
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
         block = snapshot.blockio
         if block is None:
             return [], "waiting for block I/O events...", ""
+        rows: list[PaneRow]
         if self.view == "processes":
             rows = [
                 (
@@ -183,13 +184,17 @@ class BlockIoPane(Pane):
                 "histogram": "latency per disk", "commands": "grouped by command"}.get(
                     self.view, self.view)
 
-    def drill_row(self, row: IoProcess | IoRequest | DiskStats) -> Drill:
-        if isinstance(row, IoRequest):  # a request opens its process
-            row = next((p for p in self._snapshot.blockio.processes if p.pid == row.pid), None)
-        if isinstance(row, IoProcess):
+    def drill_row(self, row: IoProcess | IoRequest | IoCommand | DiskStats) -> Drill:
+        snapshot = self._snapshot
+        if snapshot is None:  # no rows shown yet: nothing to open
+            return None
+        process: IoProcess | None = row if isinstance(row, IoProcess) else None
+        if isinstance(row, IoRequest) and snapshot.blockio is not None:  # opens its process
+            process = next((p for p in snapshot.blockio.processes if p.pid == row.pid), None)
+        if process is not None:
             from ktop.ui.screens.details import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
 
-            return partial(IoProcessScreen, row, self._snapshot)
+            return partial(IoProcessScreen, process, snapshot)
         if isinstance(row, IoCommand):
             self.notify("stacks are kept per process: switch to the process view (v)")
         return None  # a latency bucket: no stacks behind it

@@ -58,7 +58,7 @@ class FunctionsPane(Pane):
         return {"kernel": "kernel functions", "user": "user-space functions",
                 "comm": "functions by command, as perf top --sort comm,sym"}[self.view]
 
-    def rows(self, snapshot: Snapshot, display: Display):
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
         cpu = snapshot.cpu
         if cpu is None:
             return [], "waiting for the first samples...", ""
@@ -92,7 +92,7 @@ class FunctionsPane(Pane):
                        made: dict[tuple, PaneRow]) -> list[PaneRow]:
         """Rows of these functions (or (comm, function) pairs); at 4000 Hz hundreds: a row
         whose figures did not move keeps the cells it had last time (`made`)."""
-        rows = []
+        rows: list[PaneRow] = []
         for f in functions:
             comm = ""
             if isinstance(f, tuple):
@@ -110,7 +110,7 @@ class FunctionsPane(Pane):
             row = made.get(seen)
             if row is None:
                 module = os.path.basename(f.module) if f.module.startswith("/") else f.module
-                shares = (
+                shares: tuple[Cell, ...] = (
                     num(f"{f.percent:.2f}%", f.percent, _heat(f.percent)),
                     num(str(f.samples), f.samples),
                 )
@@ -139,7 +139,10 @@ class FunctionsPane(Pane):
             return None
         from ktop.ui.screens.function import FunctionScreen  # noqa: PLC0415  (loaded when first opened)
 
-        return partial(FunctionScreen, function.symbol, self._snapshot)
+        snapshot = self._snapshot
+        if snapshot is None:  # no rows shown yet: nothing to open
+            return None
+        return partial(FunctionScreen, function.symbol, snapshot)
 
 
 def _heat(percent: float) -> str:

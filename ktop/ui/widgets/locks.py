@@ -9,7 +9,7 @@ from ktop.cgroups import short_name
 from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
 from ktop.text import format_pid
-from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, View
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
 
@@ -64,10 +64,11 @@ class LocksPane(Pane):
         ),
     )
 
-    def rows(self, snapshot: Snapshot, display: Display):
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
         locks = snapshot.locks
         if locks is None:
             return [], "waiting for lock events...", ""
+        rows: list[PaneRow]
         if self.view == "callers":
             callers = locks.callers
             if display.filtered:  # each caller's waits by the processes shown, alone
@@ -152,7 +153,10 @@ class LocksPane(Pane):
         if isinstance(row, LockCaller):
             from ktop.ui.screens.details import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
 
-            return partial(LockCallerScreen, row, self._snapshot)
+            snapshot = self._snapshot
+            if snapshot is None:  # no rows shown yet: nothing to open
+                return None
+            return partial(LockCallerScreen, row, snapshot)
         if isinstance(row, LockTask):
             return row.pid  # every pane shows this pid alone
         self.notify("stacks are kept per caller: switch to the caller view (v)")

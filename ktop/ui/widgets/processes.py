@@ -101,11 +101,12 @@ class ProcessesPane(Pane):
         super().__init__(**kwargs)
         self._made: dict[int, PaneRow] = {}  # pid -> the row shown for it last time
 
-    def rows(self, snapshot: Snapshot, display: Display):
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
         processes = snapshot.processes
         if display.filtered:
             processes = tuple(p for p in processes if display.shows(p.parent or p.pid, p.cgroup))
         subtitle = task_summary(snapshot, processes if display.filtered else None)
+        rows: list[PaneRow]
         if self.view == "commands":
             commands = by_command(processes)
             rows = [(f"{c.exited}|{c.command}", _command_cells(c), c) for c in commands]

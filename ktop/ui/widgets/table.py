@@ -49,7 +49,12 @@ class Cell(NamedTuple):
         return self.text.lower() if self.value is None else self.value
 
 
-def num(text: str, value: float, style: str = "") -> Cell:
+# What a number cell sorts by: the number, or it and a tie-breaker (a pid, a bucket's low
+# bound) so equal figures keep a stable order.
+SortValue = float | tuple[float | str, int]
+
+
+def num(text: str, value: SortValue, style: str = "") -> Cell:
     return Cell(text, value, right=True, style=style)
 
 

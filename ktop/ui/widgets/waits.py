@@ -8,7 +8,7 @@ from functools import partial
 from ktop.cgroups import short_name
 from ktop.model import PANE_WAITS, Snapshot
 from ktop.text import format_pid, printable
-from ktop.ui.widgets.pane import WIDE, WIDER, Display, Drill, Pane, View
+from ktop.ui.widgets.pane import WIDE, WIDER, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
 from ktop.waitviews import (
@@ -91,13 +91,13 @@ class WaitsPane(Pane):
         ), "runq"),
     )
 
-    def rows(self, snapshot: Snapshot, display: Display):
+    def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
         waits = snapshot.waits
         if waits is None:
             return [], "waiting for scheduler events...", ""
         window = waits.window_s or snapshot.duration_s
         shows = display.shows if display.filtered else None
-        rows: list
+        rows: list[PaneRow]
         if self.view == "reasons":
             reasons = by_reason(waits, shows)
             rows = [
@@ -166,10 +166,13 @@ class WaitsPane(Pane):
     def drill_row(self, row: WaitGroup | WaitReason) -> Drill:
         from ktop.ui.screens.waits import WaitStacksScreen  # noqa: PLC0415  (loaded when opened)
 
+        snapshot = self._snapshot
+        if snapshot is None:  # no rows shown yet: nothing to open
+            return None
         if isinstance(row, WaitReason):
-            return partial(WaitStacksScreen, ("reason", row.reason), self._snapshot)
+            return partial(WaitStacksScreen, ("reason", row.reason), snapshot)
         if self.view == "cgroups":  # G filters every pane to it
-            return partial(WaitStacksScreen, ("cgroup", row.cgroup), self._snapshot)
+            return partial(WaitStacksScreen, ("cgroup", row.cgroup), snapshot)
         if self.view == "commands":
-            return partial(WaitStacksScreen, ("comm", row.comm), self._snapshot)
-        return partial(WaitStacksScreen, ("pid", str(row.pid)), self._snapshot)
+            return partial(WaitStacksScreen, ("comm", row.comm), snapshot)
+        return partial(WaitStacksScreen, ("pid", str(row.pid)), snapshot)
