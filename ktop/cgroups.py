@@ -14,6 +14,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 
 MOUNTINFO = "/proc/self/mountinfo"
 RESCAN_EVERY_S = 1.0  # an unknown id walks the hierarchy again, at most this often
@@ -128,7 +129,7 @@ def resolve_filter(text: str, mountinfo: str = MOUNTINFO) -> str:
     if os.path.isdir(os.path.join(mount, relative.lstrip("/"))):
         return relative
     # Not a path: the short name ktop shows ("podman:ace6f0acfc2f", "nginx.service").
-    named = [path for path in _walk(mount) if short_name(path) == given]
+    named = [path for _, path in _walk(mount) if short_name(path) == given]
     if len(named) == 1:
         return named[0]
     if named:
@@ -142,9 +143,9 @@ def resolve_filter(text: str, mountinfo: str = MOUNTINFO) -> str:
     )
 
 
-def _walk(mount: str) -> list[str]:
-    """Every cgroup below the mount, as a path relative to it (links not followed)."""
-    found = []
+def _walk(mount: str) -> Iterator[tuple[int, str]]:
+    """Every cgroup below the mount: its inode (the cgroup id) and its path relative to the
+    mount (links not followed; one removed while walked is passed over)."""
     stack = [(mount, "")]
     while stack:
         directory, relative = stack.pop()
@@ -156,12 +157,12 @@ def _walk(mount: str) -> list[str]:
             try:
                 if not entry.is_dir(follow_symlinks=False):
                     continue
+                inode = entry.inode()
             except OSError:
                 continue
             path = f"{relative}/{entry.name}"
-            found.append(path)
+            yield inode, path
             stack.append((entry.path, path))
-    return found
 
 
 def cgroup_exists(relative: str, mountinfo: str = MOUNTINFO) -> bool:
@@ -208,23 +209,7 @@ class CgroupNames:
             self._names[os.stat(mount).st_ino] = "/"
         except OSError:
             return
-        stack = [(mount, "")]
-        while stack:
-            directory, relative = stack.pop()
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:  # removed while we walked
-                continue
-            for entry in entries:
-                try:
-                    if not entry.is_dir(follow_symlinks=False):
-                        continue
-                    inode = entry.inode()
-                except OSError:
-                    continue
-                path = f"{relative}/{entry.name}"
-                self._names[inode] = path
-                stack.append((entry.path, path))
+        self._names.update(_walk(mount))
 
 
 _shared: CgroupNames | None = None
