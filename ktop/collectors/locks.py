@@ -17,7 +17,7 @@ from ktop.collectors.bpfload import (
     require_tracepoints,
 )
 from ktop.collectors.bpfsys import attach_tracepoint
-from ktop.collectors.maps import TwoGenerationProgram
+from ktop.collectors.maps import TwoGenerationProgram, forget_entries
 
 PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
@@ -258,14 +258,9 @@ class LockCollector:
     def _age_starts(self) -> None:
         """Drop begins whose thread is gone: their end will never come (the map is bounded,
         and this keeps it from filling with leftovers)."""
-        starts = self._program.table(MAP_TASK_STARTS)
-        for key, value in list(starts.items()):
-            if value.lock and thread_started_after(key.value, value.time_ns):
-                try:
-                    del starts[key]
-                    self._stale_begins += 1
-                except KeyError:
-                    pass  # it ended meanwhile
+        self._stale_begins += forget_entries(
+            self._program.table(MAP_TASK_STARTS),
+            lambda key, value: value.lock and thread_started_after(key.value, value.time_ns))
 
     def lost(self) -> dict[str, int]:
         assert self._program is not None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ktop.collectors.bpfsys import BpfMap, recursion_misses, stack_addresses
 from ktop.collectors.loader import LoadedProgram
@@ -28,6 +30,20 @@ def sum_lost(table: BpfMap, names: tuple[str, ...]) -> dict[str, int]:
     """A per-CPU array of loss counters, summed over CPUs, by the reasons' names in order."""
     counters = {key.value: sum(per_cpu) for key, per_cpu in table.snapshot()}
     return {name: counters.get(i, 0) for i, name in enumerate(names)}
+
+
+def forget_entries(table: BpfMap, gone: Callable[[Any, Any], bool]) -> int:
+    """Delete the entries `gone(key, value)` says will never be ended by the program (their
+    thread exited unseen): a bounded map must not fill with leftovers. How many went."""
+    forgotten = 0
+    for key, value in list(table.items()):
+        if gone(key, value):
+            try:
+                del table[key]
+                forgotten += 1
+            except KeyError:
+                pass  # the program ended it meanwhile
+    return forgotten
 
 
 # A stack map is emptied when this share of its entries is taken (a new stack that hashes

@@ -18,7 +18,7 @@ from ktop.collectors.bpfload import (
     require_tracepoints,
 )
 from ktop.collectors.bpfsys import attach_tracepoint
-from ktop.collectors.maps import TwoGenerationProgram
+from ktop.collectors.maps import TwoGenerationProgram, forget_entries
 
 PROGRAM = "waits.bpf.c"
 # Attached in this order: switch first, so a wait never begins unseen after its wake-up is
@@ -280,15 +280,9 @@ class WaitCollector:
     def _forget_exited(self) -> None:
         """Threads are forgotten at their last switch-out; one the program missed (its
         switch-out ran while another BPF program held the CPU) is dropped here."""
-        threads = self._program.table(MAP_THREADS)
-        for key in list(threads.keys()):
-            tid = key.value
-            if not os.path.exists(f"/proc/{tid}"):
-                try:
-                    del threads[key]
-                    self._stale_threads += 1
-                except KeyError:
-                    pass  # it went meanwhile
+        self._stale_threads += forget_entries(
+            self._program.table(MAP_THREADS),
+            lambda key, _: not os.path.exists(f"/proc/{key.value}"))
 
     def lost(self) -> dict[str, int]:
         assert self._program is not None
