@@ -41,6 +41,9 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
         row += [f"{cpu.times.kernel:.2f}", f"{cpu.times.user:.2f}", f"{cpu.times.idle:.2f}",
                 cpu.total_samples, csv_cell(top.symbol) if top else "",
                 f"{top.percent:.3f}" if top else ""]
+    elif snapshot.cpu_times is not None:  # no sampler (not root): /proc/stat's split
+        times = snapshot.cpu_times
+        row += [f"{times.kernel:.2f}", f"{times.user:.2f}", f"{times.idle:.2f}", "", "", ""]
     else:
         row += [""] * 6
     if locks:

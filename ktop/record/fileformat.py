@@ -492,6 +492,7 @@ class RecordWriter:
         self.max_bytes = max_bytes
         self.level = level
         self.records = 0  # appended by this writer
+        self.ring_dropped = 0  # records the ring dropped, oldest first
         self.format = FORMAT
         self.continued = 0  # whole records the file already held
         self.dropped = ""  # what was cut off its end, when continued
@@ -649,6 +650,11 @@ class RecordWriter:
     def size(self) -> int:
         return self._end
 
+    @property
+    def held(self) -> int:
+        """Whole records in the file now."""
+        return self.continued + self.records - self.ring_dropped
+
     def append(self, snapshot: Snapshot) -> int:
         """Append the interval's record; returns its size. On a write error (a full disk)
         the file is cut back to its last whole record and RecordingError says so."""
@@ -715,6 +721,7 @@ class RecordWriter:
         os.close(self._fd)
         self._fd = fd
         shift = start - HEADER_SIZE
+        self.ring_dropped += first
         self._offsets = array.array("Q", (o - shift for o in offsets[first:]))
         self._end -= shift
 
