@@ -202,3 +202,50 @@ def test_the_size_per_interval_is_the_records_average_on_disk_in_a_ring(tmp_path
     assert appended > len(recording)  # the ring dropped some
     assert f", {human_bytes(average)}B per interval; the ring keeps the newest " \
         f"{len(recording)})" in said[0], said
+
+
+class LossyLockCollector:
+    """Drains no waits, and losses counted since start as a BPF program's are: 3, 5, 11."""
+
+    def __init__(self) -> None:
+        self.totals = iter((3, 5, 11))
+        self.last = time.monotonic()
+
+    def start(self) -> None:
+        pass
+
+    def drain(self):
+        from ktop.collectors.locks import LockDrain
+
+        now, self.last = time.monotonic(), time.monotonic()
+        return LockDrain(self.last, now, (), (), (), {"unpaired_end": next(self.totals, 11)})
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_records_losses_are_its_intervals_own_and_the_csv_says_so(tmp_path):
+    """A recording's `lost` grew 3 -> 11 over a run, as if counted since start, and the CSV's
+    lost column with it."""
+    import csv
+    import io
+
+    from ktop.aggregate.locks import LockAggregator
+    from ktop.model import PANE_LOCKS
+    from ktop.record.dump import dump
+    from ktop.symbolize.kernel import Kallsyms
+
+    spec = PaneSpec(PANE_LOCKS, lambda source: (LossyLockCollector(),
+                                                LockAggregator(Kallsyms.from_text(""), 0.1)))
+    source = LiveSource(Options(interval_s=0.1, panes=frozenset({PANE_LOCKS})), [spec])
+    source.start()
+    path = str(tmp_path / "r.krec")
+    record(path, Options(interval_s=0.1), duration_s=0.2, say=lambda _: None, source=source)
+    recording = Recording(path)
+    # The first collect (the start) drained 3; the two records the 2 and 6 lost in them.
+    assert [dict(s.locks.lost) for s in recording.snapshots()] == [
+        {"unpaired_end": 2}, {"unpaired_end": 6}]
+    out = io.StringIO()
+    dump(recording, "csv", out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [row["lost_in_interval"] for row in rows] == ["2", "6"]
