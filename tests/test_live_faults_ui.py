@@ -130,3 +130,20 @@ def records_in(path) -> int:
         return len(Recording(str(path)))
     except RecordingError:  # no whole record yet
         return 0
+
+
+def test_l_says_which_span_its_losses_are_of(recorded_snapshot):
+    """L said "lost in the last 5s" over counts since start; it says the span it lists."""
+    source = FakeLiveSource(recorded_snapshot)
+    app = build_app(source, interval_s=INTERVAL)
+    titles = []
+
+    async def scenario(pilot):
+        for key in ("L", "escape", "c", "L"):
+            await pilot.press(key)
+            await pilot.pause(0.3)
+            if key == "L":
+                titles.append(str(app.screen.query_one("#losses-box").border_title))
+
+    run_app(app, scenario)
+    assert titles[0].startswith("lost in the last ") and titles[1].startswith("lost since start (")
