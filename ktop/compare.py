@@ -233,3 +233,64 @@ _FOLDED_WINDOW: dict[str, Callable[[Snapshot], float]] = {
 
 def _seconds_of(snapshot: Snapshot, of: str) -> float:
     return _FOLDED_WINDOW.get(of, lambda s: 0.0)(snapshot) or snapshot.duration_s
+
+
+# ---- --baseline TIME|FILE ---------------------------------------------------------------------
+
+
+class BaselineError(Exception):
+    """A --baseline that cannot be compared with; str() is one line naming the fix."""
+
+
+def is_clock(text: str) -> bool:
+    """Whether --baseline names a time (HH:MM[:SS], with a date or not) rather than a file."""
+    from ktop.record.replay import parse_clock  # noqa: PLC0415
+
+    try:
+        parse_clock(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_baseline(text: str, replayed: Any, window_s: float) -> Baseline:
+    """--baseline TIME: the window of `window_s` ending at that time in the replayed
+    recording (`replayed`, its ReplaySource); --baseline FILE: another recording (all its
+    records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError."""
+    import os  # noqa: PLC0415
+    import stat  # noqa: PLC0415
+
+    from ktop.codec import RecordingError  # noqa: PLC0415
+    from ktop.record.fileformat import Recording, is_recording  # noqa: PLC0415
+    from ktop.record.replay import ReplaySource, find_time  # noqa: PLC0415
+
+    said = f"--baseline {printable(text)}"
+    if not os.path.lexists(text) and is_clock(text):
+        if replayed is None or not hasattr(replayed, "recording"):
+            raise BaselineError(f"{said}: a time needs --replay of a recording (--record "
+                                "FILE) to find it in; or name a file to compare with")
+        try:
+            position = find_time(replayed.records, text)
+        except ValueError as e:
+            raise BaselineError(f"{said}: {e}") from None
+        window = ReplaySource(replayed.recording, window_s=window_s, position=position)
+        return baseline_of(window.collect())
+    try:
+        if not stat.S_ISREG(os.stat(text).st_mode):  # a FIFO would block the first read
+            raise BaselineError(f"{said}: not a regular file; name a recording (--record "
+                                "FILE), a snapshot (--snapshot FILE.json) or a time HH:MM:SS")
+    except OSError as e:
+        raise BaselineError(f"{said}: no such file, nor a time HH:MM:SS ({e.strerror}); name "
+                            "a recording, a snapshot FILE.json or a time in the replay") from None
+    name = os.path.basename(text)
+    try:
+        if is_recording(text):
+            recording = Recording(text)
+            whole = ReplaySource(recording, position=len(recording.records) - 1)
+            whole.set_window(len(recording.records))
+            return baseline_of(whole.collect(), name)
+        from ktop.exports.jsonfile import read_snapshot_file  # noqa: PLC0415
+
+        return baseline_of(read_snapshot_file(text), name)
+    except RecordingError as e:
+        raise BaselineError(f"--baseline: {e}") from None
