@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.text import Text
+from textual.widgets import Static
 
 from ktop.compare import (
     Baseline,
@@ -95,4 +96,4 @@ class CompareStacksScreen(DetailScreen):
             lines.append(Text(f"... {len(self.stacks) - STACKS_SHOWN} more stacks", style="dim"))
         if not self.stacks:
             lines.append(Text("no stacks kept for this row in either window", style="dim"))
-        self.query_one("#stack-list-text").update(Group(*lines))
+        self.query_one("#stack-list-text", Static).update(Group(*lines))
