@@ -59,9 +59,9 @@ class MainScreen(ChangedRowsScreen):
         Binding("s", "app.save", "Save SVG"),
         Binding("R", "app.record", "Record"),
         Binding("L", "losses", "list each loss the header counts, and why", show=False),
-        Binding("b", "mark_baseline", "compare: this window is the baseline every pane "
-                "compares with (move on, then read the change)", show=False),
-        Binding("B", "clear_baseline", "compare: clear the baseline", show=False),
+        Binding("b", "mark_baseline", "baseline: compare the panes with this window",
+                show=False),
+        Binding("B", "clear_baseline", "clear the baseline: no compare", show=False),
         # A replayed recording's timeline (check_action: only with one, never in a typed line).
         Binding("left", "timeline_step(-1)", "replay: one interval back", show=False, priority=True),
         Binding("right", "timeline_step(1)", "replay: one interval on", show=False, priority=True),
