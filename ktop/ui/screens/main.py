@@ -59,7 +59,7 @@ class MainScreen(ChangedRowsScreen):
         Binding("s", "app.save", "Save SVG"),
         Binding("R", "app.record", "Record"),
         Binding("L", "losses", "list each loss the header counts, and why", show=False),
-        Binding("b", "mark_baseline", "baseline: compare the panes with this window",
+        Binding("b", "mark_baseline", "compare the panes with this window",
                 show=False),
         Binding("B", "clear_baseline", "clear the baseline: no compare", show=False),
         # A replayed recording's timeline (check_action: only with one, never in a typed line).
