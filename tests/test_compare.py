@@ -223,3 +223,25 @@ def test_baseline_given_to_the_app_compares_from_the_first_frame(windows):
     run_app(build_app(SwitchableSource(now), interval_s=INTERVAL, baseline=baseline_of(base, "x.json")),
             scenario, size=(180, 50))
     assert seen["rows"] == [list(row) for row in EXPECTED["locks"]]
+
+
+def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
+    """Rows gone since the baseline keep their names, escaped as every pane's are."""
+    import dataclasses  # noqa: PLC0415
+
+    now = dataclasses.replace(recorded_snapshot, blockio=dataclasses.replace(
+        recorded_snapshot.blockio, processes=()))
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("3", "z")
+        await pilot.pause()
+        seen["screen"] = screen_text(pilot.app)
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
+                      baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
+            scenario, size=(180, 50))
+    screen = seen["screen"]
+    assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
+    assert "of \\x1b[2Jbase.json" in screen.splitlines()[0]
+    assert "\x1b" not in screen
