@@ -167,6 +167,12 @@ def changed_count(changes: Iterable[Change]) -> str:
 # ---- --snapshot FILE.json and FILE.folded with --baseline -----------------------------------
 
 
+def holds(spec: PaneDef, snapshot: Snapshot) -> bool:
+    """Whether the window has the pane's data at all: a file written before the pane
+    existed (or before it attached) has none, and its rows would all read new or gone."""
+    return getattr(snapshot, spec.field) is not None
+
+
 def compared_panes() -> list[PaneDef]:
     return [spec for spec in PANES if spec.compare is not None]
 
@@ -188,6 +194,13 @@ def to_json(now: Snapshot, baseline: Baseline, include_idle: bool = False) -> di
     compared: dict[str, Any] = {}
     for spec in compared_panes():
         assert spec.compare is not None
+        missing = [which for which, snapshot in (("current window", now), ("baseline", base))
+                   if not holds(spec, snapshot)]
+        if missing:
+            compared[spec.name] = {"figure": spec.compare.label, "unit": spec.compare.unit,
+                                   "rows": [], "missing": f"no {spec.name} data in the "
+                                   + " nor the ".join(missing)}
+            continue
         compared[spec.name] = {
             "figure": spec.compare.label,
             "unit": spec.compare.unit,

@@ -245,3 +245,24 @@ def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
     assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
     assert "of \\x1b[2Jbase.json" in screen.splitlines()[0]
     assert "\x1b" not in screen
+
+
+def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
+    """A file from before the waits pane: its rows would all read new."""
+    import dataclasses  # noqa: PLC0415
+
+    now, base = windows
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        seen["rows"] = rows(app, "waits")
+        seen["screen"] = screen_text(app)
+        seen["locks"] = rows(app, "locks")
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
+                      baseline=baseline_of(dataclasses.replace(base, waits=None))),
+            scenario, size=(180, 50))
+    assert seen["rows"] == []
+    assert "the baseline holds no waits data" in seen["screen"]
+    assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]

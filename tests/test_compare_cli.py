@@ -187,3 +187,17 @@ def test_baselines_with_what_cannot_compare_are_usage_errors(tmp_path, args, com
     line = one_line_exit_2(result)
     assert line.startswith("ktop: error: ") and complaint in line, result.stderr
 
+
+
+def test_a_baseline_file_without_a_pane_says_so_in_json(recording, tmp_path):
+    snapshot = tmp_path / "old.json"
+    written(ktop("--replay", recording, "--at", "11:51:14", "--snapshot", str(snapshot)), snapshot)
+    data = json.loads(snapshot.read_text())
+    del data["waits"]  # as ktop wrote it before the waits pane
+    snapshot.write_text(json.dumps(data))
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "--baseline", str(snapshot), "--snapshot", str(out))
+    compared = json.loads(written(result, out))["compare"]
+    assert compared["waits"]["rows"] == []
+    assert compared["waits"]["missing"] == "no waits data in the baseline"
+    assert [r["status"] for r in compared["locks"]["rows"]] == [NEW, "", GONE]

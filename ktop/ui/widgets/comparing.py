@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ktop.compare import GONE, NEW, Change, changed_count, compare_rows, format_figure
+from ktop.compare import GONE, NEW, Change, changed_count, compare_rows, format_figure, holds
 from ktop.model import Snapshot
 from ktop.panes import PaneDef
 from ktop.ui.widgets.pane import Display, PaneRow, View
@@ -49,6 +49,9 @@ def compared(spec: PaneDef, snapshot: Snapshot,
     """(the changes, their rows, what to say when there are none, the border subtitle)."""
     assert spec.compare is not None and display.baseline is not None
     baseline = display.baseline.snapshot
+    if not holds(spec, baseline):
+        return [], [], (f"the baseline holds no {spec.key_label.lower()} data (written by a ktop "
+                        "without this pane, or before it attached)"), "(B: leave)"
     changes = compare_rows(spec.compare, snapshot, baseline,
                            display.shows if display.filtered else None)
     unit = spec.compare.unit
