@@ -28,6 +28,7 @@ from ktop.units import format_span
 from ktop.writer import SnapshotError, write_atomically
 
 if TYPE_CHECKING:
+    from ktop.compare import Baseline
     from ktop.record.session import SessionRecorder
 
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
@@ -116,6 +117,7 @@ class KtopApp(App[None]):
         cgroup: str | None = None,
         save_dir: str = ".",
         source_note: str = "",
+        baseline: Baseline | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -133,7 +135,8 @@ class KtopApp(App[None]):
         self._finishing: SessionRecorder | None = None
         self.timeline = source.timeline  # a replayed recording moves through time
         self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup,
-                                                       recorded=not source.live),
+                                                       recorded=not source.live,
+                                                       baseline=baseline),
                                       self.timeline)
 
     def get_default_screen(self) -> MainScreen:
