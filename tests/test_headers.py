@@ -241,3 +241,4 @@ def test_trees_left_by_killed_ktops_are_removed(trees, tmp_path):
     find(trees)
     assert not any(os.path.exists(p) for p in left)
     assert os.path.exists(fresh) and os.path.exists(theirs)
+

@@ -203,6 +203,24 @@ def test_kill_9_during_start_up_leaves_no_headers_tree_and_the_next_reuses_it(tm
     assert kernel_headers().source == cached
 
 
+def test_without_root_the_headers_cache_is_not_touched(tmp_path):
+    """A ktop without root still asks for the headers (the header line names them): it
+    tried to build in root's cache and its loading thread died with PermissionError."""
+    from conftest import as_nobody
+
+    from ktop.collectors.headers import CACHE_DIR, find_kernel_headers
+
+    if find_kernel_headers().source is None:  # root built the cache, if this kernel needs one
+        pytest.skip("this kernel has its own headers at /lib/modules/$(uname -r)/build")
+    os.chmod(tmp_path, 0o755)
+    code = ("from ktop.collectors.headers import find_kernel_headers; "
+            "print(find_kernel_headers().source)")
+    result = subprocess.run([*as_nobody(str(tmp_path)), sys.executable, "-c", code],
+                            capture_output=True, text=True, timeout=60, cwd="/")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert not result.stdout.startswith(CACHE_DIR)  # a private tree of its own
+
+
 def children(pid: int) -> list[int]:
     """Of every thread (the compiler is started by the loading one)."""
     found = []

@@ -169,7 +169,10 @@ def _private_dir(path: str) -> bool:
 
 
 def _cache(cache_dir: str) -> str | None:
-    """The cache directory, made if missing; None when it is not private to root."""
+    """The cache directory, made if missing; None when it is not private to root (or this
+    is not root: ktop without root compiles nothing, and may still look)."""
+    if os.geteuid() != 0:
+        return None
     try:
         os.mkdir(cache_dir, 0o700)
     except FileExistsError:
@@ -208,7 +211,7 @@ def merged_tree(sources: list[str], name: str, release: str, cache_dir: str = CA
     cache = _cache(cache_dir)
     # Those of earlier ktops, made at each start and left by a kill -9.
     _remove_stale(legacy_dir or tempfile.gettempdir(), _LEGACY_PREFIX, older_than=STALE_LEGACY_S)
-    if cache is None:
+    if cache is None:  # a private directory of this run's
         parent = tempfile.mkdtemp(prefix=_LEGACY_PREFIX)
         atexit.register(shutil.rmtree, parent, True)
         _build(plan, os.path.join(parent, name))
@@ -218,7 +221,11 @@ def merged_tree(sources: list[str], name: str, release: str, cache_dir: str = CA
     if _holds(plan, final) and _private_dir(os.path.join(cache, entry)):
         return final
     _remove_stale(cache, _BUILDING, older_than=STALE_BUILD_S)
-    building = tempfile.mkdtemp(prefix=_BUILDING, dir=cache)
+    try:
+        building = tempfile.mkdtemp(prefix=_BUILDING, dir=cache)
+    except OSError as e:
+        raise HeadersUnavailable(f"cannot build the merged kernel headers in {cache}: "
+                                 f"{e.strerror}") from None
     try:
         _build(plan, os.path.join(building, name))
         if os.path.lexists(os.path.join(cache, entry)) and not _holds(plan, final):
