@@ -95,8 +95,7 @@ def with_ktop(**options: bool) -> Iterator[dict]:
     """The collector attached, drained and folded every second in a thread, as in ktop."""
     collector = LockCollector(**options)
     collector.start()
-    programs = {name: collector._program.program.funcs[name.encode()].fd  # noqa: SLF001 - bench only
-                for name in ("on_contention_begin", "on_contention_end")}
+    programs = dict(collector._program.program.programs)  # noqa: SLF001 - bench only
     aggregator = LockAggregator(Kallsyms.load())
     stop = threading.Event()
     stats = {"events": 0}

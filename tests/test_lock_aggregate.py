@@ -454,8 +454,8 @@ def test_lock_names_are_remembered_within_a_bound(kallsyms, monkeypatch):
 
     monkeypatch.setattr(locks, "LOCK_NAMES_KEPT", 4)
     aggregator = LockAggregator(kallsyms)
-    first = aggregator._lock_symbol(0xFFFF888000000000)
+    first = aggregator._lock_name(0xFFFF888000000000)
     for i in range(1, 40):
-        aggregator._lock_symbol(0xFFFF888000000000 + 64 * i)
+        aggregator._lock_name(0xFFFF888000000000 + 64 * i)
     assert len(aggregator._lock_names) <= 5
-    assert aggregator._lock_symbol(0xFFFF888000000000) == first
+    assert aggregator._lock_name(0xFFFF888000000000) == first
