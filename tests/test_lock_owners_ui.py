@@ -121,3 +121,59 @@ def test_caller_drill_down_lists_the_owners_that_made_it_wait(recorded_snapshot)
     row = next(line for line in lines if line.startswith("43") and "unlinker2" in line)
     assert "700.00 ms" in row
     assert "up_write+0x49" in lines
+
+
+# ---- carried in exports, files and recordings ------------------------------------------------
+
+
+def test_owners_and_names_survive_json_and_old_files_read_without_them(recorded_snapshot,
+                                                                       recorded_json):
+    from ktop.exports.jsonfile import from_json, to_json
+
+    snapshot = with_owners(recorded_snapshot)
+    back = from_json(to_json(snapshot))
+    assert back.locks.owners == OWNERS
+    assert back.locks.locks[:4] == (MMAP, DIR_A, DIR_B, RQ)
+    # a file written before owners and names: read as having none, not refused
+    old = from_json(recorded_json)
+    assert old.locks.owners == () and {lock.name for lock in old.locks.locks} == {""}
+
+
+def test_a_recording_replays_owners_and_names(recorded_snapshot, tmp_path):
+    from ktop.aggregate.locks import merge_profiles
+
+    locks = with_owners(recorded_snapshot).locks
+    merged = merge_profiles([locks, locks])
+    by_key = {(o.pid, o.frames, o.stack_note): o for o in merged.owners}
+    assert by_key[43, RELEASE, ""].contended == 8  # two intervals of 4
+    assert {lock.address: lock.instance for lock in merged.locks}[DIR_A.address] == "/tmp/a"
+
+
+def test_openmetrics_names_locks_by_kind_never_by_instance(recorded_snapshot):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ktop.exports.openmetrics import to_prom
+
+    parsed = {f.name: f for f in text_string_to_metric_families(
+        to_prom(with_owners(recorded_snapshot), top=3))}
+    waits = {(s.labels["lock_type"], s.labels["lock"]): s.value
+             for s in parsed["ktop_lock_name_wait_seconds"].samples}
+    assert waits["rwsem:W", "&inode->i_rwsem"] == 0.5  # both directories, one series
+    assert waits["rwsem:W", "&mm->mmap_lock"] == 0.9
+    assert len(waits) == 4  # top 3 and other
+    assert not any("/tmp" in lock or "pid" in lock for _, lock in waits)
+
+
+def test_pprof_labels_a_callers_samples_with_the_lock_it_waited_for(recorded_snapshot):
+    from ktop.exports.pprof import build_profile
+
+    profile = build_profile(with_owners(recorded_snapshot), of="locks")
+    strings = list(profile.string_table)
+    labelled = [
+        {strings[label.key]: strings[label.str] for label in sample.label if label.str}
+        for sample in profile.sample
+    ]
+    unlink = [labels for labels in labelled if labels.get("lock_caller") == "do_unlinkat+0x160"]
+    assert unlink and all(labels["lock"] == "&mm->mmap_lock" for labels in unlink)
+    # callers whose waits kept no lock per stack (spinning) carry no lock label
+    assert any("lock" not in labels for labels in labelled)
