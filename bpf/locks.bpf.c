@@ -93,6 +93,19 @@ BPF_PERCPU_ARRAY(lost, u64, LOCK_LOST_NR);
 BPF_HASH(owner_waits_0, struct lock_owner_key, struct lock_wait, OWNER_WAITS_ENTRIES);
 BPF_HASH(owner_waits_1, struct lock_owner_key, struct lock_wait, OWNER_WAITS_ENTRIES);
 #endif
+#if OWNERS
+/* The stack with which an owner last released a lock (seen waking one of its waiters): the
+ * waits behind that owner that another task woke take it from here. */
+struct release_key {
+	u64 lock;
+	u64 owner_task;
+};
+struct release_stack {
+	s32 kstack;
+	u32 generation;
+};
+BPF_TABLE("lru_hash", struct release_key, struct release_stack, release_stacks, OWNER_WAITS_ENTRIES);
+#endif
 #if NAMES
 /* Lock address -> what it is; LRU: locks in freed objects age out. */
 BPF_TABLE("lru_hash", u64, struct lock_name, lock_names, LOCK_NAME_ENTRIES);
@@ -371,6 +384,14 @@ static __always_inline void account(void *ctx, struct lock_start *begin, u64 wai
 #if OWNERS
 	if (begin->owner_kind != LOCK_OWNER_NONE) {	/* sleeping locks only */
 		s32 owner_kstack = begin->owner_kstack;
+		if (owner_kstack == LOCK_OWNER_STACK_UNSEEN && begin->owner_kind == LOCK_OWNER_TASK) {
+			struct release_key release = {.lock = begin->lock, .owner_task = begin->owner_task};
+			struct release_stack *seen = release_stacks.lookup(&release);
+			if (seen && seen->generation == g) {
+				owner_kstack = seen->kstack;
+				begin->owner_generation = g;
+			}
+		}
 		if (owner_kstack >= 0 && begin->owner_generation != g) {
 			owner_kstack = LOCK_OWNER_STACK_STALE;
 			count_lost(LOCK_LOST_OWNER_STACK_STALE);
@@ -520,8 +541,12 @@ int on_sched_waking(struct sched_waking_args *args)
 	    start->owner_task != bpf_get_current_task())
 		return PASS_ON;
 	u32 g = current_generation();
+	s32 kstack = kernel_stack(args, g);
 	start->owner_generation = g;
-	start->owner_kstack = kernel_stack(args, g);
+	start->owner_kstack = kstack;
+	struct release_key release = {.lock = start->lock, .owner_task = start->owner_task};
+	struct release_stack seen = {.kstack = kstack, .generation = g};
+	release_stacks.update(&release, &seen);
 #endif
 	return PASS_ON;
 }

@@ -97,8 +97,8 @@ def owners_of_caller(locks: LockProfile, caller: str, lock_type: str) -> list[Lo
     return owners_of(w for w in locks.owners if w.caller == caller and w.type == lock_type)
 
 
-def owners_of_lock(locks: LockProfile, address: str) -> list[LockOwner]:
-    return owners_of(w for w in locks.owners if w.address == address)
+def owners_of_lock(locks: LockProfile, address: str, lock_type: str) -> list[LockOwner]:
+    return owners_of(w for w in locks.owners if w.address == address and w.type == lock_type)
 
 
 def lock_label(lock: LockAddress) -> str:

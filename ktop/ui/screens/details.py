@@ -216,7 +216,7 @@ class LockAddressScreen(DetailScreen):
     def rebuild(self) -> None:
         self.header_widget().update(self.header())
         locks = self.snapshot.locks
-        owners = owners_of_lock(locks, self.row.address) if locks else []
+        owners = owners_of_lock(locks, self.row.address, self.row.type) if locks else []
         parts: list[Text | Group] = []
         if locks is not None and locks.notes:
             parts.extend(Text(f"  {printable(note)}", style="dim") for note in locks.notes)
