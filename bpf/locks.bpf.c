@@ -528,7 +528,7 @@ int on_contention_end(struct contention_end_args *args)
 
 /* The owner of a lock this thread waits for wakes it: the owner's stack then is the unlock
  * path of the section that made it wait. A waker that is not the owner is left alone. */
-int on_sched_waking(struct sched_waking_args *args)
+int on_lock_waking(struct sched_waking_args *args)
 {
 #if NAMES
 	learn_cpu_rq();

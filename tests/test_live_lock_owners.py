@@ -139,3 +139,19 @@ def test_run_queue_locks_are_named_with_their_cpu(collector):
     assert sum(lock.contended for lock in queues) <= in_scheduler
     # spinning locks record no owner: none is charged
     assert not any(o.type == "spinlock" for o in profile.owners)
+
+
+def test_without_btf_waits_are_counted_and_owners_and_names_said_left_out(tmp_path):
+    collector = LockCollector(btf_path=str(tmp_path / "no-btf"))
+    collector.start()
+    try:
+        profile, workers, _ = watch(collector, "--processes", "4", "--mmap-threads", "0")
+    finally:
+        collector.close()
+    (note,) = profile.notes
+    assert note.startswith("lock owners and names left out: no kernel BTF") and "no-btf" in note
+    assert profile.owners == ()
+    assert not any(lock.name.startswith("&") or lock.name == "runqueues.__lock"
+                   for lock in profile.locks)
+    unlink = [c for c in profile.callers if c.caller.startswith("do_unlinkat+")]
+    assert unlink and sum(c.contended for c in unlink) >= 5  # waits counted all the same

@@ -27,6 +27,10 @@ PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
 # Where an owner wakes the thread that waits for its lock, and where CPUs show their run queue.
 WAKING_TRACEPOINT = "sched:sched_waking"
+# The program of each tracepoint; names begin "on_lock_"/"on_contention_" so that BPF run time
+# is told to this pane (ktop.panes), not to the waits pane's "on_sched_".
+FUNCTIONS = {"lock:contention_begin": "on_contention_begin",
+             "lock:contention_end": "on_contention_end", WAKING_TRACEPOINT: "on_lock_waking"}
 # Map names, as bpf/locks.bpf.c declares them.
 MAP_WAIT_TEMPLATE = "wait_template"
 MAP_TASK_STARTS = "task_starts"
@@ -268,12 +272,13 @@ class LockCollector:
 
     def __init__(
         self, interval_s: float = 1.0, user_stacks: bool = True, pass_on: bool = True,
-        cgroups: CgroupNames | None = None,
+        cgroups: CgroupNames | None = None, btf_path: str = BTF_PATH,
     ) -> None:
         """interval_s: how often drain() will be called (waits are summed per interval in the
         kernel, so the maps' sizes do not depend on it). user_stacks: also record each
         waiter's user stack (about 2 us per contention here). pass_on: let `perf record` and
-        other perf users of the lock tracepoints see the events too; off hides them."""
+        other perf users of the lock tracepoints see the events too; off hides them.
+        btf_path: the kernel's BTF, where lock owners' and names' struct offsets come from."""
         self._interval_s = interval_s
         self._user_stacks = user_stacks
         self._pass_on = pass_on
@@ -281,6 +286,7 @@ class LockCollector:
         self._last = 0.0
         self._stale_begins = 0
         self._cgroups = cgroups or shared_names()
+        self._btf_path = btf_path
         self._notes: tuple[str, ...] = ()
         self._rq_lock_offset: int | None = None
         self._run_queues: dict[int, int] = {}
@@ -290,7 +296,7 @@ class LockCollector:
         ensure_tracefs()
         require_lock_tracepoints()
         check_record_layout()
-        extra, notes = owner_name_flags()
+        extra, notes = owner_name_flags(self._btf_path)
         self._notes = tuple(notes)
         self._rq_lock_offset = next(
             (int(f.split("=")[1]) for f in extra if f.startswith("-DRQ_LOCK_OFF=")), None)
@@ -301,7 +307,7 @@ class LockCollector:
             PROGRAM,
             [f"-DUSER_STACKS={int(self._user_stacks)}", f"-DPASS_ON={int(self._pass_on)}",
              *extra],
-            {"on_" + t.split(":")[1]: "TRACEPOINT" for t in tracepoints},
+            {FUNCTIONS[t]: "TRACEPOINT" for t in tracepoints},
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
         template = self._program.table(MAP_WAIT_TEMPLATE)
@@ -311,7 +317,7 @@ class LockCollector:
         try:
             # End first: every begin seen then has its end seen, so no start is left behind.
             for tracepoint in tracepoints:
-                function = "on_" + tracepoint.split(":")[1]
+                function = FUNCTIONS[tracepoint]
                 program.keep(attach_tracepoint(program.programs[function], tracepoint, TRACEFS))
         except OSError as e:
             self.close()
