@@ -177,3 +177,13 @@ def test_pprof_labels_a_callers_samples_with_the_lock_it_waited_for(recorded_sna
     assert unlink and all(labels["lock"] == "&mm->mmap_lock" for labels in unlink)
     # callers whose waits kept no lock per stack (spinning) carry no lock label
     assert any("lock" not in labels for labels in labelled)
+
+
+def test_enter_on_a_name_lists_the_locks_of_that_name(recorded_snapshot):
+    _, text = shown(with_owners(recorded_snapshot),
+                    ("2", "z", "v", "v", "v", "v", "v", "down", "enter"))
+    lines = frame_lines(text)
+    assert any("by addresses (v)" in line and "filter: &inode->i_rwsem" in line
+               for line in lines)
+    assert any("/tmp/a" in line for line in lines)
+    assert not any("&mm->mmap_lock pid 42" in line for line in lines)

@@ -7,7 +7,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from ktop.cgroups import short_name
-from ktop.lockviews import LockName, LockOwner, lock_label, locks_by_name, owners_by_task
+from ktop.lockviews import (
+    UNNAMED,
+    LockName,
+    LockOwner,
+    lock_label,
+    locks_by_name,
+    owners_by_task,
+)
 from ktop.model import OWNER_TASK, PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
 from ktop.text import format_pid
@@ -215,10 +222,26 @@ class LocksPane(Pane):
         if isinstance(row, LockOwner) and row.owner == OWNER_TASK:
             return row.pid
         if isinstance(row, LockName):
-            self.notify("filter the address view by this name (/) to see its locks")
+            if row.name == UNNAMED:
+                self.notify("these locks have no name: the address view lists them")
+                return None
+            self.show_locks_named(row.name)
             return None
         self.notify("no single task owns these locks")
         return None
+
+
+    def show_locks_named(self, name: str) -> None:
+        """The address view, filtered to the locks of one name (Enter on the names view)."""
+        had_focus = self.table.has_focus
+        self.table.display = False
+        self.view = "addresses"
+        self.table.display = True
+        if had_focus:
+            self.table.focus()
+        self.table.set_filter(name)
+        if self._snapshot is not None:
+            self.show(self._snapshot, getattr(self.screen, "display_settings", Display()))
 
 
 @dataclass(frozen=True)
