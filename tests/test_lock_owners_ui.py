@@ -141,8 +141,11 @@ def test_owners_and_names_survive_json_and_old_files_read_without_them(recorded_
 
 def test_a_recording_replays_owners_and_names(recorded_snapshot, tmp_path):
     from ktop.aggregate.locks import merge_profiles
+    from ktop.record.fileformat import decode_snapshot, encode_snapshot
 
-    locks = with_owners(recorded_snapshot).locks
+    # through a record (owner frames numbered into its table like every stack's) and back
+    locks = decode_snapshot(encode_snapshot(with_owners(recorded_snapshot))).locks
+    assert locks.owners == OWNERS
     merged = merge_profiles([locks, locks])
     by_key = {(o.pid, o.frames, o.stack_note): o for o in merged.owners}
     assert by_key[43, RELEASE, ""].contended == 8  # two intervals of 4
