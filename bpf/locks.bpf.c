@@ -455,10 +455,14 @@ int on_contention_begin(struct contention_begin_args *args)
 	} else {
 		start = task_starts.lookup(&tid);
 		if (start) {
-			/* A mutex that spun and now sleeps begins again: the first begin stands. */
+			/* A mutex that spun and now sleeps begins again: the first begin stands,
+			 * but the owner is the one it sleeps behind (others may have taken the
+			 * lock while it spun), whose unlock will wake it. */
 			if (start->lock != lock) {
 				start->nested++;
 				count_lost(LOCK_LOST_NESTED_BEGIN);
+			} else if (flags == LCB_F_MUTEX) {
+				read_owner(start, lock, flags);
 			}
 			return PASS_ON;
 		}
