@@ -22,9 +22,10 @@ NO_OWNER = {
     OWNER_UNKNOWN: "[owner unknown: lock changing hands]",
     OWNER_UNTRACED: "[owners not traced on this kernel]",
 }
-SPINNING = "[spinning lock: records no owner]"
-# Lock types whose waits are timed per CPU and whose locks keep no owner field.
-SPINNING_TYPES = ("spinlock", "rwlock:R", "rwlock:W")
+NO_OWNER_FIELD = "[lock type records no owner]"
+# The lock types whose owner field the BPF program reads (mutex; rwsem held for write):
+# spinlocks, rwlocks, semaphores and per-CPU rwsems keep none.
+OWNED_TYPES = ("mutex", "rwsem:R", "rwsem:W")
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,14 @@ def owners_of(waits: Iterable[LockOwnerWait]) -> list[LockOwner]:
 
 def owners_by_task(locks: LockProfile) -> list[LockOwner]:
     """The owner view: who made others wait most, as `perf lock contention -o`; waits for
-    spinning locks are one row that says they have no owner, never charged to anyone."""
+    locks that keep no owner (spinlocks, semaphores) are one row that says so, never
+    charged to anyone."""
     rows = owners_of(locks.owners)
-    spinning = [c for c in locks.callers if c.type in SPINNING_TYPES]
-    if spinning:
-        rows.append(LockOwner("spinning", 0, SPINNING, sum(c.contended for c in spinning),
-                              sum(c.total_wait_ns for c in spinning),
-                              max(c.max_wait_ns for c in spinning)))
+    unowned = [c for c in locks.callers if c.type not in OWNED_TYPES]
+    if unowned:
+        rows.append(LockOwner("none", 0, NO_OWNER_FIELD, sum(c.contended for c in unowned),
+                              sum(c.total_wait_ns for c in unowned),
+                              max(c.max_wait_ns for c in unowned)))
         rows.sort(key=lambda r: (-r.total_wait_ns, r.comm, r.pid))
     return rows
 

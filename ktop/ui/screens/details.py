@@ -10,8 +10,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ktop.lockviews import (
-    SPINNING,
-    SPINNING_TYPES,
+    NO_OWNER_FIELD,
+    OWNED_TYPES,
     LockOwner,
     lock_label,
     owners_of_caller,
@@ -145,10 +145,10 @@ OWNER_STACKS_SHOWN = 5  # per owner, most wait first
 
 def _owners_group(owners: list[LockOwner], lock_type: str) -> Group:
     """Who held the lock when the waits began, the waits charged to each, and each owner's
-    stack when it woke a waiter (its unlock path); spinning locks say they have no owner."""
+    stack when it woke a waiter (its unlock path); locks that keep no owner say so."""
     parts: list[Text | Table] = [heading("lock owners when the waits began (perf lock contention -o)")]
-    if lock_type in SPINNING_TYPES:
-        parts.append(Text(f"  {SPINNING}", style="dim"))
+    if lock_type not in OWNED_TYPES:
+        parts.append(Text(f"  {NO_OWNER_FIELD} ({lock_type})", style="dim"))
         return Group(*parts)
     if not owners:
         parts.append(Text("  none recorded for these waits", style="dim"))
