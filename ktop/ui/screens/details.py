@@ -148,7 +148,7 @@ def _owners_group(owners: list[LockOwner], lock_type: str) -> Group:
     stack when it woke a waiter (its unlock path); locks that keep no owner say so."""
     parts: list[Text | Table] = [heading("lock owners when the waits began (perf lock contention -o)")]
     if lock_type not in OWNED_TYPES:
-        parts.append(Text(f"  {NO_OWNER_FIELD} ({lock_type})", style="dim"))
+        parts.append(Text(f"  {NO_OWNER_FIELD} ({printable(lock_type)})", style="dim"))
         return Group(*parts)
     if not owners:
         parts.append(Text("  none recorded for these waits", style="dim"))
@@ -171,7 +171,7 @@ def _owners_group(owners: list[LockOwner], lock_type: str) -> Group:
             head = Text(f"  {count_of(st.contended, 'wait')}, total {format_ns(st.total_wait_ns)}",
                         style="bold")
             if not st.frames:
-                head.append(f"  stack {st.note}", style="dim")
+                head.append(f"  stack {printable(st.note)}", style="dim")
             parts.append(head)
             parts.extend(frame_line(frame) for frame in st.frames)
         if len(o.stacks) > OWNER_STACKS_SHOWN:

@@ -17,7 +17,7 @@ from ktop.lockviews import (
 )
 from ktop.model import OWNER_TASK, PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
-from ktop.text import format_pid
+from ktop.text import format_pid, printable
 from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
@@ -190,7 +190,7 @@ class LocksPane(Pane):
         if lost:
             subtitle += f"  lost {lost}"
         if locks.notes:  # owners or names this kernel cannot give: said once, briefly
-            subtitle += "  " + "; ".join(locks.notes)
+            subtitle += "  " + printable("; ".join(locks.notes))
         return rows, f"no lock contention in the last {window}", subtitle
 
     def view_description(self) -> str:
