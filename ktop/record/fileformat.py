@@ -56,7 +56,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ktop import safefs
-from ktop.codec import RecordingError, from_data, to_data
+from ktop.codec import (
+    LAST_TIME,
+    MAX_FLOAT,
+    MAX_SPAN_S,
+    FieldError,
+    RecordingError,
+    from_data,
+    to_data,
+)
 from ktop.model import IoRequest, Snapshot
 from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
@@ -73,10 +81,17 @@ HEADER_SIZE = _HEADER.size  # 16
 FRAME_SIZE = _FRAME.size  # 44
 # A record bigger than this is no record ktop wrote: refuse it before allocating for it.
 MAX_PAYLOAD = 256 << 20
-MAX_JSON = 1 << 30
+# A record's JSON, inflated: a busy 2-CPU machine's is ~0.4 MB, and the biggest a record can
+# be (every BPF map full, every stack 127 frames deep) ~25 MB. Inflating stops here.
+MAX_JSON = 32 << 20
+# Containers nested in a record: a snapshot's deepest is 7 (locks, callers, a caller, its
+# task stacks, a stack, its user frames, a frame); a forged file's 100,000 are refused.
+MAX_DEPTH = 32
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
 FIGURES = 3  # f32 figures in a frame: kernel CPU %, lock wait ms, I/O latency ms
-CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
+# Decoded snapshots kept for stepping, counted by the bytes of their JSON (a decoded one
+# takes 2 to 4.5 times as much): a window of records steps without decoding them again.
+CACHE_BYTES = 32 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +203,14 @@ def _request_rows(columns: Any) -> list[dict]:
             for i in range(count)]
 
 
-def _named(data: Any, table: list) -> None:
+def _named(data: Any, table: list, depth: int = 0) -> None:
     """A payload's frame numbers back to the names they stand for, in place."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests containers deeper than {MAX_DEPTH}")
     if type(data) is list:
         for item in data:
             if type(item) is dict or type(item) is list:
-                _named(item, table)
+                _named(item, table, depth + 1)
         return
     if type(data) is not dict:
         return
@@ -201,7 +218,7 @@ def _named(data: Any, table: list) -> None:
         if key in NAMED_FIELDS and type(value) is list:
             data[key] = [_name(table, number) for number in value]
         elif type(value) is dict or type(value) is list:
-            _named(value, table)
+            _named(value, table, depth + 1)
 
 
 def _name(table: list, number: Any) -> Any:
@@ -209,15 +226,18 @@ def _name(table: list, number: Any) -> Any:
         raise ValueError(f"frame {number!r:.20} is in no table of names")
     name = table[number]
     if type(name) is list:
+        if len(name) != 2:
+            raise ValueError("a user frame's name is no [symbol, module]")
         symbol, module = name
         return {"symbol": symbol, "module": module}
     return name
 
 
-def decode_snapshot(payload: bytes) -> Snapshot:
+def decode_snapshot(payload: bytes | bytearray) -> Snapshot:
     """A record's payload back to the Snapshot it was made from. Raises ValueError, KeyError
-    or TypeError for data that is not one."""
-    data = json.loads(payload)
+    or TypeError for data that is not one (FieldError naming the field of a value out of
+    range or a table too long)."""
+    data = _load_json(payload)
     if not isinstance(data, dict):
         raise TypeError("a record holds no object")
     names = data.pop("names", None)
@@ -237,6 +257,15 @@ def decode_snapshot(payload: bytes) -> Snapshot:
         functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
         snapshot = dataclasses.replace(snapshot, cpu=dataclasses.replace(cpu, functions=functions))
     return snapshot
+
+
+def _load_json(text: bytes | str) -> Any:
+    """JSON data, or ValueError: json's decoder stops at the interpreter's recursion limit
+    (RecursionError, which must not escape as one: a forged file nests 100,000 deep)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it nests containers deeper than ktop reads") from None
 
 
 def _figures(snapshot: Snapshot) -> tuple[float, ...]:
@@ -265,10 +294,18 @@ def file_header() -> bytes:
 def is_recording(path: str) -> bool:
     """Whether the file starts as a recording does (else it may be a --snapshot JSON)."""
     try:
-        with open(path, "rb") as f:
-            start = f.read(len(MAGIC))
+        # O_NONBLOCK: a FIFO must not block; only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        start = os.pread(fd, len(MAGIC), 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     # Four bytes at least: a recording cut off in its header is still one (and says so).
     return len(start) >= 4 and MAGIC.startswith(start)
 
@@ -340,9 +377,26 @@ def _scan(fd: int, name: str) -> _Scan:
             return _Scan(records, offset,
                          f"{problem}: {size - offset} bytes dropped after record "
                          f"{records[-1].seq if records else 'none'}", version)
-        records.append(RecordInfo(seq, offset, length, taken_at, duration, *figures))
+        info = RecordInfo(seq, offset, length, taken_at, duration, *figures)
+        wrong = _wrong_frame(info)
+        if wrong:
+            raise RecordingError(f"{name}: record {seq}'s frame says {wrong}, which ktop never "
+                                 "writes: the file was not written by ktop")
+        records.append(info)
         offset += FRAME_SIZE + length
     return _Scan(records, offset, "", version)
+
+
+def _wrong_frame(info: RecordInfo) -> str:
+    """The frame's figure that no ktop writes (its checksum holds: forged), or ""."""
+    if not 0.0 <= info.taken_at <= LAST_TIME:  # NaN too
+        return f"taken_at {info.taken_at!r:.30}"
+    if not 0.0 <= info.duration_s <= MAX_SPAN_S:
+        return f"duration_s {info.duration_s!r:.30}"
+    for figure in info.figures:
+        if not (math.isnan(figure) or 0.0 <= figure <= MAX_FLOAT):  # NaN: the pane was off
+            return f"a timeline figure of {figure!r:.30}"
+    return ""
 
 
 def _only_tail(fd: int, offset: int, size: int, head: bytes) -> bool:
@@ -371,7 +425,8 @@ class Recording:
         self.path = path
         self.name = printable(path)
         try:
-            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO opens without waiting for a writer, then is refused.
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
         try:
@@ -392,7 +447,9 @@ class Recording:
         self.records = scan.records
         # One line for the user when the end was cut off (kill -9, disk full, power cut).
         self.dropped = scan.dropped
-        self._cache: OrderedDict[int, Snapshot] = OrderedDict()
+        # index -> (snapshot, bytes of its JSON), newest used last; at most CACHE_BYTES.
+        self._cache: OrderedDict[int, tuple[Snapshot, int]] = OrderedDict()
+        self._cached_bytes = 0
 
     def __len__(self) -> int:
         return len(self.records)
@@ -403,24 +460,46 @@ class Recording:
         cached = self._cache.get(index)
         if cached is not None:
             self._cache.move_to_end(index)
-            return cached
+            return cached[0]
         info = self.records[index]
         try:
-            payload = os.pread(self._fd, info.length, info.offset + FRAME_SIZE)
-            inflater = zlib.decompressobj()
-            raw = inflater.decompress(payload, MAX_JSON)
-            if inflater.unconsumed_tail:
-                raise ValueError("inflates past 1 GiB")
+            raw = self._inflate(info)
             snapshot = decode_snapshot(raw)
         except OSError as e:
             raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
+        except FieldError as e:
+            raise RecordingError(f"{self.name}: record {info.seq} holds {printable(str(e))[:120]}"
+                                 if e.rows else
+                                 f"{self.name}: record {info.seq} holds no ktop snapshot "
+                                 f"({printable(str(e))[:120]}): the file was not written by ktop") from None
         except (zlib.error, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise RecordingError(f"{self.name}: record {info.seq} holds no ktop snapshot "
                                  f"({printable(str(e))[:80]}): the file was not written by ktop") from None
-        self._cache[index] = snapshot
-        if len(self._cache) > CACHED_SNAPSHOTS:
-            self._cache.popitem(last=False)
+        self._cache[index] = (snapshot, len(raw))
+        self._cached_bytes += len(raw)
+        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
+            self._cached_bytes -= self._cache.popitem(last=False)[1][1]
         return snapshot
+
+    def _inflate(self, info: RecordInfo) -> bytearray:
+        """The record's JSON, inflated no further than MAX_JSON (a zlib bomb stops there)."""
+        if info.length > MAX_JSON + (MAX_JSON >> 8) + 64:  # deflate never grows data more
+            raise RecordingError(f"{self.name}: record {info.seq} is {info.length >> 20} MiB "
+                                 f"compressed, and no record ktop reads inflates past "
+                                 f"{MAX_JSON >> 20} MiB: the file was not written by ktop")
+        inflater = zlib.decompressobj()
+        # A MiB at a time: one decompress(max_length) call doubles its buffer up to twice that.
+        raw = bytearray()
+        tail = os.pread(self._fd, info.length, info.offset + FRAME_SIZE)
+        while tail and not inflater.eof:
+            raw += inflater.decompress(tail, 1 << 20)
+            tail = inflater.unconsumed_tail
+            if len(raw) > MAX_JSON:
+                raise RecordingError(f"{self.name}: record {info.seq} inflates past "
+                                     f"{MAX_JSON >> 20} MiB, more than any record ktop writes: "
+                                     "the file was not written by ktop")
+        raw += inflater.flush()
+        return raw
 
     def snapshots(self) -> Iterator[Snapshot]:
         for index in range(len(self.records)):
