@@ -9,6 +9,7 @@ cannot start, or fails later, makes its pane unavailable with a reason; the othe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import platform
@@ -293,6 +294,10 @@ class LiveSource:
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
         cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
+        if cpu_profile and self._user_symbols is not None and self._user_symbols.unread:
+            # Binaries whose symbols were past what is read: their frames are [unknown].
+            cpu_profile = profiles[PANE_FUNCTIONS] = dataclasses.replace(cpu_profile, lost={
+                **cpu_profile.lost, "binary_unread": self._user_symbols.unread})
         now = time.monotonic()
         # Without CPU samples, a record's span is the time since the last collect.
         self._last_span = now - (self._last_collect or self.started_at)

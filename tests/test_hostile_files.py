@@ -280,3 +280,11 @@ def test_a_fifo_or_a_device_is_refused_without_blocking_or_reading_it(tmp_path, 
     assert result.returncode == 0, result.stderr[-500:]
     assert result.stdout.strip() in ("False", f"cannot read {path}: not a regular file") or (
         "not a regular file" in result.stdout), result.stdout
+
+
+def test_an_io_process_of_no_requests_is_drawn(tmp_path):
+    """A value a forged file may hold and the screen divided by (bytes per request)."""
+    path = forge(tmp_path / "r.krec", with_value("blockio.processes.requests", "0"))
+    result = ktop("--replay", path, "--snapshot", str(tmp_path / "o.txt"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Block I/O" in (tmp_path / "o.txt").read_text()
