@@ -30,7 +30,7 @@ from ktop.collectors.selfcost import SelfCost
 from ktop.collectors.waits import DEFAULT_MIN_WALK_US
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.panes import Aggregator, Collector, bpf_panes
-from ktop.symbolize.kernel import Kallsyms
+from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span
 
 if TYPE_CHECKING:
@@ -252,10 +252,7 @@ class LiveSource:
             bpfload.check_privileges()  # "needs root" says more than "addresses hidden"
             self._kallsyms = Kallsyms.load()
         if self._kallsyms.hidden:
-            raise Unavailable(
-                "kernel addresses are hidden (kptr_restrict): run as root, "
-                "or `sysctl kernel.kptr_restrict=0`"
-            )
+            raise Unavailable(hidden_reason())
         return self._kallsyms
 
     def kernel_lines(self):
