@@ -16,7 +16,7 @@ import platform
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,7 +34,7 @@ from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span
 
 if TYPE_CHECKING:
-    from ktop.record.fileformat import RecordInfo
+    from ktop.record.fileformat import RecordIndex
     from ktop.record.replay import TimelineView
     from ktop.symbolize.user import UserSymbolizer
 
@@ -54,7 +54,7 @@ class Timeline(Protocol):
     """A recording as a data source moves through time (ktop.record.replay.ReplaySource): what the
     app's timeline keys and bar need of it."""
 
-    records: Sequence[RecordInfo]
+    records: RecordIndex
     interval_s: float  # a record's typical span
 
     def view(self) -> TimelineView: ...
