@@ -565,6 +565,8 @@ def run_interactive(args: argparse.Namespace) -> int:
         os.close(terminal_fd)
         sys.__stderr__ = original_stderr
         log.close()
+    if app.file_error:  # a replayed record that is not ktop's: one line, not a crash
+        return _fail(app.file_error)
     error = error or getattr(app, "_exception", None)  # Textual keeps the one it handled
     if error is not None or traceback_text.getvalue().strip():
         from ktop.crash import crash_line

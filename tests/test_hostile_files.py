@@ -320,3 +320,51 @@ def test_a_recording_of_many_tiny_records_costs_little_per_record(tmp_path):
         tracemalloc.stop()
     assert len(recording) == count and recording.records[-1].taken_at == 1.7e9 + count - 1
     assert kept / count < 100, f"{kept / count:.0f} bytes a record"
+
+
+# ---- the replay's screen -----------------------------------------------------------------
+
+
+def replay_app(path: str):
+    from ktop.record.replay import ReplaySource
+    from ktop.ui.app import build_app
+
+    return build_app(ReplaySource(Recording(path), window_s=1.0), interval_s=1.0)
+
+
+def test_a_replay_whose_first_window_is_forged_leaves_with_its_line(tmp_path):
+    """It crashed ('ktop: crashed: WorkerFailed ... please report it'): a bad file is no bug."""
+    import asyncio
+
+    app = replay_app(forge(tmp_path / "r.krec", with_value("cpu.window_s", "NaN")))
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(500):
+                if not app.is_running:
+                    break
+                await pilot.pause(0.01)
+
+    asyncio.run(main())
+    assert app.return_code == 1
+    assert "record 0 holds no ktop snapshot (cpu.window_s: found nan" in app.file_error
+
+
+def test_stepping_onto_a_forged_record_says_so_and_keeps_the_screen(tmp_path):
+    from conftest import run_app
+
+    good = encode_snapshot(interval(0))
+    app = replay_app(forge(tmp_path / "r.krec", with_value("taken_at", "1e300"), good, good))
+    said = []
+
+    async def scenario(pilot) -> None:
+        await pilot.press("home")
+        for _ in range(300):
+            said[:] = [n.message for n in app._notifications]
+            if said:
+                break
+            await pilot.pause(0.01)
+        assert app.is_running and app.snapshot is not None
+
+    run_app(app, scenario)
+    assert len(said) == 1 and "record 0 holds no ktop snapshot (taken_at: found 1e+300" in said[0]
