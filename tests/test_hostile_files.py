@@ -13,6 +13,7 @@ import resource
 import struct
 import subprocess
 import sys
+import time
 import tracemalloc
 import zlib
 
@@ -368,3 +369,48 @@ def test_stepping_onto_a_forged_record_says_so_and_keeps_the_screen(tmp_path):
 
     run_app(app, scenario)
     assert len(said) == 1 and "record 0 holds no ktop snapshot (taken_at: found 1e+300" in said[0]
+
+
+def serving(path: str) -> tuple[subprocess.Popen, str]:
+    """ktop --serve of a replayed file on a free port: the process and its page's URL."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "ktop", "--serve", f"127.0.0.1:{port}",
+                                "--replay", path], stderr=subprocess.PIPE, text=True, cwd="/",
+                               stdin=subprocess.DEVNULL)
+    line = process.stderr.readline()
+    assert f"serving http://127.0.0.1:{port}/metrics" in line, line + process.stderr.read()
+    return process, f"http://127.0.0.1:{port}/metrics"
+
+
+def test_serve_of_a_recording_answers_scrapes(tmp_path):
+    """It stopped at the first collect: AttributeError ('ReplaySource' has no 'loading')."""
+    import urllib.request
+
+    process, url = serving(forge(tmp_path / "r.krec", encode_snapshot(interval(0))))
+    try:
+        for _ in range(50):
+            try:
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    page = answer.read().decode()
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read()
+                time.sleep(0.1)
+        assert "ktop_" in page
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_serve_of_a_forged_recording_is_one_line(tmp_path):
+    process, _serving = serving(forge(tmp_path / "r.krec", with_value("cpu.window_s", "NaN")))
+    try:
+        rest = process.stderr.read()
+        assert process.wait(timeout=20) == 1
+    finally:
+        process.kill()
+    assert rest.count("\n") == 1 and "cpu.window_s: found nan" in rest, rest[-2000:]
