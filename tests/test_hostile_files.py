@@ -414,3 +414,25 @@ def test_serve_of_a_forged_recording_is_one_line(tmp_path):
     finally:
         process.kill()
     assert rest.count("\n") == 1 and "cpu.window_s: found nan" in rest, rest[-2000:]
+
+
+def test_ktop_never_records_what_it_would_refuse_to_read(tmp_path):
+    """A machine of more processes than a table holds: said, and the file keeps its whole
+    records (it gained one no replay could read)."""
+    import dataclasses
+
+    from ktop.record.fileformat import RecordWriter
+
+    snapshot = interval(0)
+    crowded = dataclasses.replace(snapshot, processes=tuple(
+        dataclasses.replace(snapshot.processes[0], pid=10 + i) for i in range(MAX_ROWS + 1)))
+    path = str(tmp_path / "r.krec")
+    writer = RecordWriter(path)
+    writer.append(snapshot)
+    with pytest.raises(RecordingError) as error:
+        writer.append(crowded)
+    writer.close()
+    assert f"holds {MAX_ROWS + 1} rows of processes; ktop reads back at most {MAX_ROWS}" in (
+        one_line(error))
+    recording = Recording(path)
+    assert len(recording) == 1 and recording.snapshot(0).processes == snapshot.processes

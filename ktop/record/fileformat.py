@@ -60,6 +60,7 @@ from ktop import safefs
 from ktop.codec import (
     LAST_TIME,
     MAX_FLOAT,
+    MAX_ROWS,
     MAX_SPAN_S,
     FieldError,
     RecordingError,
@@ -193,7 +194,11 @@ def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
             data["blockio"]["requests"] = _request_columns(requests)
         # First: a reader meets the names before the numbers that stand for them.
         data = {"names": names.table, **data}
-    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    if len(payload) > MAX_JSON:  # never written: no ktop would read it back
+        raise RecordingError(f"this interval's record is {len(payload) >> 20} MiB of JSON, more "
+                             f"than the {MAX_JSON >> 20} MiB ktop reads back: not recorded")
+    return payload
 
 
 class _Names:
@@ -213,6 +218,9 @@ class _Names:
         if type(data) is not dict:
             return
         for key, value in data.items():
+            if type(value) is list and len(value) > MAX_ROWS:  # never written: none reads it
+                raise RecordingError(f"this interval holds {len(value)} rows of {key}; ktop reads "
+                                     f"back at most {MAX_ROWS} a table: not recorded")
             if key in NAMED_FIELDS and type(value) is list:
                 data[key] = [self._numbered(item) for item in value]
             elif type(value) is dict or type(value) is list:
