@@ -236,14 +236,22 @@ def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
     async def scenario(pilot):
         await pilot.press("3", "z")
         await pilot.pause()
-        seen["screen"] = screen_text(pilot.app)
+        seen["by command"] = screen_text(pilot.app)
+        await pilot.press("v")
+        await pilot.pause()
+        seen["by process"] = screen_text(pilot.app)
 
     run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
                       baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
             scenario, size=(180, 50))
-    screen = seen["screen"]
-    assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
+    # Another file: its processes are matched by command at first, v by process.
+    screen = seen["by command"]
+    assert " \\x1b[2J evil vda W" in screen and " [bold]red[/] vda R" in screen
+    assert "4242" not in screen
     assert "of \\x1b[2Jbase.json" in screen.splitlines()[0]
+    assert "\x1b" not in screen
+    screen = seen["by process"]
+    assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
     assert "\x1b" not in screen
 
 
@@ -266,3 +274,37 @@ def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
     assert seen["rows"] == []
     assert "the baseline holds no waits data" in seen["screen"]
     assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]
+
+
+def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
+    """The panes that list processes compare by pid, or (v) by command: what two boots share."""
+    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await _compare_last_window_with_the_calm_one(pilot)
+        await pilot.press("4", "v")
+        await pilot.pause()
+        seen["processes"] = rows(app, "processes")
+        await pilot.press("2", "v")
+        seen["notes"] = [str(n.message) for n in app._notifications]
+        await pilot.press("5", "v")
+        await pilot.pause()
+        seen["waits"] = rows(app, "waits")
+        await pilot.press("enter")
+        for _ in range(100):
+            if isinstance(app.screen, CompareStacksScreen):
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        seen["drill"] = screen_text(app)
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    assert seen["processes"] == [["50.00", "10.00", "+40.00", "dd"],
+                                 ["20.00", NEW, "+20.00", "tar"],
+                                 [GONE, "5.00", "-5.00", "calmd"]]
+    assert any("one compare view" in note for note in seen["notes"])  # locks: no processes
+    assert seen["waits"] == [["50.00", "10.00", "+40.00", "dd"], ["10.00", NEW, "+10.00", "tar"]]
+    assert "Waits: dd   wait% now 50.00%, baseline 10.00%, change +40.00%" in seen["drill"]
+    assert "+20.00%  new" in seen["drill"]

@@ -125,6 +125,11 @@ def test_another_recording_is_the_baseline_whole(recording, tmp_path):
     assert data["baseline"]["duration_s"] == 60.0
     assert rows_of(data, "functions")[:2] == [("spike_func", 40.0, None, 40.0, NEW),
                                               ("calm_func", None, 10.0, -10.0, GONE)]
+    by_command = [(r["name"], r["now"], r["baseline"], r["status"])
+                  for r in data["compare"]["processes"]["rows_by_command"]]
+    assert by_command == [("dd", 50.0, 10.0, ""), ("tar", 20.0, None, NEW),
+                          ("calmd", None, 5.0, GONE)]
+    assert "rows_by_command" not in data["compare"]["functions"]
 
 
 def test_a_json_snapshot_is_the_baseline(recording, tmp_path):
