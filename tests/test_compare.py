@@ -134,6 +134,7 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
         await pilot.pause()
         seen["rows"] = rows(app, name)
         seen["screen"] = screen_text(app)
+        seen["subtitle"] = app.main_screen.pane(name)._subtitle
         await pilot.press("enter")
         for _ in range(100):
             if isinstance(app.screen, CompareStacksScreen):
@@ -152,7 +153,12 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
     assert "vs baseline 11:51:04-11:51:14, 10s" in screen.splitlines()[0]
     for row in EXPECTED[name]:
         assert _row_line(screen, row), (row, screen)
-    assert "5.0s vs baseline 10s" in screen or "5s vs baseline 10s" in screen
+    subtitle = seen["subtitle"]
+    assert subtitle.startswith("by process (v)  " if name in ("blockio", "processes", "waits")
+                               else "5s vs 10s baseline")
+    assert ("1 new" in subtitle) == any(row[1] == NEW for row in EXPECTED[name])
+    assert ("1 gone" in subtitle) == any(row[0] == GONE for row in EXPECTED[name])
+    assert subtitle.endswith("B: leave") and subtitle in screen  # whole, at 80 columns too
 
     assert seen["drill_screen"] is CompareStacksScreen
     drill = seen["drill"]
@@ -308,3 +314,25 @@ def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
     assert seen["waits"] == [["50.00", "10.00", "+40.00", "dd"], ["10.00", NEW, "+10.00", "tar"]]
     assert "Waits: dd   wait% now 50.00%, baseline 10.00%, change +40.00%" in seen["drill"]
     assert "+20.00%  new" in seen["drill"]
+
+
+def test_the_compare_title_names_what_is_compared_and_b_gives_the_view_back(windows):
+    """Hot functions compare kernel functions (Self): a user view's title would say otherwise."""
+    now, base = windows
+    seen = []
+
+    async def scenario(pilot):
+        functions = pilot.app.main_screen.pane("functions")
+        await pilot.press("v")  # the user-space view
+        await pilot.pause()
+        seen.append(str(functions.border_title))
+        await pilot.press("b")
+        await pilot.pause()
+        seen.append(str(functions.border_title))
+        await pilot.press("B")
+        await pilot.pause()
+        seen.append((str(functions.border_title), functions.view, functions.comparing))
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL), scenario, size=(180, 50))
+    assert seen == ["1 Hot user functions", "1 Hot kernel functions",
+                    ("1 Hot user functions", "user", False)]

@@ -60,7 +60,8 @@ def compared(spec: PaneDef, snapshot: Snapshot, display: Display,
     keyed = ""
     if spec.compare.command_key is not None:
         keyed = "by command (v)  " if by_command else "by process (v)  "
-    subtitle = (f"{keyed}{format_span(snapshot.duration_s)} vs baseline "
-                f"{format_span(baseline.duration_s)}, a second of each"
-                + (f"  {counted}" if counted else "") + "  (B: leave)")
+    # Short enough for a pane 80 columns wide: the header names the baseline in full.
+    subtitle = (f"{keyed}{format_span(snapshot.duration_s)} vs "
+                f"{format_span(baseline.duration_s)} baseline"
+                + (f"  {counted}" if counted else "") + "  B: leave")
     return changes, rows, "nothing in either window", subtitle

@@ -128,6 +128,11 @@ class Pane(Vertical):
         self.table.display = True
         if had_focus:
             self.table.focus()
+        # A view's own title (hot user functions...) does not name what is compared.
+        if comparing:
+            self._view_title, self.border_title = self.border_title, self.spec.numbered_title
+        else:
+            self.border_title = self._view_title
 
     def view_description(self) -> str:
         """What the current view shows, said when `v` switches to it."""
