@@ -5,6 +5,8 @@ change) and in differential folded stacks; bad input in one line, exit 2. No roo
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 from compare_data import BUSY, make_compare_recording
@@ -206,3 +208,31 @@ def test_a_baseline_file_without_a_pane_says_so_in_json(recording, tmp_path):
     assert compared["waits"]["rows"] == []
     assert compared["waits"]["missing"] == "no waits data in the baseline"
     assert [r["status"] for r in compared["locks"]["rows"]] == [NEW, "", GONE]
+
+
+def test_the_screen_opens_compared_in_a_terminal(recording):
+    """`ktop --replay FILE --baseline T` in a real terminal (tmux): compared from the first
+    frame; B gives the panes' own views back; q leaves."""
+    import shlex  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from test_live_tmux import Tmux  # noqa: PLC0415
+
+    tmux = Tmux()
+    try:
+        tmux.run(f"cd / && TZ=UTC {shlex.quote(sys.executable)} -m ktop --replay "
+                 f"{shlex.quote(recording)} -w 5 --baseline 11:51:14")
+        screen = tmux.wait_for("vs baseline 11:51:09-11:51:14, 5s (B clears)")
+        assert any(re.search(r"40\.00\s+new\s+\+40\.00\s+spike_func", line)
+                   for line in screen.splitlines()), screen
+        tmux.send("B")
+        screen = tmux.wait_for("Children")
+        assert "vs baseline" not in screen
+        tmux.send("q")
+        for _ in range(100):  # the shell's screen again
+            if "Children" not in tmux.screen():
+                break
+            time.sleep(0.2)
+        assert "Children" not in tmux.screen() and tmux.display("#{alternate_on}") == "0"
+    finally:
+        tmux.close()
