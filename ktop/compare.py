@@ -10,7 +10,10 @@ or a differential folded file as difffolded.pl writes it) all read these functio
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -294,20 +297,17 @@ def is_clock(text: str) -> bool:
     return True
 
 
-def load_baseline(text: str, replayed: Any, window_s: float) -> Baseline:
+def load_baseline(text: str, replayed: object, window_s: float) -> Baseline:
     """--baseline TIME: the window of `window_s` ending at that time in the replayed
     recording (`replayed`, its ReplaySource); --baseline FILE: another recording (all its
     records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError."""
-    import os  # noqa: PLC0415
-    import stat  # noqa: PLC0415
-
     from ktop.codec import RecordingError  # noqa: PLC0415
     from ktop.record.fileformat import Recording, is_recording  # noqa: PLC0415
     from ktop.record.replay import ReplaySource, find_time  # noqa: PLC0415
 
     said = f"--baseline {printable(text)}"
     if not os.path.lexists(text) and is_clock(text):
-        if replayed is None or not hasattr(replayed, "recording"):
+        if not isinstance(replayed, ReplaySource):
             raise BaselineError(f"{said}: a time needs --replay of a recording (--record "
                                 "FILE) to find it in; or name a file to compare with")
         try:
@@ -321,8 +321,10 @@ def load_baseline(text: str, replayed: Any, window_s: float) -> Baseline:
             raise BaselineError(f"{said}: not a regular file; name a recording (--record "
                                 "FILE), a snapshot (--snapshot FILE.json) or a time HH:MM:SS")
     except OSError as e:
-        raise BaselineError(f"{said}: no such file, nor a time HH:MM:SS ({e.strerror}); name "
-                            "a recording, a snapshot FILE.json or a time in the replay") from None
+        if e.errno == errno.ENOENT:
+            raise BaselineError(f"{said}: no such file, nor a time HH:MM:SS; name a recording, "
+                                "a snapshot FILE.json or a time in the replay") from None
+        raise BaselineError(f"{said}: cannot read it: {e.strerror or e}") from None
     name = os.path.basename(text)
     try:
         if is_recording(text):

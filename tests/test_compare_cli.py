@@ -165,6 +165,7 @@ def one_line_exit_2(result) -> str:
     (["--replay", "{recording}", "--baseline", "{text}"], "is not JSON"),
     (["--replay", "{recording}", "--baseline", "{dir}"], "not a regular file"),
     (["--replay", "{recording}", "--baseline", "no-such.krec"], "no such file, nor a time"),
+    (["--replay", "{recording}", "--baseline", "{text}/inside"], "cannot read it: Not a directory"),
     (["--replay", "{snapshot}", "--baseline", "11:51:14"], "a time needs --replay of a recording"),
 ])
 def test_bad_baselines_are_one_line_and_exit_2(recording, tmp_path, args, complaint):
