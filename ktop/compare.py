@@ -297,10 +297,12 @@ def is_clock(text: str) -> bool:
     return True
 
 
-def load_baseline(text: str, replayed: object, window_s: float) -> Baseline:
+def load_baseline(text: str, replayed: object, window_s: float,
+                  say: Callable[[str], None] = lambda line: None) -> Baseline:
     """--baseline TIME: the window of `window_s` ending at that time in the replayed
     recording (`replayed`, its ReplaySource); --baseline FILE: another recording (all its
-    records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError."""
+    records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError;
+    `say` tells what is read but not all there (a recording cut off)."""
     from ktop.codec import RecordingError  # noqa: PLC0415
     from ktop.record.fileformat import Recording, is_recording  # noqa: PLC0415
     from ktop.record.replay import ReplaySource, find_time  # noqa: PLC0415
@@ -329,6 +331,9 @@ def load_baseline(text: str, replayed: object, window_s: float) -> Baseline:
     try:
         if is_recording(text):
             recording = Recording(text)
+            if recording.dropped:  # cut off by kill -9 or a full disk: compare with the rest
+                say(f"--baseline {printable(name)}: {recording.dropped}; comparing with the "
+                    f"{len(recording)} whole records before it")
             whole = ReplaySource(recording, position=len(recording.records) - 1)
             whole.set_window(len(recording.records))
             return baseline_of(whole.collect(), name)

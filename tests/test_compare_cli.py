@@ -237,3 +237,17 @@ def test_the_screen_opens_compared_in_a_terminal(recording):
         assert "Children" not in tmux.screen() and tmux.display("#{alternate_on}") == "0"
     finally:
         tmux.close()
+
+
+def test_a_baseline_recording_cut_off_is_compared_with_what_is_whole(recording, tmp_path):
+    before = tmp_path / "before.krec"
+    make_compare_recording(before, range(BUSY))
+    before.write_bytes(before.read_bytes()[:-10])  # kill -9 mid-record
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "-w", "5", "--baseline", str(before),
+                  "--snapshot", str(out))
+    data = json.loads(written(result, out))
+    assert data["baseline"]["duration_s"] == BUSY - 1.0  # the last record torn
+    said = result.stderr.splitlines()[0]
+    assert said.startswith("ktop: --baseline before.krec: ") and "cut off" in said
+    assert "comparing with the 59 whole records before it" in said
