@@ -305,8 +305,12 @@ def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
             await pilot.pause(0.02)
         await pilot.pause(0.1)
         seen["drill"] = screen_text(app)
+        await pilot.press("escape", "4", "b")  # a new baseline matches as its own kind does
+        await pilot.pause()
+        seen["again"] = [row[3] for row in rows(app, "processes")]
 
     run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    assert seen["again"] == ["100 dd", "200 tar"]
     assert seen["processes"] == [["50.00", "10.00", "+40.00", "dd"],
                                  ["20.00", NEW, "+20.00", "tar"],
                                  [GONE, "5.00", "-5.00", "calmd"]]

@@ -51,7 +51,7 @@ def compared(spec: PaneDef, snapshot: Snapshot, display: Display,
     baseline = display.baseline.snapshot
     if not holds(spec, baseline):
         return [], [], (f"the baseline holds no {spec.key_label.lower()} data (written by a ktop "
-                        "without this pane, or before it attached)"), "(B: leave)"
+                        "without this pane, or before it attached)"), "B: leave"
     changes = compare_rows(spec.compare, snapshot, baseline,
                            display.shows if display.filtered else None, by_command)
     unit = spec.compare.unit

@@ -193,6 +193,8 @@ class Pane(Vertical):
         if self.comparing:
             from ktop.ui.widgets.comparing import compared, row_key  # noqa: PLC0415
 
+            if display.baseline is not self._baseline:  # a new baseline: its own matching
+                self.compare_by_command = None
             changes, rows, empty_message, subtitle = compared(self.spec, snapshot, display,
                                                               self.by_command(display))
             self._baseline, self._display = display.baseline, display
