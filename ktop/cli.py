@@ -378,7 +378,7 @@ def _baseline(args: argparse.Namespace, recorded: object):
         return None
     from ktop.compare import load_baseline
 
-    return load_baseline(args.baseline, recorded, args.window)
+    return load_baseline(args.baseline, recorded, args.window, say=_say)
 
 
 def run_record(args: argparse.Namespace) -> int:
