@@ -43,6 +43,10 @@ LOSS_REASONS = {
     "stacks_map_full": "the per-stack map was full: the wait is missing from the caller view",
     "locks_map_full": "the per-lock map was full: the wait is missing from the address view",
     "tasks_map_full": "the per-task map was full: the wait is missing from the task view",
+    "owners_map_full": "the per-owner map was full: the wait is missing from the owner view "
+                       "and the drill-downs' owners",
+    "owner_stack_stale": "a lock owner's stack was taken just before a drain: the wait is "
+                         "charged to its owner without that stack",
     "unpaired_complete": "a request completed that was not seen submitted: not counted",
     "complete_missed": "a request's address was reused while in flight: one completion lost",
     "inflight_full": "the map of requests in flight was full: the request is not counted",
@@ -66,7 +70,7 @@ LOSS_REASONS = {
 }
 # Losses that cost no count (what they dropped is counted all the same): told apart from
 # those that do, or a busy disk's dropped list entries read as thousands of lost samples.
-COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread"})
+COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread", "lock.owner_stack_stale"})
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:
