@@ -281,6 +281,36 @@ class LockAddress:
     contended: int
     total_wait_ns: int
     max_wait_ns: int = 0
+    # What the lock is, by kind: "&mm->mmap_lock", "&inode->i_rwsem", "runqueues.__lock",
+    # the kallsyms symbol...; "" when unknown. Rows of one name group in the names view.
+    name: str = ""
+    instance: str = ""  # which one: "pid 1234 (python3)", "CPU 1", "/tmp/dir"
+
+
+# LockOwnerWait.owner: who held the lock when the wait began.
+OWNER_TASK = "task"  # the task in the lock's owner field (mutex; rwsem held for write)
+OWNER_READERS = "readers"  # an rwsem held for read: no single owner
+OWNER_UNKNOWN = "unknown"  # the owner field empty (just released, changing hands)
+OWNER_UNTRACED = "untraced"  # owners not traced on this kernel (LockProfile.notes says why)
+
+
+@dataclass(frozen=True)
+class LockOwnerWait:
+    """Waits for one sleeping lock at one caller, charged to who held the lock when each
+    wait began (perf lock contention -o). Spinning locks record no owner: they have none."""
+
+    owner: str  # OWNER_*
+    pid: int  # the owner thread; 0 unless owner is OWNER_TASK
+    tgid: int
+    comm: str
+    frames: tuple[str, ...]  # the owner's kernel stack when it woke the waiter, innermost first
+    stack_note: str  # why frames is empty ("" when it is not)
+    caller: str  # the waiter's caller, as LockCaller.caller
+    type: str
+    address: str  # the lock, as LockAddress.address
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -291,6 +321,8 @@ class LockProfile:
     locks: tuple[LockAddress, ...]
     tasks: tuple[LockTask, ...]
     window_s: float = 0.0
+    owners: tuple[LockOwnerWait, ...] = ()  # by total wait, most first
+    notes: tuple[str, ...] = ()  # why owners or names are left out on this kernel
 
 
 @dataclass(frozen=True)

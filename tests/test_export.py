@@ -26,6 +26,7 @@ from ktop.model import (
     IoSubmitStack,
     LockAddress,
     LockCaller,
+    LockOwnerWait,
     LockProfile,
     LockStack,
     LockTask,
@@ -162,8 +163,13 @@ def full_snapshot() -> Snapshot:
             user_stacks=(LockUserStack((frame,), 3, 3000),),
             task_stacks=(LockTaskStack(101, "rm", ("do_unlinkat+0x134",), (frame,), 3, 3000),),
         ),),
-        locks=(LockAddress("0xffff888003a1c0e8", "rename_lock", "rwsem:W", 3, 3000, 2000),),
+        locks=(LockAddress("0xffff888003a1c0e8", "rename_lock", "rwsem:W", 3, 3000, 2000,
+                           name="&inode->i_rwsem", instance="/tmp/d"),),
         tasks=(LockTask(101, "rm", 3, 3000, 2000, "/user.slice"),),
+        owners=(LockOwnerWait("task", 102, 100, "rm", ("up_write+0x49", "do_unlinkat+0x265"),
+                              "not seen", "do_unlinkat+0x134", "rwsem:W", "0xffff888003a1c0e8",
+                              3, 3000, 2000),),
+        notes=("lock names left out: a test",),
     )
     blockio = BlockProfile(
         lost={"unpaired": 1}, window_s=5 + THIRD,

@@ -15,7 +15,8 @@ stack before the first lock wait). PROFILES names each one's value types:
                                                    under one "[run queue]" frame
 
 Labels: pid and comm on every sample that has them, lock_type and lock_caller on lock
-stacks, disk and op (read/write) on I/O stacks, state (S/D/other) and reason on off-CPU
+stacks (and lock, the lock's name, where all of a caller's waits were for locks of one name:
+known for sleeping locks, through their owner records), disk and op (read/write) on I/O stacks, state (S/D/other) and reason on off-CPU
 stacks.
 
 The message classes come from a descriptor built here from SCHEMA (the fields of
@@ -34,10 +35,12 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from ktop.codec import MAX_INT
 from ktop.exports.folded import io_stack_shares
-from ktop.model import Snapshot, UserFrame
+from ktop.model import LockProfile, Snapshot, UserFrame
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
 from ktop.text import printable
+from ktop.writer import SnapshotError
 
 PACKAGE = "perftools.profiles"
 
@@ -216,6 +219,9 @@ class _Tables:
     def sample(self, locations: list[int], values: dict[str, int], labels: dict[str, Any]) -> None:
         row = [0] * len(self.sample_types)
         for kind, value in values.items():
+            if not -MAX_INT <= value <= MAX_INT:  # summed from a forged file's records
+                raise SnapshotError(f"a {kind} value of {value:.3g} is past pprof's 64-bit "
+                                    "range: the data holds numbers ktop never wrote")
             row[self._value[kind]] = value
         sample = self.profile.sample.add(location_id=locations, value=row)
         for key, value in labels.items():
@@ -293,9 +299,23 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu
     return profile
 
 
+def caller_lock_names(locks: LockProfile) -> dict[tuple[str, str], str]:
+    """(caller, type) -> the name of the locks it waited for, where its owner records
+    (sleeping locks only) show one name alone; spinning waits keep no lock per stack."""
+    names = {lock.address: lock.name for lock in locks.locks}
+    seen: dict[tuple[str, str], set[str]] = {}
+    for owner in locks.owners:
+        seen.setdefault((owner.caller, owner.type), set()).add(names.get(owner.address, ""))
+    return {key: next(iter(found)) for key, found in seen.items()
+            if len(found) == 1 and "" not in found}
+
+
 def _add_locks(tables: _Tables, snapshot: Snapshot) -> None:
+    named = caller_lock_names(snapshot.locks)
     for caller in snapshot.locks.callers:
         where = {"lock_type": caller.type, "lock_caller": caller.caller}
+        if (caller.caller, caller.type) in named:
+            where["lock"] = named[caller.caller, caller.type]
         if caller.task_stacks:
             for stack in caller.task_stacks:
                 locations = tables.kernel_stack(stack.frames) + tables.user_stack(stack.user_frames)

@@ -43,6 +43,10 @@ LOSS_REASONS = {
     "stacks_map_full": "the per-stack map was full: the wait is missing from the caller view",
     "locks_map_full": "the per-lock map was full: the wait is missing from the address view",
     "tasks_map_full": "the per-task map was full: the wait is missing from the task view",
+    "owners_map_full": "the per-owner map was full: the wait is missing from the owner view "
+                       "and the drill-downs' owners",
+    "owner_stack_stale": "a lock owner's stack was taken just before a drain: the wait is "
+                         "charged to its owner without that stack",
     "unpaired_complete": "a request completed that was not seen submitted: not counted",
     "complete_missed": "a request's address was reused while in flight: one completion lost",
     "inflight_full": "the map of requests in flight was full: the request is not counted",
@@ -59,12 +63,14 @@ LOSS_REASONS = {
                       "blocked until then, with no waker",
     "exited_unseen": "a thread exited without its last switch-out seen: forgotten by ktop",
     "stack_missing": "a stack was emptied from its map before ktop read it: counted without it",
+    "binary_unread": "a binary's symbols were past what ktop reads of one (sections, table "
+                     "sizes, CPU time): its frames show as [unknown]",
     "recursion_misses": "the kernel skipped the program (another BPF program was running on "
                         "that CPU): the event was not seen",
 }
 # Losses that cost no count (what they dropped is counted all the same): told apart from
 # those that do, or a busy disk's dropped list entries read as thousands of lost samples.
-COUNTS_INTACT = frozenset({"io.ringbuf_full"})
+COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread", "lock.owner_stack_stale"})
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""Lock contention, as `perf lock contention` prints it, by caller, lock address or task."""
+"""Lock contention, as `perf lock contention` prints it, by caller, lock address, task,
+owner (-o) or lock name."""
 
 from __future__ import annotations
 
@@ -6,9 +7,17 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from ktop.cgroups import short_name
-from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
+from ktop.lockviews import (
+    UNNAMED,
+    LockName,
+    LockOwner,
+    lock_label,
+    locks_by_name,
+    owners_by_task,
+)
+from ktop.model import OWNER_TASK, PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
-from ktop.text import format_pid
+from ktop.text import format_pid, printable
 from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_ns, format_span
@@ -62,6 +71,24 @@ class LocksPane(Pane):
             ),
             "total",
         ),
+        View(  # perf lock contention -o: the waits each lock owner caused
+            "owners",
+            (
+                *_WAIT_COLUMNS[:4],
+                Column("pid", "pid", 7, right=True, descending=False, priority=8),
+                Column("owner", "owner", None, descending=False, priority=9, min_width=15),
+            ),
+            "total",
+        ),
+        View(
+            "names",
+            (
+                *_WAIT_COLUMNS,
+                Column("locks", "locks", 5, right=True, priority=2),
+                Column("name", "lock name", None, descending=False, priority=9, min_width=20),
+            ),
+            "total",
+        ),
     )
 
     def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
@@ -87,11 +114,38 @@ class LocksPane(Pane):
                     lock.address,
                     (
                         *_wait_cells(lock.contended, lock.total_wait_ns, lock.max_wait_ns, lock.type),
-                        Cell(f"{lock.symbol} ({lock.address})" if lock.symbol else lock.address),
+                        Cell(f"{label} ({lock.address})" if (label := lock_label(lock))
+                             else lock.address),
                     ),
                     lock,
                 )
                 for lock in locks.locks
+            ]
+        elif self.view == "owners":
+            rows = [
+                (
+                    f"{o.owner}|{o.pid}|{o.comm}",
+                    (
+                        *_wait_cells(o.contended, o.total_wait_ns, o.max_wait_ns, "")[:4],
+                        num(format_pid(o.pid) if o.owner == OWNER_TASK else "", o.pid),
+                        Cell(o.comm),
+                    ),
+                    o,
+                )
+                for o in owners_by_task(locks)
+            ]
+        elif self.view == "names":
+            rows = [
+                (
+                    f"{n.name}|{n.type}",
+                    (
+                        *_wait_cells(n.contended, n.total_wait_ns, n.max_wait_ns, n.type),
+                        num(str(n.locks), n.locks),
+                        Cell(n.name),
+                    ),
+                    n,
+                )
+                for n in locks_by_name(locks)
             ]
         elif self.view == "commands":
             tasks = tuple(t for t in locks.tasks if display.shows(t.pid, t.cgroup))
@@ -129,16 +183,20 @@ class LocksPane(Pane):
         shown = sum(row[2].contended for row in rows)
         window = format_span(snapshot.duration_s)
         waits = f"{shown} waits" + (f" of {locks.events}" if shown != locks.events else "")
-        scope = "  all processes" if display.filtered and self.view == "addresses" else ""
+        whole = ("addresses", "owners", "names")
+        scope = "  all processes" if display.filtered and self.view in whole else ""
         subtitle = f"by {self.view} (v)  {waits} in {window}{scope}"
         lost = sum(locks.lost.values())
         if lost:
             subtitle += f"  lost {lost}"
+        if locks.notes:  # owners or names this kernel cannot give: said once, briefly
+            subtitle += "  " + printable("; ".join(locks.notes))
         return rows, f"no lock contention in the last {window}", subtitle
 
     def view_description(self) -> str:
         return {"callers": "by caller", "addresses": "by lock address",
-                "tasks": "by waiting task", "commands": "by command"}.get(self.view, self.view)
+                "tasks": "by waiting task", "commands": "by command",
+                "owners": "by lock owner", "names": "by lock name"}.get(self.view, self.view)
 
     def row_named(self, what: str) -> str | None:
         """`--drill locks:do_unlinkat` names the caller with or without its `+0x...` offset:
@@ -149,18 +207,41 @@ class LocksPane(Pane):
         return next((key for key, row in self._shown.items()
                      if isinstance(row, LockCaller) and function_name(row.caller) == what), None)
 
-    def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
-        if isinstance(row, LockCaller):
-            from ktop.ui.screens.details import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
+    def drill_row(self, row: LockCaller | LockAddress | LockTask | LockOwner | LockName) -> Drill:
+        snapshot = self._snapshot
+        if isinstance(row, (LockCaller, LockAddress)):
+            from ktop.ui.screens.details import LockAddressScreen, LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
 
-            snapshot = self._snapshot
             if snapshot is None:  # no rows shown yet: nothing to open
                 return None
+            if isinstance(row, LockAddress):
+                return partial(LockAddressScreen, row, snapshot)
             return partial(LockCallerScreen, row, snapshot)
         if isinstance(row, LockTask):
             return row.pid  # every pane shows this pid alone
-        self.notify("stacks are kept per caller: switch to the caller view (v)")
+        if isinstance(row, LockOwner) and row.owner == OWNER_TASK:
+            return row.pid
+        if isinstance(row, LockName):
+            if row.name == UNNAMED:
+                self.notify("these locks have no name: the address view lists them")
+                return None
+            self.show_locks_named(row.name)
+            return None
+        self.notify("no single task owns these locks")
         return None
+
+
+    def show_locks_named(self, name: str) -> None:
+        """The address view, filtered to the locks of one name (Enter on the names view)."""
+        had_focus = self.table.has_focus
+        self.table.display = False
+        self.view = "addresses"
+        self.table.display = True
+        if had_focus:
+            self.table.focus()
+        self.table.set_filter(name)
+        if self._snapshot is not None:
+            self.show(self._snapshot, getattr(self.screen, "display_settings", Display()))
 
 
 @dataclass(frozen=True)
