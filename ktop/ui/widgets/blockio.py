@@ -5,8 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
+from ktop.aggregate.diskstats import Iostat, iostat
 from ktop.cgroups import short_name
-from ktop.model import PANE_BLOCKIO, BlockProfile, DiskStats, IoProcess, IoRequest, Snapshot
+from ktop.model import (
+    PANE_BLOCKIO,
+    BlockProfile,
+    Bucket,
+    DiskStats,
+    IoProcess,
+    IoRequest,
+    Snapshot,
+)
 from ktop.text import format_pid, human_bytes
 from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
@@ -78,9 +87,57 @@ class BlockIoPane(Pane):
             ),
             "kbytes",
         ),
+        View(
+            "disks",
+            (
+                Column("disk", "Device", 8, descending=False, priority=9,
+                       help="the whole disk (iostat -x's columns, from /proc/diskstats)"),
+                Column("r_s", "r/s", 7, right=True, priority=8, help="reads completed a second"),
+                Column("rmb_s", "rMB/s", 6, right=True, priority=7, help="MB read a second"),
+                Column("rrqm_s", "rrqm/s", 6, right=True, priority=2,
+                       help="reads merged into another before they were issued, a second"),
+                Column("rrqm_pct", "%rrqm", 5, right=True, priority=1,
+                       help="the share of reads merged into another"),
+                Column("r_await", "r_await", 7, right=True, priority=6,
+                       help="ms a read took on average, its time queued included"),
+                Column("rareq_sz", "rareq-sz", 8, right=True, priority=3,
+                       help="the average read's size, kB"),
+                Column("w_s", "w/s", 7, right=True, priority=8, help="writes completed a second"),
+                Column("wmb_s", "wMB/s", 6, right=True, priority=7, help="MB written a second"),
+                Column("wrqm_s", "wrqm/s", 6, right=True, priority=2,
+                       help="writes merged into another before they were issued, a second"),
+                Column("wrqm_pct", "%wrqm", 5, right=True, priority=1,
+                       help="the share of writes merged into another"),
+                Column("w_await", "w_await", 7, right=True, priority=6,
+                       help="ms a write took on average, its time queued included"),
+                Column("wareq_sz", "wareq-sz", 8, right=True, priority=3,
+                       help="the average write's size, kB"),
+                Column("d_s", "d/s", 6, right=True, priority=1,
+                       help="discards (TRIM) completed a second"),
+                Column("d_await", "d_await", 7, right=True, priority=1,
+                       help="ms a discard took on average"),
+                Column("f_s", "f/s", 6, right=True, priority=4,
+                       help="cache flushes completed a second (fsync's; F in the requests view)"),
+                Column("f_await", "f_await", 7, right=True, priority=4,
+                       help="ms a cache flush took on average"),
+                Column("aqu_sz", "aqu-sz", 6, right=True, priority=5,
+                       help="requests in flight on average (the disk's queue length)"),
+                Column("util", "%util", 6, right=True, priority=7,
+                       help="the share of time the disk had a request in flight (100%: "
+                            "saturated for a one-queue disk, not for an SSD or a RAID)"),
+                Column("latency", "latency 16us-33ms", None, priority=2,
+                       min_width=12,
+                       help="the disk's request latencies as BPF timed them, one log2 "
+                            "bucket a bar (the histogram view, v, has them in full)"),
+            ),
+            "util",
+            field="iostat",
+        ),
     )
 
     def rows(self, snapshot: Snapshot, display: Display) -> tuple[list[PaneRow], str, str]:
+        if self.view == "disks":
+            return disk_rows(snapshot)
         block = snapshot.blockio
         if block is None:
             return [], "waiting for block I/O events...", ""
@@ -181,10 +238,11 @@ class BlockIoPane(Pane):
 
     def view_description(self) -> str:
         return {"processes": "per process, as biotop", "requests": "each request, as biosnoop",
-                "histogram": "latency per disk", "commands": "grouped by command"}.get(
+                "histogram": "latency per disk", "commands": "grouped by command",
+                "disks": "each disk, as iostat -x"}.get(
                     self.view, self.view)
 
-    def drill_row(self, row: IoProcess | IoRequest | IoCommand | DiskStats) -> Drill:
+    def drill_row(self, row: IoProcess | IoRequest | IoCommand | DiskStats | Iostat) -> Drill:
         snapshot = self._snapshot
         if snapshot is None:  # no rows shown yet: nothing to open
             return None
@@ -195,7 +253,7 @@ class BlockIoPane(Pane):
             from ktop.ui.screens.details import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
 
             return partial(IoProcessScreen, process, snapshot)
-        if isinstance(row, IoCommand):
+        if isinstance(row, IoCommand | Iostat):
             self.notify("stacks are kept per process: switch to the process view (v)")
         return None  # a latency bucket: no stacks behind it
 
@@ -249,3 +307,51 @@ def io_by_command(processes: tuple[IoProcess, ...]) -> list[IoCommand]:
         ))
     rows.sort(key=lambda c: (-c.bytes, -c.requests, c.comm, c.rw))
     return rows
+
+
+def _figure(value: float) -> str:
+    """As iostat prints its figures: two decimals, fewer when they would not fit."""
+    return f"{value:.2f}" if value < 1000 else f"{value:.1f}" if value < 100000 else f"{value:.0f}"
+
+
+LATENCY_FROM_US = 16  # the disks view's latency bars: 12 log2 buckets from 16 us to 33 ms
+LATENCY_BARS = 12
+_BARS = " ▁▂▃▄▅▆▇█"
+
+
+def latency_bars(buckets: tuple[Bucket, ...]) -> str:
+    """One bar per log2 bucket from 16 us: a request faster than that counts in the first,
+    a slower one than 33 ms in the last."""
+    counts = [0] * LATENCY_BARS
+    for b in buckets:
+        slot = max(0, b.low.bit_length() - LATENCY_FROM_US.bit_length())
+        counts[min(LATENCY_BARS - 1, slot)] += b.count
+    peak = max(counts) or 1
+    return "".join(_BARS[-1 if c == peak else (8 * c + peak - 1) // peak] if c else "·"
+                   for c in counts)
+
+
+def disk_rows(snapshot: Snapshot) -> tuple[list[PaneRow], str, str]:
+    """The disks view: each whole disk as iostat -x shows it, over the window, with the
+    latencies BPF timed on it (when the block pane's program runs)."""
+    profile = snapshot.iostat
+    if profile is None:
+        return [], "reading /proc/diskstats: the first figures come at the next refresh", ""
+    timed = {(d.major, d.minor): d.hist_us for d in snapshot.blockio.disks} if (
+        snapshot.blockio) else {}
+    rows: list[PaneRow] = []
+    for disk in profile.disks:
+        s = iostat(disk, profile.span_s)
+        figures = (s.r_s, s.rmb_s, s.rrqm_s, s.rrqm_pct, s.r_await, s.rareq_sz, s.w_s,
+                   s.wmb_s, s.wrqm_s, s.wrqm_pct, s.w_await, s.wareq_sz, s.d_s, s.d_await,
+                   s.f_s, s.f_await, s.aqu_sz, s.util)
+        hist = timed.get((disk.major, disk.minor), ())
+        rows.append((
+            f"{disk.major}:{disk.minor}",
+            (Cell(disk.disk), *(num(_figure(v), (v, disk.minor)) for v in figures),
+             Cell(latency_bars(hist) if hist else "", sum(b.count for b in hist))),
+            s,
+        ))
+    window = format_span(profile.span_s)
+    return (rows, f"no disk has done I/O since boot (in {window})",
+            f"disks (v)  /proc/diskstats, last {window}")

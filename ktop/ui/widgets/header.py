@@ -132,6 +132,8 @@ def header_text(
         text.append(f"kernel {times.kernel:5.1f}%", style="bold red")
         text.append(f"  user {times.user:5.1f}%", style="green")
         text.append(f"  idle {times.idle:5.1f}%", style="dim")
+        text.append(f"  iowait {times.iowait:4.1f}%", style="bold yellow" if times.iowait >= 10
+                    else "dim")
         if times.steal >= 0.05:
             text.append(f"  steal {times.steal:.1f}%")
     if cpu:

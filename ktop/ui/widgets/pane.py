@@ -53,6 +53,9 @@ class View:
     name: str
     columns: tuple[Column, ...]
     sort: str
+    # The Snapshot field it reads when not its pane's (the block pane's disks view reads
+    # /proc/diskstats' figures: shown where the pane's BPF program is unavailable too).
+    field: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,20 @@ class Pane(Vertical):
             self.show(snapshot, display)
         return self.view_description()
 
+    @property
+    def current_view(self) -> View:
+        return next(v for v in self.VIEWS if v.name == self.view)
+
     def show(self, snapshot: Snapshot, display: Display) -> None:
         self._snapshot = snapshot
+        own_field = self.current_view.field
+        if own_field:  # a view of other data than the pane's program collects
+            if display.recorded and getattr(snapshot, own_field) is None:
+                self._show_rows([])
+                self._set_chrome("not in this file (written by a ktop without this view)", "")
+                return
+            self._show_rows_and_chrome(snapshot, display)
+            return
         reason = snapshot.unavailable.get(self.PANE)
         if reason:
             self._show_rows([])
@@ -141,6 +156,9 @@ class Pane(Vertical):
             self._set_chrome("not in this file (written by a ktop without this pane, or before "
                              "it attached)", "")
             return
+        self._show_rows_and_chrome(snapshot, display)
+
+    def _show_rows_and_chrome(self, snapshot: Snapshot, display: Display) -> None:
         rows, empty_message, subtitle = self.rows(snapshot, display)
         if display.cgroup is not None and not rows:
             gone = " (removed)" if display.cgroup_gone else ""

@@ -70,6 +70,7 @@ class Column:
     # and htop drop theirs); the sort column stays. A name column keeps min_width to be read.
     priority: int = 5
     min_width: int = 0
+    help: str = ""  # what the column is, one line: `?` on its pane lists them
 
 
 Row = tuple[str, Sequence[Cell]]
