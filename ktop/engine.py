@@ -332,6 +332,7 @@ class LiveSource:
             cpu_times=cpu_times,
             pressure=self._pressure.read(),
             iostat=self._iostat.profile(self.cumulative, latest),
+            cumulative=self.cumulative and not latest,
         )
 
     def _drain_all(self) -> list[tuple[str, tuple[Collector, Aggregator]]]:
@@ -418,7 +419,7 @@ class LiveSource:
                 profiles[spec.field] = None
         cpu = profiles.get("cpu")
         return replace(shown, **profiles, duration_s=cpu.window_s if cpu else self._last_span,
-                       iostat=self._iostat.profile(latest=True))
+                       iostat=self._iostat.profile(latest=True), cumulative=False)
 
     def _loading_text(self) -> dict[str, str]:
         now = time.monotonic()

@@ -430,6 +430,7 @@ class Snapshot:
     # The /proc/stat split (needs no root) when there is no CpuProfile to carry it.
     cpu_times: CpuTimes | None = None
     paused: bool = False
+    cumulative: bool = False  # the figures are since start (key c), not the last window
 
 
 # ---- waits (off-CPU): ktop/aggregate/waits.py builds these, ktop/waitviews.py queries them ----

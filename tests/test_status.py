@@ -140,7 +140,7 @@ def test_pane_counts_add_up_to_the_rows_under_a_pid_filter(recorded_snapshot):
 
     run_app(app_for(recorded_snapshot, pid=4243), scenario, size=(180, 50))
     assert seen["contended"] == ["500"]
-    assert "500 waits of 1489 in 3s" in seen["locks"]
+    assert "500 waits of 1489, cumulative 3s" in seen["locks"]
     assert seen["processes"] == "1 of 44 tasks, 1 thr; 1 running"
 
 
@@ -152,7 +152,7 @@ def test_unfiltered_counts_are_the_rows_too(recorded_snapshot):
         seen["processes"] = subtitle(pilot.app, "processes")
 
     run_app(app_for(recorded_snapshot), scenario, size=(180, 50))
-    assert seen["locks"].endswith("1489 waits in 3s")  # the rows add up to all of them
+    assert seen["locks"].endswith("1489 waits, cumulative 3s")  # the rows add up to all of them
     assert seen["processes"] == "44 tasks, 8 running"
 
 

@@ -13,12 +13,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ktop.model import (
     Snapshot,
 )
 from ktop.text import printable
+from ktop.ui.widgets.footer import KeysFooter
 from ktop.units import format_span
 
 
@@ -161,7 +162,7 @@ class DetailScreen(DrillScreen):
         yield Static(id="stack-header")
         with VerticalScroll(id="stack-list"):
             yield Static(id="stack-list-text")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.rebuild()

@@ -13,12 +13,13 @@ from textual.binding import Binding
 from textual.containers import Grid
 from textual.css.query import NoMatches
 from textual.dom import DOMNode
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from ktop import cgroups
 from ktop.panes import PANES
 from ktop.text import printable
 from ktop.ui.widgets.compositor import ChangedRowsScreen
+from ktop.ui.widgets.footer import KeysFooter
 from ktop.ui.widgets.header import Badge, HeaderBar, loss_lines
 from ktop.ui.widgets.pane import CgroupFilter, Display, Pane
 from ktop.ui.widgets.table import KeyedTable
@@ -105,7 +106,7 @@ class MainScreen(ChangedRowsScreen):
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
         if self.timeline is not None:
             yield Input(id="timeline-prompt")
-        yield Footer()
+        yield KeysFooter()
 
     def ready(self) -> None:
         """Once the app is mounted (the panes' own widgets with it): layout and focus."""
@@ -362,7 +363,10 @@ class MainScreen(ChangedRowsScreen):
             ("Esc Backspace", "show all processes (or cgroups) again / leave the zoom"),
             ("mouse", "click a row to select it, click it again to drill down"),
         ]
-        self.ktop.push_screen(HelpScreen("ktop", keys))
+        pane = self.focused_pane()
+        view = f", {pane.view} view (v: the others)" if len(pane.VIEWS) > 1 else ""
+        self.ktop.push_screen(HelpScreen("ktop", keys, pane.column_help(),
+                                         f"the columns of {pane.spec.numbered_title}{view}"))
 
     # ---- drill-down ---------------------------------------------------------------------
 

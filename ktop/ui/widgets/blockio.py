@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ktop.aggregate.diskstats import Iostat, iostat
@@ -17,9 +17,9 @@ from ktop.model import (
     Snapshot,
 )
 from ktop.text import format_pid, human_bytes
-from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View, in_window, window_label
 from ktop.ui.widgets.table import Cell, Column, num
-from ktop.units import format_bucket, format_span
+from ktop.units import format_bucket
 
 # Queue time is the first column a half-screen pane drops for AVG SIZE (it fits from 180
 # columns); a zoomed pane shows it.
@@ -28,6 +28,56 @@ QUEUE_FROM = 84
 
 class BlockIoPane(Pane):
     PANE = PANE_BLOCKIO
+    COLUMN_HELP = {
+        # processes (biotop's columns), commands
+        "PID": "the process that submitted the I/O (what writeback sends shows as a kworker)",
+        "COMM": "its command",
+        "D": "the direction: R read, W write, F a cache flush (fsync's)",
+        "MAJ": "the disk's major device number",
+        "MIN": "the disk's minor device number",
+        "DISK": "the disk, as lsblk names it",
+        "I/O": "requests completed",
+        "Kbytes": "kB read or written",
+        "AVG SIZE": "the average request's size",
+        "AVGms": "ms a request took on average, from issue to completion (biotop's AVGms)",
+        "QUEms": "ms a request waited in the queue before the driver took it, on average",
+        "CGROUP": "the submitter's cgroup",
+        "TASKS": "processes of the command",
+        # requests (biosnoop's)
+        "TIME(s)": "when the request completed, in seconds since ktop started",
+        "T": "the type: R read, W write, F a cache flush (fsync's, biosnoop's F)",
+        "SECTOR": "the first 512-byte sector it read or wrote",
+        "BYTES": "its size",
+        "QUE(ms)": "time queued before the driver took it",
+        "LAT(ms)": "time from issue to completion",
+        # histogram
+        "latency": "a log2 bucket of completion latency (biolatency's)",
+        "count": "requests that completed in that time",
+        "distribution": "the count as a bar, the fullest bucket the longest",
+        # disks (iostat -x's columns, from /proc/diskstats)
+        "Device": "the whole disk (iostat -x's columns, from /proc/diskstats: no BPF)",
+        "r/s": "reads completed a second",
+        "rMB/s": "MB read a second",
+        "rrqm/s": "reads merged into another before they were issued, a second",
+        "%rrqm": "the share of reads merged into another",
+        "r_await": "ms a read took on average, its time queued included",
+        "rareq-sz": "the average read's size, kB",
+        "w/s": "writes completed a second",
+        "wMB/s": "MB written a second",
+        "wrqm/s": "writes merged into another before they were issued, a second",
+        "%wrqm": "the share of writes merged into another",
+        "w_await": "ms a write took on average, its time queued included",
+        "wareq-sz": "the average write's size, kB",
+        "d/s": "discards (TRIM) completed a second",
+        "d_await": "ms a discard took on average",
+        "f/s": "cache flushes completed a second (fsync's; F in the other views)",
+        "f_await": "ms a cache flush took on average",
+        "aqu-sz": "requests in flight on average (the disk's queue length)",
+        "%util": "the share of time the disk had a request in flight (100%: saturated for a "
+                 "disk that serves one at a time, not for an SSD or a RAID)",
+        "latency 16us-33ms": "the disk's request latencies as BPF timed them, a log2 bucket a "
+                             "bar (the histogram view has them whole)",
+    }
     VIEWS = (
         View(
             "processes",
@@ -90,45 +140,27 @@ class BlockIoPane(Pane):
         View(
             "disks",
             (
-                Column("disk", "Device", 8, descending=False, priority=9,
-                       help="the whole disk (iostat -x's columns, from /proc/diskstats)"),
-                Column("r_s", "r/s", 7, right=True, priority=8, help="reads completed a second"),
-                Column("rmb_s", "rMB/s", 6, right=True, priority=7, help="MB read a second"),
-                Column("rrqm_s", "rrqm/s", 6, right=True, priority=2,
-                       help="reads merged into another before they were issued, a second"),
-                Column("rrqm_pct", "%rrqm", 5, right=True, priority=1,
-                       help="the share of reads merged into another"),
-                Column("r_await", "r_await", 7, right=True, priority=6,
-                       help="ms a read took on average, its time queued included"),
-                Column("rareq_sz", "rareq-sz", 8, right=True, priority=3,
-                       help="the average read's size, kB"),
-                Column("w_s", "w/s", 7, right=True, priority=8, help="writes completed a second"),
-                Column("wmb_s", "wMB/s", 6, right=True, priority=7, help="MB written a second"),
-                Column("wrqm_s", "wrqm/s", 6, right=True, priority=2,
-                       help="writes merged into another before they were issued, a second"),
-                Column("wrqm_pct", "%wrqm", 5, right=True, priority=1,
-                       help="the share of writes merged into another"),
-                Column("w_await", "w_await", 7, right=True, priority=6,
-                       help="ms a write took on average, its time queued included"),
-                Column("wareq_sz", "wareq-sz", 8, right=True, priority=3,
-                       help="the average write's size, kB"),
-                Column("d_s", "d/s", 6, right=True, priority=1,
-                       help="discards (TRIM) completed a second"),
-                Column("d_await", "d_await", 7, right=True, priority=1,
-                       help="ms a discard took on average"),
-                Column("f_s", "f/s", 6, right=True, priority=4,
-                       help="cache flushes completed a second (fsync's; F in the requests view)"),
-                Column("f_await", "f_await", 7, right=True, priority=4,
-                       help="ms a cache flush took on average"),
-                Column("aqu_sz", "aqu-sz", 6, right=True, priority=5,
-                       help="requests in flight on average (the disk's queue length)"),
-                Column("util", "%util", 6, right=True, priority=7,
-                       help="the share of time the disk had a request in flight (100%: "
-                            "saturated for a one-queue disk, not for an SSD or a RAID)"),
+                Column("disk", "Device", 8, descending=False, priority=9),
+                Column("r_s", "r/s", 7, right=True, priority=8),
+                Column("rmb_s", "rMB/s", 6, right=True, priority=7),
+                Column("rrqm_s", "rrqm/s", 6, right=True, priority=2),
+                Column("rrqm_pct", "%rrqm", 5, right=True, priority=1),
+                Column("r_await", "r_await", 7, right=True, priority=6),
+                Column("rareq_sz", "rareq-sz", 8, right=True, priority=3),
+                Column("w_s", "w/s", 7, right=True, priority=8),
+                Column("wmb_s", "wMB/s", 6, right=True, priority=7),
+                Column("wrqm_s", "wrqm/s", 6, right=True, priority=2),
+                Column("wrqm_pct", "%wrqm", 5, right=True, priority=1),
+                Column("w_await", "w_await", 7, right=True, priority=6),
+                Column("wareq_sz", "wareq-sz", 8, right=True, priority=3),
+                Column("d_s", "d/s", 6, right=True, priority=1),
+                Column("d_await", "d_await", 7, right=True, priority=1),
+                Column("f_s", "f/s", 6, right=True, priority=4),
+                Column("f_await", "f_await", 7, right=True, priority=4),
+                Column("aqu_sz", "aqu-sz", 6, right=True, priority=5),
+                Column("util", "%util", 6, right=True, priority=7),
                 Column("latency", "latency 16us-33ms", None, priority=2,
-                       min_width=12,
-                       help="the disk's request latencies as BPF timed them, one log2 "
-                            "bucket a bar (the histogram view, v, has them in full)"),
+                       min_width=12),
             ),
             "util",
             field="iostat",
@@ -222,12 +254,11 @@ class BlockIoPane(Pane):
                         )
                     )
         lost = sum(block.lost.values())
-        window = format_span(snapshot.duration_s)
         scope = "  all processes" if display.filtered and self.view == "histogram" else ""
-        subtitle = f"{self.view} (v)  last {window}{scope}"
+        subtitle = f"{self.view} (v)  {window_label(snapshot)}{scope}"
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no block I/O in the last {window}", subtitle
+        return rows, f"no block I/O {in_window(snapshot)}", subtitle
 
     def note(self, snapshot: Snapshot, display: Display) -> str:
         share = writeback_share(snapshot.blockio) if snapshot.blockio else None
@@ -352,6 +383,5 @@ def disk_rows(snapshot: Snapshot) -> tuple[list[PaneRow], str, str]:
              Cell(latency_bars(hist) if hist else "", sum(b.count for b in hist))),
             s,
         ))
-    window = format_span(profile.span_s)
-    return (rows, f"no disk has done I/O since boot (in {window})",
-            f"disks (v)  /proc/diskstats, last {window}")
+    label = window_label(replace(snapshot, duration_s=profile.span_s))
+    return rows, "no disk has done I/O since boot", f"disks (v)  /proc/diskstats, {label}"

@@ -18,6 +18,7 @@ from ktop import panes
 from ktop.cgroups import in_subtree
 from ktop.model import Snapshot
 from ktop.ui.widgets.table import Cell, Column, KeyedTable
+from ktop.units import format_span
 
 # A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
 PaneRow = tuple[str, Sequence[Cell], Any]
@@ -42,6 +43,24 @@ if TYPE_CHECKING:  # the drill-down screens' module loads when the first one ope
     Drill = Callable[[DrillHost], Screen] | int | CgroupFilter | None
 else:
     Drill = object
+
+def _cumulative(snapshot: Snapshot) -> bool:
+    # (files written before the snapshot said so: their CPU profile does)
+    return snapshot.cumulative or bool(snapshot.cpu and snapshot.cpu.cumulative)
+
+
+def window_label(snapshot: Snapshot) -> str:
+    """Over what time a pane's figures are, as every pane says it: "last 5s", or "cumulative
+    463s" since start (key c)."""
+    mode = "cumulative" if _cumulative(snapshot) else "last"
+    return f"{mode} {format_span(snapshot.duration_s)}"
+
+
+def in_window(snapshot: Snapshot) -> str:
+    """The same, after "no such rows": "in the last 5s", "in 463s since start"."""
+    span = format_span(snapshot.duration_s)
+    return f"in {span} since start" if _cumulative(snapshot) else f"in the last {span}"
+
 
 # Columns that only a zoomed (or very wide) pane has room for.
 WIDE = 100
@@ -82,6 +101,9 @@ class Display:
 class Pane(Vertical):
     PANE: ClassVar[str]
     VIEWS: ClassVar[tuple[View, ...]]
+    # What each column of its views is, by the column's label, a line each: `?` on the pane
+    # lists those of the view shown, as htop's F1 does.
+    COLUMN_HELP: ClassVar[dict[str, str]]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
@@ -107,6 +129,12 @@ class Pane(Vertical):
     def table(self) -> KeyedTable:
         """The current view's table (asked several times a refresh: no DOM query)."""
         return self._tables[self.view]
+
+    def column_help(self) -> list[tuple[str, str, bool]]:
+        """(label, what it is, whether the table shows it now) for the current view's columns."""
+        table = self.table
+        return [(c.label, self.COLUMN_HELP[c.label], table.is_mounted and table.shows(c))
+                for c in self.current_view.columns]
 
     def view_description(self) -> str:
         """What the current view shows, said when `v` switches to it."""
