@@ -54,9 +54,10 @@ class HelpScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         box = self.query_one("#help-box", VerticalScroll)
         box.focus()  # the arrows and PgUp/PgDn scroll it
+        self.watch(box, "scroll_y", self._say_more, init=False)
         self.call_after_refresh(self._say_more)
 
-    def _say_more(self) -> None:
+    def _say_more(self, _scrolled: float | None = None) -> None:
         """The box's bottom line says how far the text goes on, while it goes on."""
         box = self.query_one("#help-box", VerticalScroll)
         below = max(0, round(box.max_scroll_y - box.scroll_y))
@@ -64,15 +65,6 @@ class HelpScreen(ModalScreen[None]):
             "Up PgUp: back to the top" if box.scroll_y else "")
         if box.border_subtitle != subtitle:
             box.border_subtitle = subtitle
-
-    def on_mouse_scroll_down(self) -> None:
-        self.call_after_refresh(self._say_more)
-
-    def on_mouse_scroll_up(self) -> None:
-        self.call_after_refresh(self._say_more)
-
-    def on_key(self) -> None:
-        self.call_after_refresh(self._say_more)
 
     def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

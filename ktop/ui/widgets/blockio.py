@@ -47,7 +47,7 @@ class BlockIoPane(Pane):
         "TIME(s)": "when the request completed, in seconds since ktop started",
         "T": "the type: R read, W write, F a cache flush (fsync's, biosnoop's F)",
         "SECTOR": "the first 512-byte sector it read or wrote",
-        "BYTES": "its size",
+        "BYTES": "the request's size, in bytes",
         "QUE(ms)": "time queued before the driver took it",
         "LAT(ms)": "time from issue to completion",
         # histogram

@@ -151,14 +151,14 @@ def header_items(
         split.append(item(f"iowait {times.iowait:4.1f}%", 7 if times.iowait >= 0.05 else 3,
                           "bold yellow" if times.iowait >= 10 else "dim"))
         if times.steal >= 0.05:
-            split.append(item(f"steal {times.steal:.1f}%", 6))
+            split.append(item(f"steal {times.steal:.1f}%", 5))
     if cpu:
         # "idle-task", not "idle": beside the idle % above, a count of 0 read as a contradiction
         # (the cpu-clock event rarely fires on a tickless idle CPU).
         hidden = " hidden (i)" if idle_hidden else ""
         counted = f"samples {cpu.total_samples}/{cpu.expected_samples}"
         span = f"in {format_span(snapshot.duration_s)}{' (cumulative)' if cpu.cumulative else ''}"
-        split.append(item(f"{counted} expected {span}:", 5, short=counted, gap="   "))
+        split.append(item(f"{counted} expected {span}:", 6, short=counted, gap="   "))
         split.append(item(f"kernel {cpu.kernel_samples}", 3))
         split.append(item(f"user {cpu.user_samples}", 3))
         split.append(item(f"idle-task {cpu.idle_samples}{hidden}", 2))
