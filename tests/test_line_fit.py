@@ -139,7 +139,7 @@ def test_help_says_what_every_column_of_every_pane_and_view_is(recorded_snapshot
             where = f"{seen['pane']} {seen['view']} at {size}"
             listed = [(label, shown) for label, _, shown in seen["help_columns"]]
             assert listed == seen["columns"], where  # every column, said whether shown
-            for label, what, shown in seen["help_columns"]:
+            for label, what, _ in seen["help_columns"]:
                 assert what == seen["described"][label] and len(what) >= 8, where
             if size == (160, 50):  # the whole list on the screen: each line there
                 help_lines = seen["help"]
