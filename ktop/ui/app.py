@@ -276,6 +276,13 @@ class KtopApp(App[None]):
         self.notify(message.recorder.error, severity="error", markup=False, timeout=15)
         self.main_screen.show_header()
 
+    def move_timeline(self, how: str, amount: int) -> None:
+        """A drill-down's [ ] Left Right Home End: the replay's window moves as the panes'
+        keys move it; the drill-downs follow the new window."""
+        main = self.main_screen
+        {"step": main.action_timeline_step, "seconds": main.action_timeline_seconds,
+         "edge": main.action_timeline_edge}[how](amount)
+
     @work(thread=True, exclusive=True, group="timeline")
     def collect_timeline(self) -> None:
         """The window where the timeline moved to: merging a long window of records takes a

@@ -101,7 +101,8 @@ class FunctionScreen(DrillScreen):
         # and the stacks view has no branches to open.
         if action == "toggle_offsets":
             return self.view == "stacks"
-        return self.view != "stacks" if action in self._TREE_ACTIONS else True
+        return self.view != "stacks" if action in self._TREE_ACTIONS else super().check_action(
+            action, parameters)
 
     def header(self) -> Text:
         cpu = self.snapshot.cpu
