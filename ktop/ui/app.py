@@ -196,9 +196,16 @@ class KtopApp(App[None]):
             return
         first = self.snapshot is None
         self.snapshot = message.snapshot
-        self.main_screen.refresh_panes()
+        # Only the screen on top is drawn with the new data: one under an overlay (help, L)
+        # or a drill-down would be repainted whole, overlay included, for nothing seen.
+        # The others catch up when they are on top again (on_screen_resume).
+        top = self.screen
+        if top is self.main_screen:
+            self.main_screen.refresh_panes()
+        else:
+            self.main_screen.behind = True
         for screen in _drill_screens(self.screen_stack):  # they follow the data as panes do
-            screen.follow(message.snapshot)
+            screen.follow(message.snapshot, drawn=screen is top)
         if first:  # drawn at the next frame: the compile can have the CPU now
             self.call_after_refresh(self.source.hurry_loading)
 

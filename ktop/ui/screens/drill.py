@@ -109,10 +109,15 @@ class DrillScreen(Screen[None]):
     def rebuild(self) -> None:
         raise NotImplementedError
 
-    def follow(self, snapshot: Snapshot) -> None:
+    def follow(self, snapshot: Snapshot, drawn: bool = True) -> None:
         """A new snapshot, as the panes get each refresh: redrawn only if what this screen
         shows changed; a row gone from it keeps its last figures, marked stale. In a replay
-        the window moved: the title says its time."""
+        the window moved: the title says its time. Not drawn: an overlay is on top (help),
+        and the snapshot waits until this screen is on top again."""
+        if not drawn:
+            self._behind = snapshot
+            return
+        self._behind = None
         before, was_stale = (self.shown(), self._window()), self.stale
         if self.still_present(snapshot):
             self.snapshot, self.stale = snapshot, False
@@ -121,6 +126,11 @@ class DrillScreen(Screen[None]):
             self._moved_to = snapshot
         if self.stale != was_stale or (self.shown(), self._window()) != before:
             self.rebuild()
+
+    def on_screen_resume(self) -> None:
+        behind = getattr(self, "_behind", None)
+        if behind is not None:
+            self.follow(behind)
 
     def _window(self) -> tuple[float, float] | None:
         """The replayed window shown (its end and span); None live, where it always moves."""

@@ -89,6 +89,7 @@ class MainScreen(ChangedRowsScreen):
         self._filter_target: Pane | None = None
         self._prompt_for = ""
         self._prompt_return: Pane | None = None
+        self.behind = False  # data came while another screen was on top: not shown yet
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -170,7 +171,13 @@ class MainScreen(ChangedRowsScreen):
 
     # ---- what the panes and the header show -----------------------------------------------
 
+    def on_screen_resume(self) -> None:
+        """On top again (an overlay or a drill-down closed): the data that came meanwhile."""
+        if self.behind:
+            self.refresh_panes()
+
     def refresh_panes(self) -> None:
+        self.behind = False
         snapshot = self.ktop.snapshot
         try:
             self.show_header()
