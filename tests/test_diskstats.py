@@ -123,3 +123,37 @@ def test_diskstats_of_older_kernels_parse_with_the_missing_counters_zero():
                             b" 8 16 sdb 1 2 3 4 5 6 7 8 0 9 10\n garbage line\n")
     assert disks[8, 0][1][-2:] == (0, 0) and disks[8, 0][1][11] == 11
     assert disks[8, 16][1][11:] == (0,) * 6
+
+
+def test_the_disks_view_shows_without_root_where_the_pane_is_unavailable(recorded_snapshot):
+    """A run without root has no block I/O program, but /proc/diskstats needs none."""
+    from conftest import run_app  # noqa: PLC0415
+
+    from ktop.engine import RecordedSource  # noqa: PLC0415
+    from ktop.ui.app import build_app  # noqa: PLC0415
+
+    snapshot = replace(
+        recorded_snapshot, blockio=None, unavailable={"blockio": "needs root"},
+        iostat=IostatProfile(2.0, (DiskIo("vda", 254, 0, reads=10, writes=40, write_sectors=8192,
+                                          write_ms=20, busy_ms=500, flushes=4),)))
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("3")
+        pane = pilot.app.main_screen.pane("blockio")
+        seen["processes"] = pane.table.message
+        while pane.view != "disks":
+            await pilot.press("v")
+        await pilot.pause()
+        table = pane.table
+        seen["row"] = {c.label: cell.text for c, cell in zip(table.table_columns,
+                                                            table.get_row_at(0))}
+        seen["subtitle"] = pane._subtitle
+
+    run_app(build_app(RecordedSource([snapshot]), interval_s=0.2), scenario, size=(200, 50))
+    assert "unavailable: needs root" in seen["processes"]
+    row = seen["row"]
+    assert (row["Device"], row["r/s"], row["w/s"], row["wMB/s"], row["w_await"]) == (
+        "vda", "5.00", "20.00", "2.00", "0.50")
+    assert (row["f/s"], row["%util"]) == ("2.00", "25.00")
+    assert "disks (v)  /proc/diskstats, cumulative 2s" in seen["subtitle"]  # as the file is
