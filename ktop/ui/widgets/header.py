@@ -158,8 +158,8 @@ def header_items(
         hidden = " hidden (i)" if idle_hidden else ""
         counted = f"samples {cpu.total_samples}/{cpu.expected_samples}"
         span = f"in {format_span(snapshot.duration_s)}{' (cumulative)' if cpu.cumulative else ''}"
-        split.append(item(f"{counted} expected {span}:", 6, short=counted, gap="   "))
-        split.append(item(f"kernel {cpu.kernel_samples}", 3))
+        split.append(item(f"{counted} expected {span}", 6, short=counted, gap="   "))
+        split.append(item(f"kernel {cpu.kernel_samples}", 3, gap=":  "))
         split.append(item(f"user {cpu.user_samples}", 3))
         split.append(item(f"idle-task {cpu.idle_samples}{hidden}", 2))
     elif PANE_FUNCTIONS in snapshot.loading:
