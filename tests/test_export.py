@@ -206,7 +206,7 @@ def full_snapshot() -> Snapshot:
                           memory_some=THIRD, memory_full=THIRD / 2), unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD,
-                         bpf_panes={"waits": THIRD}), paused=True,
+                         bpf_panes={"waits": THIRD}), paused=True, cumulative=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
         cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
                            ticks=300, iowait=10 - THIRD),

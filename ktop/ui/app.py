@@ -199,7 +199,8 @@ class KtopApp(App[None]):
         # Only the screen on top is drawn with the new data: one under an overlay (help, L)
         # or a drill-down would be repainted whole, overlay included, for nothing seen.
         # The others catch up when they are on top again (on_screen_resume).
-        top = self.screen
+        stack = self.screen_stack  # (empty while a headless picture is made or shut down)
+        top = stack[-1] if stack else self.main_screen
         if top is self.main_screen:
             self.main_screen.refresh_panes()
         else:
