@@ -23,7 +23,7 @@ from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
-from conftest import SCREEN_SIZE, run_app
+from conftest import run_app
 
 from ktop.cgroups import cgroup_exists, parse_proc_cgroup
 from ktop.cli import main
