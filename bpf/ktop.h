@@ -54,11 +54,13 @@ enum cpu_lost {
 
 /* ---- blockio.bpf.c: block I/O requests --------------------------------------------- */
 
-/* Direction of a request as ktop counts it: as /proc/diskstats does, flushes and discards
- * are neither reads nor writes. */
+/* Direction of a request as ktop counts it: as /proc/diskstats does, discards are neither
+ * reads nor writes, and a flush (an empty write with REQ_PREFLUSH: fsync's cache flush) is
+ * its own, as biosnoop's rwbs says F. */
 enum blk_rw {
 	BLK_RW_READ,
 	BLK_RW_WRITE,
+	BLK_RW_FLUSH,
 	BLK_RW_OTHER,
 };
 

@@ -19,10 +19,12 @@ from ktop.model import (
     Bucket,
     CpuProfile,
     CpuTimes,
+    DiskIo,
     DiskStats,
     HotFunction,
     IoProcess,
     IoRequest,
+    IostatProfile,
     IoSubmitStack,
     LockAddress,
     LockCaller,
@@ -149,7 +151,7 @@ def full_snapshot() -> Snapshot:
             cgroup="/system.slice/app.service",
         ),),
         times=CpuTimes(user=20 + THIRD, kernel=70 + THIRD, idle=8 + THIRD, steal=1 + THIRD,
-                       ticks=600),
+                       ticks=600, iowait=1 - THIRD),
         line_info="file:line from /usr/lib/debug/boot/vmlinux",
     )
     locks = LockProfile(
@@ -173,7 +175,8 @@ def full_snapshot() -> Snapshot:
     )
     blockio = BlockProfile(
         lost={"unpaired": 1}, window_s=5 + THIRD,
-        disks=(DiskStats("vda", 253, 1, 4, 6, 16384, 24576, 1 + THIRD, (Bucket(128, 255, 10),)),),
+        disks=(DiskStats("vda", 253, 1, 4, 6, 16384, 24576, 1 + THIRD, (Bucket(128, 255, 10),),
+                         flushes=2),),
         processes=(IoProcess(
             pid=7, comm="dd", disk="vda", major=253, minor=1, rw="W", requests=6, bytes=24576,
             avg_lat_ms=1 + THIRD, avg_queue_ms=THIRD,
@@ -209,10 +212,11 @@ def full_snapshot() -> Snapshot:
                           memory_some=THIRD, memory_full=THIRD / 2), unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD,
-                         bpf_panes={"waits": THIRD}), paused=True,
+                         bpf_panes={"waits": THIRD}), paused=True, cumulative=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
         cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
-                           ticks=300),
+                           ticks=300, iowait=10 - THIRD),
+        iostat=IostatProfile(1 + THIRD, (DiskIo("vda", 253, 1, *range(1, 18)),)),
     )
 
 

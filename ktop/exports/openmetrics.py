@@ -181,7 +181,7 @@ class SnapshotMetrics:
         machine_s = cpu.window_s * cpu.cpus
         times = cpu.times
         for mode, share in (("kernel", times.kernel), ("user", times.user), ("idle", times.idle),
-                            ("steal", times.steal)):
+                            ("steal", times.steal), ("iowait", times.iowait)):
             value = round(share / 100 * machine_s, 3)
             seconds.add_metric([mode], self._monotonic(f"cpu_seconds/{mode}", value))
         samples = CounterMetricFamily(
@@ -325,7 +325,7 @@ class SnapshotMetrics:
         totals: dict[tuple[str, str], list[float]] = {}
         histograms: dict[tuple[str, str], _Histogram] = {}
         for process in blockio.processes:
-            key = (process.disk, "read" if process.rw == "R" else "write")
+            key = (process.disk, {"R": "read", "W": "write", "F": "flush"}.get(process.rw, "write"))
             row = totals.setdefault(key, [0.0, 0.0])
             row[0] += process.bytes
             row[1] += process.requests

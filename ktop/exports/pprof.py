@@ -348,7 +348,7 @@ def _add_io(tables: _Tables, snapshot: Snapshot) -> None:
         shares = zip(process.stacks, io_stack_shares(process, process.bytes),
                      io_stack_shares(process, latency_ns))
         labels = {"pid": process.pid, "comm": process.comm, "disk": process.disk,
-                  "op": "read" if process.rw == "R" else "write"}
+                  "op": {"R": "read", "W": "write", "F": "flush"}.get(process.rw, "write")}
         for stack, bytes_share, latency_share in shares:
             tables.sample(tables.kernel_stack(stack.frames),
                           {"io_requests": stack.requests, "io": bytes_share,

@@ -18,9 +18,9 @@ from ktop.lockviews import (
 from ktop.model import OWNER_TASK, PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
 from ktop.text import format_pid, printable
-from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View, in_window, window_label
 from ktop.ui.widgets.table import Cell, Column, num
-from ktop.units import format_ns, format_span
+from ktop.units import format_ns
 
 _WAIT_COLUMNS = (
     Column("contended", "contended", 9, right=True, priority=7),
@@ -44,6 +44,24 @@ def _wait_cells(contended: int, total: int, max_ns: int, type_: str) -> tuple[Ce
 
 class LocksPane(Pane):
     PANE = PANE_LOCKS
+    COLUMN_HELP = {
+        "contended": "waits for the lock, as perf lock contention counts them",
+        "total wait": "time spent waiting, summed over the waits",
+        "max wait": "the longest single wait",
+        "avg wait": "total wait / contended",
+        "type": "the lock's kind: spinlock, mutex, rwsem:R or :W, rwlock, ...",
+        "caller": "who took the lock: the first function outside the lock and scheduler code",
+        "address / symbol": "the lock's address, and what it is when ktop can tell "
+                            "(&mm->mmap_lock of a pid, a directory's i_rwsem, a CPU's run queue)",
+        "pid": "the process of the task that waited; in the owners view, of the owner",
+        "owner": "the task holding the lock when the wait began (mutexes and rwsems held "
+                 "for write record it; others say why there is none), and its command",
+        "locks": "how many lock instances carry that name",
+        "lock name": "what the lock is (&inode->i_rwsem summed over inodes); Enter lists them",
+        "cgroup": "the cgroup of the task that waited",
+        "comm": "the command of the tasks that waited",
+        "tasks": "the tasks of that command that waited",
+    }
     VIEWS = (
         View("callers", (*_WAIT_COLUMNS, Column("caller", "caller", None, descending=False, priority=9, min_width=20)), "total"),
         View(
@@ -181,17 +199,16 @@ class LocksPane(Pane):
         # The count the rows add up to, and the machine's when that differs (a filter, or a
         # wait no view could keep): a title must not promise rows that are not there.
         shown = sum(row[2].contended for row in rows)
-        window = format_span(snapshot.duration_s)
         waits = f"{shown} waits" + (f" of {locks.events}" if shown != locks.events else "")
         whole = ("addresses", "owners", "names")
         scope = "  all processes" if display.filtered and self.view in whole else ""
-        subtitle = f"by {self.view} (v)  {waits} in {window}{scope}"
+        subtitle = f"by {self.view} (v)  {waits}, {window_label(snapshot)}{scope}"
         lost = sum(locks.lost.values())
         if lost:
             subtitle += f"  lost {lost}"
         if locks.notes:  # owners or names this kernel cannot give: said once, briefly
             subtitle += "  " + printable("; ".join(locks.notes))
-        return rows, f"no lock contention in the last {window}", subtitle
+        return rows, f"no lock contention {in_window(snapshot)}", subtitle
 
     def view_description(self) -> str:
         return {"callers": "by caller", "addresses": "by lock address",
