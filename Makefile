@@ -9,7 +9,7 @@ APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
              tmux librsvg2-bin sudo gcc binutils e2fsprogs golang-go
 KTOP_LINK := /usr/local/bin/ktop
 
-.PHONY: all setup deps link bytecode run test lint bench bench-waits screenshots clean
+.PHONY: all setup deps link bytecode run test lint bench bench-waits bench-soak screenshots clean
 
 all: setup
 
@@ -56,6 +56,10 @@ bench: setup
 # The waits pane's part alone: a pipe ping-pong's throughput with and without it.
 bench-waits: setup
 	$(PY) bench/waits_cost.py
+
+# Ten minutes of the screen under heavy mixed load: RSS and losses every 30 s (not in `bench`).
+bench-soak: setup
+	$(PY) bench/soak.py --minutes $(or $(MINUTES),10)
 
 screenshots: setup
 	$(PY) bench/screenshots.py

@@ -376,22 +376,30 @@ class LiveSource:
         maps every interval, as the screen does (a map left for the whole run fills)."""
         self._drain_all()
 
-    def restart_span(self) -> None:
+    def restart_span(self) -> float:
         """Every pane counts from now: what was counted before is dropped. A headless
         snapshot starts here once all panes are attached, so they cover the same seconds
-        (they attach one after the other)."""
+        (they attach one after the other). Returns when the span began (monotonic)."""
         with self._lock:
             running = list(self._running.items())
-        for name, (collector, _) in running:
-            try:
-                collector.drain()
-            except Exception as e:
-                self._stopped(name, collector, e)
+        # Twice: the first drains empty what piled up since each attached (slow, and the
+        # panes drained later began that much later: 1.23 s of CPU beside 1.10 s of block
+        # I/O under load), the second, quick, starts them all within milliseconds.
+        began = 0.0
+        for _sweep in range(2):
+            began = time.monotonic()
+            for name, (collector, _) in running:
+                try:
+                    collector.drain()
+                except Exception as e:
+                    self._stopped(name, collector, e)
+            running = [(name, pair) for name, pair in running if name in self._running]
         self._processes.collect()
         self._diskstats.restart()
         self._iostat.clear()
         self._proc_stat_split()
-        self._last_collect = self._span_start = time.monotonic()
+        self._last_collect = self._span_start = began
+        return began
 
     @staticmethod
     def _profile_fields(profiles: dict[str, Any]) -> dict[str, Any]:

@@ -519,7 +519,7 @@ class WaitProcess:
 class WaitProfile:
     processes: tuple[WaitProcess, ...]  # by blocked + run-queue time, most first
     stacks: tuple[WaitStack, ...]  # by total wait, most first
-    lost: Mapping[str, int]  # cumulative since start, by reason
+    lost: Mapping[str, int]  # by reason, over the profile's span (as every pane's lost)
     notes: Mapping[str, int] = field(default_factory=dict)  # counted, not losses
     min_walk_us: int = 0  # stacks walked for waits predicted at least this long
     window_s: float = 0.0

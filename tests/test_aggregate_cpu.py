@@ -188,11 +188,20 @@ def test_cpu_time_split_follows_the_window(kallsyms, stacks):
     assert times.idle == pytest.approx(100 * idle / total)
 
 
-def test_losses_are_reported_as_the_sampler_counted_them(kallsyms, stacks):
-    agg = CpuAggregator(kallsyms, HZ, CPUS)
+def test_losses_are_those_of_the_span_shown(kallsyms, stacks):
+    """The sampler counts losses since start (3, 5, 11): a record's `lost` only grew over a
+    run, while the header and `L` said "in the last 5s". Now each says what it shows."""
+    agg = CpuAggregator(kallsyms, HZ, CPUS, window_s=2.0)
     agg.add(drain(0.0, 1.0, count(1, "a", 1, stacks["copy"]), lost={"kstack_collision": 3}))
-    agg.add(drain(1.0, 1.0, lost={"kstack_collision": 5, "counts_map_full": 1}))
-    assert dict(agg.profile().lost) == {"kstack_collision": 5, "counts_map_full": 1}
+    agg.add(drain(1.0, 1.0, lost={"kstack_collision": 5, "counts_map_full": 0}))
+    agg.add(drain(2.0, 1.0, lost={"kstack_collision": 11, "counts_map_full": 1}))
+    assert dict(agg.profile(latest=True).lost) == {"kstack_collision": 6, "counts_map_full": 1}
+    assert dict(agg.profile().lost) == {"kstack_collision": 8, "counts_map_full": 1}  # 2 s
+    assert dict(agg.profile(cumulative=True).lost) == {"kstack_collision": 11,
+                                                       "counts_map_full": 1}
+    agg.add(drain(3.0, 1.0, lost={"kstack_collision": 11, "counts_map_full": 1}))
+    # Nothing lost in the newest interval: every reason still named, at 0.
+    assert dict(agg.profile(latest=True).lost) == {"kstack_collision": 0, "counts_map_full": 0}
 
 
 def test_no_samples_gives_an_empty_profile_not_a_division_error(kallsyms):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 
 import pytest
 from conftest import root_only
@@ -42,15 +43,17 @@ def debian_headers(src: str, version: str) -> tuple[str, str]:
 
 @pytest.fixture
 def trees(tmp_path):
-    src, modules, work = tmp_path / "src", tmp_path / "modules", tmp_path / "work"
-    for d in (src, modules, work):
+    src, modules, cache = tmp_path / "src", tmp_path / "modules", tmp_path / "cache"
+    for d in (src, modules):
         d.mkdir(mode=0o755)
-    return str(src), str(modules), str(work)
+    (tmp_path / "tmp").mkdir(mode=0o1777)
+    return str(src), str(modules), str(cache)
 
 
 def find(trees, release=RELEASE):
-    src, modules, work = trees
-    return find_kernel_headers(release, modules_root=modules, src_root=src, work_dir=work)
+    src, modules, cache = trees
+    return find_kernel_headers(release, modules_root=modules, src_root=src, cache_dir=cache,
+                               legacy_dir=os.path.join(os.path.dirname(cache), "tmp"))
 
 
 def test_debian_split_is_merged_into_one_tree(trees):
@@ -167,3 +170,75 @@ def test_no_headers_at_all_says_what_to_install(trees):
     message = str(error.value)
     assert "\n" not in message
     assert f"linux-headers-{RELEASE}" in message
+
+
+def test_the_merged_tree_is_built_once_in_the_cache_and_reused(trees):
+    """Built anew in /tmp at each start, it was left there by every kill -9 (63 entries each,
+    a dozen trees after a day)."""
+    debian_headers(trees[0], "6.1.0-56")
+    first = find(trees).source
+    assert first.startswith(trees[2] + "/headers-" + RELEASE + "-")
+    assert os.stat(trees[2]).st_mode & 0o777 == 0o700
+    inode = os.lstat(first).st_ino
+    again = find(trees).source
+    assert again == first and os.lstat(again).st_ino == inode  # reused, not rebuilt
+    assert os.listdir(trees[2]) == [os.path.basename(os.path.dirname(first))]
+
+
+def test_a_cached_tree_changed_since_is_built_again(trees):
+    common, _ = debian_headers(trees[0], "6.1.0-56")
+    tree = find(trees).source
+    os.unlink(os.path.join(tree, "Makefile"))
+    os.symlink("/etc", os.path.join(tree, "Makefile"))
+    assert find(trees).source == tree
+    assert os.readlink(os.path.join(tree, "Makefile")) == os.path.join(common, "Makefile")
+
+
+def test_a_new_headers_package_replaces_the_old_tree(trees):
+    debian_headers(trees[0], "6.1.0-56")
+    old = find(trees).source
+    debian_headers(trees[0], "6.12.9")
+    new = find(trees).source
+    assert "6.12.9" in new and not os.path.exists(os.path.dirname(old))
+
+
+@pytest.mark.parametrize("unsafe", ["symlink", "nobody", "0755"])
+def test_a_cache_directory_not_private_to_root_is_not_used(trees, tmp_path, unsafe):
+    debian_headers(trees[0], "6.1.0-56")
+    cache = trees[2]
+    if unsafe == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        os.symlink(tmp_path / "elsewhere", cache)
+    else:
+        os.mkdir(cache, 0o700)
+        if unsafe == "nobody":
+            os.chown(cache, NOBODY, NOBODY)
+        else:
+            os.chmod(cache, 0o755)
+    source = find(trees).source
+    assert not source.startswith(cache) and not os.listdir(tmp_path / "elsewhere"
+                                                           if unsafe == "symlink" else cache)
+    parent = os.lstat(os.path.dirname(source))
+    assert parent.st_uid == 0 and parent.st_mode & 0o077 == 0  # a private one of its own
+
+
+def test_trees_left_by_killed_ktops_are_removed(trees, tmp_path):
+    debian_headers(trees[0], "6.1.0-56")
+    os.mkdir(trees[2], 0o700)
+    legacy = tmp_path / "tmp"
+    old = time.time() - 3600
+    left = [os.path.join(trees[2], ".building-dead"), str(legacy / "ktop-headers-dead")]
+    fresh = str(legacy / "ktop-headers-starting")  # an older ktop compiling right now
+    for path in [*left, fresh]:
+        os.makedirs(os.path.join(path, "linux-headers-6.1.0-56-amd64"), 0o700)
+        os.chmod(path, 0o700)
+    for path in left:
+        os.utime(path, (old, old))
+    theirs = str(legacy / "ktop-headers-of-nobody")  # not root's: not ours to remove
+    os.mkdir(theirs, 0o700)
+    os.chown(theirs, NOBODY, NOBODY)
+    os.utime(theirs, (old, old))
+    find(trees)
+    assert not any(os.path.exists(p) for p in left)
+    assert os.path.exists(fresh) and os.path.exists(theirs)
+

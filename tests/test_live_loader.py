@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -180,3 +181,75 @@ def test_ktops_own_process_never_loads_the_compiler():
     assert seen["functions"] > 0
     assert seen["compiler_mapped"] == []
     assert seen["bcc_imported"] is False
+
+
+def test_kill_9_during_start_up_leaves_no_headers_tree_and_the_next_reuses_it(tmp_path):
+    """Each start merged the headers into a new /tmp/ktop-headers-XXXX (63 entries), which
+    a kill -9 left behind: a dozen sat on a machine after a day."""
+    import glob
+    import signal
+
+    from ktop.collectors.headers import CACHE_DIR, find_kernel_headers
+
+    before = set(glob.glob("/tmp/ktop-headers-*"))
+    cached = find_kernel_headers().source  # built now if this is the first ktop here
+    if cached is None:
+        pytest.skip("this kernel has its own headers at /lib/modules/$(uname -r)/build")
+    inode = os.lstat(cached).st_ino
+    for _ in range(2):
+        process = subprocess.Popen([sys.executable, "-m", "ktop", "--record",
+                                    str(tmp_path / "r.krec")], stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        deadline = time.monotonic() + 60
+        # Until it compiles (its compiler child runs): the headers were looked for.
+        while time.monotonic() < deadline and not any(
+                "ktop.collectors.loader" in child_cmdline(pid)
+                for pid in children(process.pid)):
+            time.sleep(0.05)
+        assert time.monotonic() < deadline, "ktop never started its compiler"
+        time.sleep(1.0)  # its first compile under way: the headers were found
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert set(glob.glob("/tmp/ktop-headers-*")) <= before
+    assert not [n for n in os.listdir(CACHE_DIR) if n.startswith(".building-")]
+    again = find_kernel_headers().source
+    assert again == cached and os.lstat(again).st_ino == inode  # the same tree, reused
+    assert kernel_headers().source == cached
+
+
+def test_without_root_the_headers_cache_is_not_touched(tmp_path):
+    """A ktop without root still asks for the headers (the header line names them): it
+    tried to build in root's cache and its loading thread died with PermissionError."""
+    from conftest import as_nobody
+
+    from ktop.collectors.headers import CACHE_DIR, find_kernel_headers
+
+    if find_kernel_headers().source is None:  # root built the cache, if this kernel needs one
+        pytest.skip("this kernel has its own headers at /lib/modules/$(uname -r)/build")
+    os.chmod(tmp_path, 0o755)
+    code = ("from ktop.collectors.headers import find_kernel_headers; "
+            "print(find_kernel_headers().source)")
+    result = subprocess.run([*as_nobody(str(tmp_path)), sys.executable, "-c", code],
+                            capture_output=True, text=True, timeout=60, cwd="/")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert not result.stdout.startswith(CACHE_DIR)  # a private tree of its own
+
+
+def children(pid: int) -> list[int]:
+    """Of every thread (the compiler is started by the loading one)."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def child_cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [part.decode(errors="replace") for part in f.read().split(b"\0")]
+    except OSError:
+        return []

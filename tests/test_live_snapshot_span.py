@@ -23,12 +23,16 @@ def test_every_pane_of_a_snapshot_covers_the_same_seconds(tmp_path):
     # The panes attach one after the other (CPU first, block I/O last): each counted from its
     # own attach, a one-second snapshot's panes covered 3.06, 2.42 and 1.15 s.
     path = tmp_path / "ktop.json"
+    began = time.time()
     subprocess.run([sys.executable, "-m", "ktop", "--snapshot", str(path), "--duration", "1"],
                    stdin=subprocess.DEVNULL, check=True, timeout=180)
+    ended = time.time()
     data = json.loads(path.read_text())
-    spans = {pane: data[pane]["window_s"] for pane in ("cpu", "locks", "blockio")}
+    spans = {pane: data[pane]["window_s"] for pane in ("cpu", "locks", "blockio", "waits")}
     assert all(abs(span - data["duration_s"]) <= 0.05 for span in spans.values()), spans
     assert data["duration_s"] == pytest.approx(1.0, abs=0.1)
+    # The seconds they cover are wall-clock seconds of this run, its last ones.
+    assert began < data["taken_at"] - data["duration_s"] and data["taken_at"] <= ended
 
 
 def compiler_nice(source: LiveSource, patient: bool) -> int:

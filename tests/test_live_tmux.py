@@ -168,3 +168,34 @@ def test_keys_reach_the_app_in_a_real_terminal_a_lone_esc_too(terminal):
         time.sleep(0.1)
     terminal.send("q")
     assert exit_code(terminal) == "0"
+
+
+def test_a_stopped_ktop_measures_its_first_refresh_over_the_gap_and_says_so(terminal):
+    """SIGSTOP for a while, then SIGCONT: the refreshes missed were collected in a burst
+    milliseconds apart, the last showing CPU% over ~15 ms (processes 0.0%, ktop itself
+    87-135%). Now one refresh covers the gap, and the screen says what happened."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        # Under sh, not the shell's own job: bash would take the terminal back when ktop
+        # stops (and tmux continues a stopped child of its own at once).
+        terminal.run(f"sh -c '{shlex.quote(sys.executable)} -m ktop -p {busy.pid}; "
+                     "printf \"KTOP_%s=%s\\n\" EXIT $?'")
+        terminal.wait_for(f" {busy.pid}  root ")  # the processes pane: the BPF ones may still load
+        ktop = next(p for p in psutil.Process(int(terminal.display("#{pane_pid}"))).children(True)
+                    if p.cmdline()[1:3] == ["-m", "ktop"])
+        time.sleep(1.5)
+        ktop.suspend()
+        time.sleep(6)
+        ktop.resume()
+        screen = terminal.wait_for("ktop did not run for", timeout=15)
+        header = screen.splitlines()[0]
+        own = float(header.split("ktop CPU ")[1].split("%")[0])
+        assert own < 50, header  # over the seconds since the last refresh, not 15 ms
+        row = next(line for line in screen.splitlines() if f" {busy.pid}  root " in line)
+        assert float(row.split(" root ")[1].split()[1]) > 5, row  # its CPU%: it ran meanwhile
+        assert "this refresh covers" in screen.replace("\n", " ").replace("│", " ")
+        terminal.send("q")
+        assert exit_code(terminal) == "0"
+    finally:
+        busy.kill()
+        busy.wait()

@@ -219,6 +219,63 @@ def test_the_ring_drops_the_oldest_and_stays_under_its_size(tmp_path):
     assert os.listdir(tmp_path) == ["r.krec"]  # no temporary left
 
 
+def _writer_in_another_process(path, max_bytes=None):
+    """A RecordWriter held open by a child process (as a second `ktop --record` would)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from ktop.record.fileformat import RecordWriter; "
+            f"w = RecordWriter({str(path)!r}, {max_bytes!r}); print('open', flush=True); "
+            "sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "open\n"
+    return child
+
+
+def test_a_second_writer_of_the_same_file_is_refused_naming_the_first(tmp_path):
+    """Two `ktop --record same.krec` appended in turn and tore each other's records: the
+    file was "damaged after 24 records" and nothing could be replayed."""
+    path = tmp_path / "same.krec"
+    child = _writer_in_another_process(path)
+    try:
+        with pytest.raises(RecordingError) as refused:
+            RecordWriter(str(path))
+        assert str(refused.value) == (
+            f"cannot record to {path}: another ktop (pid {child.pid}) is recording to it; "
+            "stop that one, or name another file")
+    finally:
+        child.stdin.close()
+        child.wait(10)
+    writer = RecordWriter(str(path))  # the first one gone: continued
+    writer.append(interval(0))
+    writer.close()
+    assert len(Recording(str(path))) == 1
+
+
+def test_two_writers_in_turn_never_tear_the_file(tmp_path):
+    path = tmp_path / "same.krec"
+    first = RecordWriter(str(path))
+    with pytest.raises(RecordingError, match="another ktop .* is recording to it"):
+        RecordWriter(str(path))
+    for i in range(3):
+        first.append(interval(i))
+    first.close()
+    assert [r.seq for r in Recording(str(path)).records] == [0, 1, 2]
+
+
+def test_the_ring_keeps_its_lock_across_the_rename(tmp_path):
+    path = tmp_path / "r.krec"
+    record_size = len(frame_record(0, interval()))
+    writer = RecordWriter(str(path), max_bytes=HEADER_SIZE + 4 * record_size + 10)
+    for i in range(12):
+        writer.append(interval(i))
+    assert writer.ring_dropped  # the ring replaced the file by rename
+    with pytest.raises(RecordingError, match=f"another ktop \\(pid {os.getpid()}\\)"):
+        RecordWriter(str(path))
+    writer.close()
+
+
 def test_an_existing_recording_is_continued_after_its_torn_end(tmp_path):
     """A service restarted after kill -9 goes on with its history."""
     path = tmp_path / "r.krec"

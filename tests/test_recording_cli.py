@@ -241,7 +241,38 @@ def test_record_until_sigterm_without_root_keeps_the_processes(shared_dir):
     assert len(recording) >= 2 and recording.dropped == ""
     last = recording.snapshot(len(recording) - 1)
     assert last.processes and "functions" in last.unavailable
-    assert recording.records[-1].duration_s == pytest.approx(0.5, abs=0.2)
+    # Each record spans its interval; the last, written on SIGTERM, the part it covered.
+    assert recording.records[-2].duration_s == pytest.approx(0.5, abs=0.2)
+    assert 0 < recording.records[-1].duration_s <= 0.7
+    # Without a sampler the CPU split is /proc/stat's: the CSV has it (its columns were empty).
+    rows = list(csv.DictReader(io.StringIO(ktop("--replay", path, "--dump", "csv").stdout)))
+    assert len(rows) == len(recording)
+    for row in rows:
+        split = [float(row[f"cpu_{part}_pct"]) for part in ("kernel", "user", "idle")]
+        assert sum(split) == pytest.approx(100.0, abs=1.0), row
+        assert row["samples"] == "" and row["top_function"] == ""
+
+
+def test_sigint_within_the_first_interval_records_it(shared_dir):
+    """`ktop --record a.krec -d 10`, SIGINT at 9 s said "recorded 0 intervals"."""
+    path = os.path.join(shared_dir, "a.krec")
+    prefix = as_nobody(shared_dir) if os.geteuid() == 0 else []
+    process = subprocess.Popen([*prefix, sys.executable, "-m", "ktop", "--record", path,
+                                "-d", "10"], stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.0)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    assert f"recorded 1 intervals to {path} (" in stderr, stderr
+    records = Recording(path).records
+    assert len(records) == 1 and 0.5 <= records[0].duration_s <= 2.5  # what it covered, not -d
 
 
 def in_cgroups(snapshot: Snapshot) -> Snapshot:

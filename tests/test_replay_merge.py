@@ -291,7 +291,7 @@ def test_a_window_of_block_io_records_equals_the_live_window(window):
     assert comparable(merged) == comparable(live)
 
 
-def test_a_window_of_snapshots_takes_processes_and_losses_from_the_newest(recorded_snapshot):
+def test_a_window_of_snapshots_takes_processes_from_the_newest_and_sums_losses(recorded_snapshot):
     older = dataclasses.replace(
         recorded_snapshot, taken_at=recorded_snapshot.taken_at - 1,
         processes=recorded_snapshot.processes[:1],
@@ -301,7 +301,9 @@ def test_a_window_of_snapshots_takes_processes_and_losses_from_the_newest(record
     assert merged.taken_at == recorded_snapshot.taken_at
     assert merged.cpu.total_samples == 2 * recorded_snapshot.cpu.total_samples
     assert merged.duration_s == pytest.approx(2 * recorded_snapshot.cpu.window_s)
-    assert merged.cpu.lost == recorded_snapshot.cpu.lost  # counted since start: the newest
+    # Each record's losses are its interval's own: the window's are their sum.
+    newest = recorded_snapshot.cpu.lost
+    assert merged.cpu.lost == {**newest, "kstack_collision": 1 + newest["kstack_collision"]}
     # Twice the samples over twice the time: the same share (the fixture's is rounded).
     assert merged.cpu.functions[0].percent == pytest.approx(
         recorded_snapshot.cpu.functions[0].percent, abs=0.01)

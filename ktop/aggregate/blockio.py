@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited
-from ktop.aggregate.window import Window
+from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, kernel_dev, split_dev
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
@@ -122,7 +122,6 @@ class BlockAggregator:
         self._newest: list[tuple[float, CompletedRequest]] = []  # the last drain's
         # (pid, dev, rw) -> its newest requests, each with the start of the drain it came in
         self._each: dict[tuple[int, int, str], deque[tuple[float, float, CompletedRequest]]] = {}
-        self._lost: dict[str, int] = {}
 
     def disk_name(self, dev: int) -> str:
         names = self._disk_names
@@ -133,7 +132,7 @@ class BlockAggregator:
         return f"{major}:{minor}"
 
     def add(self, drain: BlockDrain) -> None:
-        self._window.add(drain.start, drain.end, self._fold(drain))
+        self._window.add(drain.start, drain.end, self._fold(drain), drain.lost)
         self._newest = [(request.time - drain.origin, request) for request in drain.requests]
         self._requests.extend(self._newest)
         for time_s, request in self._newest:
@@ -146,7 +145,6 @@ class BlockAggregator:
             latest = sorted(self._each, key=lambda key: self._each[key][-1][0])
             for key in latest[: len(latest) - KEEP_EACH_KEYS // 2]:
                 del self._each[key]
-        self._lost = dict(drain.lost)
 
     def _fold(self, drain: BlockDrain) -> _IoCounts:
         counts = _IoCounts()
@@ -204,7 +202,7 @@ class BlockAggregator:
             first_drain = float("-inf") if cumulative else self._window.recent_start
         picked = self._picked(requests, oldest, max_requests, each, first_drain)
         return BlockProfile(
-            lost=dict(self._lost),
+            lost=self._window.lost(cumulative, latest),
             disks=_disks(merged, self.disk_name),
             processes=_processes(merged, self.disk_name),
             requests=self._request_rows(picked),
@@ -356,7 +354,7 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
     requests = newest_requests((r for p in reversed(profiles) for r in p.requests),
                                {(p.pid, p.disk, p.rw) for p in processes}, max_requests)
     return BlockProfile(
-        lost=dict(profiles[-1].lost),
+        lost=sum_lost(p.lost for p in profiles),
         disks=_disks(merged, disk_name),
         processes=processes,
         requests=requests,

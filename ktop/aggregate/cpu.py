@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
-from ktop.aggregate.window import Window
+from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain, StackRow
 from ktop.collectors.procstat import CpuTicks, merge_times, ticks_of
 from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
@@ -184,7 +184,6 @@ class CpuAggregator:
         self._rows: dict[StackRow, int] = {}
         self._rows_before: dict[StackRow, int] = {}
         self._drained = 0
-        self._lost: dict[str, int] = {}
         # Each (function, module) once, for the sets of functions to share (as many as the
         # kernel functions met; an address no symbol covers is not kept).
         self._functions: dict[tuple[str, str], tuple[str, str]] = {}
@@ -223,8 +222,7 @@ class CpuAggregator:
         stacks = Counter(counted)
         children, idle_children = self._children(stacks)
         self._window.add(drain.start, drain.end, _Samples(
-            stacks, drain.ticks, children, idle_children, *self._selfs(stacks)))
-        self._lost = dict(drain.lost)
+            stacks, drain.ticks, children, idle_children, *self._selfs(stacks)), drain.lost)
 
     def _number(self, row: StackRow) -> int:
         """The number of a row first met since the last sweep: the one it had before, or that
@@ -364,7 +362,8 @@ class CpuAggregator:
             cumulative = False
         else:
             samples, window_s = self._window.counts(cumulative)
-        return build_profile(samples, window_s, self.hz, self.cpus, self._lost, cumulative,
+        return build_profile(samples, window_s, self.hz, self.cpus,
+                             self._window.lost(cumulative, latest), cumulative,
                              self._ids.keys, self._frame, self.line_info)
 
 
@@ -458,8 +457,8 @@ _NO_FRAMES = _StackKey(pid=0, comm="", kernel=(), user_frames=(), user_mode=Fals
 
 def merge_profiles(profiles: Sequence[CpuProfile]) -> CpuProfile:
     """Recorded intervals, oldest first, as the live window sums them: each counted back,
-    summed by the window's own merge, built by build_profile; losses (since start) the
-    newest's."""
+    summed by the window's own merge, built by build_profile; losses (each record's own)
+    summed."""
     ids = _StackIds()
     addresses: dict[tuple[str, str], int] = {}
     merged = _Samples()
@@ -468,7 +467,7 @@ def merge_profiles(profiles: Sequence[CpuProfile]) -> CpuProfile:
     frames = {address: frame for frame, address in addresses.items()}
     newest = profiles[-1]
     built = build_profile(merged, sum(p.window_s for p in profiles), newest.sample_hz,
-                          newest.cpus, dict(newest.lost), False, ids.keys, frames.__getitem__,
+                          newest.cpus, sum_lost(p.lost for p in profiles), False, ids.keys, frames.__getitem__,
                           newest.line_info)
     if not all(p.times.ticks for p in profiles):  # recorded before ticks were kept
         built = replace(built, times=merge_times([p.times for p in profiles],

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
-from ktop.aggregate.window import Window
+from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.locks import (
     HIST_SLOTS,
     OWNER_READERS,
@@ -228,15 +228,13 @@ class LockAggregator:
         self.symbolizer = StackSymbolizer(kallsyms)
         # Waits cannot be taken back out of a sum (their min and max), so no subtract.
         self._window = Window(window_s, _Contention, _Contention.merge)
-        self._lost: dict[str, int] = {}
         self._lock_names: dict[int, tuple[str, str, str]] = {}  # address -> symbol, name, instance
         self._namer = LockNamer()
         self._notes: tuple[str, ...] = ()
 
     def add(self, drain: LockDrain) -> None:
         self._name_locks(drain)
-        self._window.add(drain.start, drain.end, self._fold(drain))
-        self._lost = dict(drain.lost)
+        self._window.add(drain.start, drain.end, self._fold(drain), drain.lost)
         self._notes = drain.notes
 
     def _name_locks(self, drain: LockDrain) -> None:
@@ -344,7 +342,8 @@ class LockAggregator:
     def profile(self, cumulative: bool = False, latest: bool = False) -> LockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
         contention, window_s = self._window.latest() if latest else self._window.counts(cumulative)
-        return build_profile(contention, window_s, self._lost, self._lock_name, self._notes)
+        return build_profile(contention, window_s, self._window.lost(cumulative, latest),
+                             self._lock_name, self._notes)
 
 
 def _merge_rare_owners(owners: dict[OwnerKey, _Waits]) -> None:
@@ -462,13 +461,14 @@ def _recorded_address(text: str) -> int:
 
 def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
     """Recorded intervals, oldest first, as the live window sums them: each counted back,
-    summed by the window's own merge, built by build_profile; losses (since start) the newest's."""
+    summed by the window's own merge, built by build_profile; losses (each record's own) summed."""
     merged = _Contention()
     for profile in profiles:
         merged.merge(_counted(profile))
     names = {_recorded_address(lock.address): (lock.symbol, lock.name, lock.instance)
              for p in profiles for lock in p.locks}
-    return build_profile(merged, sum(p.window_s for p in profiles), profiles[-1].lost,
+    return build_profile(merged, sum(p.window_s for p in profiles),
+                         sum_lost(p.lost for p in profiles),
                          lambda address: names.get(address, ("", "", "")), profiles[-1].notes)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited
-from ktop.aggregate.window import Window
+from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
 from ktop.symbolize.kernel import Kallsyms
@@ -220,13 +220,11 @@ class WaitAggregator:
         self._resolve_user = resolve_user
         self.namer = KernelNamer(kallsyms)
         self._window = Window(window_s, WaitCounts, WaitCounts.merge)
-        self._lost: dict[str, int] = {}
         self._notes: dict[str, int] = {}
         self._min_walk_us = min_walk_us
 
     def add(self, drain: WaitDrain) -> None:
-        self._window.add(drain.start, drain.end, self.fold(drain))
-        self._lost = dict(drain.lost)
+        self._window.add(drain.start, drain.end, self.fold(drain), drain.lost)
         self._notes = dict(drain.notes)
 
     def fold(self, drain: WaitDrain) -> WaitCounts:
@@ -279,7 +277,8 @@ class WaitAggregator:
     def profile(self, cumulative: bool = False, latest: bool = False) -> WaitProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
         counts, span = self._window.latest() if latest else self._window.counts(cumulative)
-        return build_profile(counts, span, self._lost, self._notes, self._min_walk_us)
+        return build_profile(counts, span, self._window.lost(cumulative, latest), self._notes,
+                             self._min_walk_us)
 
 
 def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
@@ -339,13 +338,13 @@ def counts_of(profile: WaitProfile) -> WaitCounts:
 
 
 def merge_profiles(profiles: Sequence[WaitProfile]) -> WaitProfile:
-    """Recorded intervals' profiles summed as the live window sums their counts; losses and
-    notes (cumulative) from the newest."""
+    """Recorded intervals' profiles summed as the live window sums their counts; losses (each
+    record's own) summed, notes (cumulative) from the newest."""
     counts = WaitCounts()
     for profile in profiles:
         counts.merge(counts_of(profile))
     newest = profiles[-1] if profiles else WaitProfile((), (), {})
-    return build_profile(counts, sum(p.window_s for p in profiles), dict(newest.lost),
+    return build_profile(counts, sum(p.window_s for p in profiles), sum_lost(p.lost for p in profiles),
                          dict(newest.notes), newest.min_walk_us)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 # Drains come from a timer and land a few milliseconds early or late. Five drains 0.999 s
@@ -44,6 +44,7 @@ class _Counted(Generic[T]):
     start: float
     end: float
     counts: T
+    lost: dict[str, int] = field(default_factory=dict)  # by reason, in this interval alone
 
     @property
     def duration_s(self) -> float:
@@ -57,6 +58,10 @@ class Window(Generic[T]):
     window gives back; `merge(into, other)` adds one T into another. Given `subtract` too,
     the sum of the recent intervals is kept as they come and go rather than merged again for
     every profile: the CPU pane's window holds thousands of stacks at high sampling rates.
+
+    Losses go the same way: a collector counts them since it started, the window keeps what
+    each interval added, so a window's losses are its intervals' (as the header and `L`
+    say: "in the last 5s"), a record's its interval's, cumulative ones those since start.
     """
 
     def __init__(
@@ -72,9 +77,24 @@ class Window(Generic[T]):
         self._recent_sum = empty() if subtract else None
         self.total = empty()  # since the first interval; the aggregator may fold it in place
         self.total_s = 0.0
+        self._lost_since_start: dict[str, int] = {}  # as the collector last counted them
+        self._total_lost: dict[str, int] = {}
 
-    def add(self, start: float, end: float, counts: T) -> None:
-        interval = _Counted(start, end, counts)
+    def add(self, start: float, end: float, counts: T,
+            lost_since_start: Mapping[str, int] | None = None) -> None:
+        """lost_since_start: the collector's loss counters, which only grow (one that went
+        down was started again: counted from zero)."""
+        lost: dict[str, int] = {}
+        if lost_since_start is not None:
+            seen = self._lost_since_start
+            for reason, count in lost_since_start.items():
+                before = seen.get(reason, 0)
+                added = count - before if count >= before else count
+                if added:
+                    lost[reason] = added
+                    self._total_lost[reason] = self._total_lost.get(reason, 0) + added
+            self._lost_since_start = dict(lost_since_start)
+        interval = _Counted(start, end, counts, lost)
         self._recent.append(interval)
         dropped = trim_to_window(self._recent, self.span_s)
         if self._recent_sum is not None and self._subtract is not None:
@@ -116,7 +136,27 @@ class Window(Generic[T]):
         newest = self._recent[-1]
         return newest.counts, newest.duration_s
 
+    def lost(self, cumulative: bool = False, latest: bool = False) -> dict[str, int]:
+        """Losses by reason: of the newest interval alone, of the window, or since start;
+        every reason the collector names is there, 0 when none were lost."""
+        if latest:
+            counted = self._recent[-1].lost if self._recent else {}
+        elif cumulative:
+            counted = self._total_lost
+        else:
+            counted = sum_lost(interval.lost for interval in self._recent)
+        return {reason: counted.get(reason, 0) for reason in self._lost_since_start} | counted
+
     def counts(self, cumulative: bool) -> tuple[T, float]:
         """The counts since the first interval or of the recent ones, and the seconds they
         cover: the sum of the intervals' own spans, the same way for every pane."""
         return (self.total, self.total_s) if cumulative else (self.recent(), self.recent_s)
+
+
+def sum_lost(losses: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Losses of several intervals together (recorded ones too: each holds its own)."""
+    total: dict[str, int] = {}
+    for lost in losses:
+        for reason, count in lost.items():
+            total[reason] = total.get(reason, 0) + count
+    return total

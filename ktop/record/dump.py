@@ -25,7 +25,7 @@ CSV_COLUMNS = (
     "cpu_kernel_pct", "cpu_user_pct", "cpu_idle_pct", "samples", "top_function", "top_function_pct",
     "lock_contended", "lock_wait_ms", "top_lock_caller", "top_lock_wait_ms",
     "io_requests", "io_bytes", "io_avg_latency_ms", "top_io_pid", "top_io_comm", "top_io_bytes",
-    "processes", "lost",
+    "processes", "lost_in_interval",
 )
 
 
@@ -41,6 +41,9 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
         row += [f"{cpu.times.kernel:.2f}", f"{cpu.times.user:.2f}", f"{cpu.times.idle:.2f}",
                 cpu.total_samples, csv_cell(top.symbol) if top else "",
                 f"{top.percent:.3f}" if top else ""]
+    elif snapshot.cpu_times is not None:  # no sampler (not root): /proc/stat's split
+        times = snapshot.cpu_times
+        row += [f"{times.kernel:.2f}", f"{times.user:.2f}", f"{times.idle:.2f}", "", "", ""]
     else:
         row += [""] * 6
     if locks:
@@ -60,7 +63,9 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
                 top_io.bytes if top_io else ""]
     else:
         row += [""] * 6
-    lost = sum(n for profile in (cpu, locks, io) if profile for n in profile.lost.values())
+    # Each record's losses are its interval's own (not since start): the column says so.
+    lost = sum(n for profile in (cpu, locks, io, snapshot.waits) if profile
+               for n in profile.lost.values())
     row += [sum(1 for p in snapshot.processes if p.pid != EXITED_PID), lost]
     return row
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import errno
+import fcntl
 import json
 import math
 import os
@@ -586,6 +587,28 @@ class Recording:
 # ---- writing ------------------------------------------------------------------------------
 
 
+def _lock_holder(info: os.stat_result, locks: str = "/proc/locks") -> int | None:
+    """The pid /proc/locks names for a flock on the file (None when it names none)."""
+    # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF": the device in hex, then the inode.
+    want = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+    try:
+        with open(locks, "rb") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != b"FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(b":")
+            if (int(major, 16), int(minor, 16), int(inode)) == want:
+                return int(fields[4])
+        except ValueError:
+            continue
+    return None
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -603,6 +626,10 @@ class RecordWriter:
     An existing recording is continued after its last whole record (a service restarted
     goes on with its history) if this user owns it and nobody else may write it; any other
     existing file is refused, never overwritten.
+
+    The writer holds an exclusive flock on the file while it records: a second writer of the
+    same file is refused at once (two appending in turn tore each other's records), and the
+    ring's new file is locked before it replaces the old one under its name.
     """
 
     def __init__(self, path: str, max_bytes: int | None = None, level: int = 6,
@@ -615,6 +642,7 @@ class RecordWriter:
         self.max_bytes = max_bytes
         self.level = level
         self.records = 0  # appended by this writer
+        self.ring_dropped = 0  # records the ring dropped, oldest first
         self.format = FORMAT
         self.continued = 0  # whole records the file already held
         self.dropped = ""  # what was cut off its end, when continued
@@ -648,6 +676,12 @@ class RecordWriter:
             self._close_dir()
             raise self._fail(e.strerror or str(e)) from None
         try:
+            self._lock(fd)
+        except RecordingError:
+            os.close(fd)  # the other writer owns it now: left alone
+            self._close_dir()
+            raise
+        try:
             _write_all(fd, file_header())
         except OSError as e:
             os.close(fd)
@@ -669,6 +703,7 @@ class RecordWriter:
         write) would hand that user the command lines and stacks recorded."""
         try:
             fd = self._open_own()
+            self._lock(fd)
         except BaseException:
             self._close_dir()
             raise
@@ -735,9 +770,40 @@ class RecordWriter:
         os.set_blocking(fd, True)
         return fd
 
+    def _lock(self, fd: int) -> None:
+        """An exclusive flock on the file just opened, or RecordingError naming who holds
+        it. Closes fd on failure. A ring that replaced the file by rename between our open
+        and our lock leaves us the old one, no longer named: refused as well."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            info = os.fstat(fd)
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise self._fail(f"cannot lock it: {e.strerror or e}") from None
+            raise self._busy(_lock_holder(info)) from None
+        try:
+            named = os.stat(self._name, dir_fd=self._dir_fd, follow_symlinks=False)
+            held = os.fstat(fd)
+        except OSError:
+            named = held = None
+        if named is None or held is None or (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
+            os.close(fd)
+            raise self._busy(None)
+
+    def _busy(self, pid: int | None) -> RecordingError:
+        who = f"ktop (pid {pid})" if pid else "ktop"
+        return self._fail(f"another {who} is recording to it; stop that one, or name "
+                          "another file")
+
     @property
     def size(self) -> int:
         return self._end
+
+    @property
+    def held(self) -> int:
+        """Whole records in the file now."""
+        return self.continued + self.records - self.ring_dropped
 
     def append(self, snapshot: Snapshot) -> int:
         """Append the interval's record; returns its size. On a write error (a full disk)
@@ -783,6 +849,8 @@ class RecordWriter:
         except OSError as e:
             raise self._stopped(e) from None
         try:
+            # Locked before it gets the name: a writer that opens it then is refused.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             _write_all(fd, file_header())
             at = start
             while at < self._end:
@@ -803,6 +871,7 @@ class RecordWriter:
         os.close(self._fd)
         self._fd = fd
         shift = start - HEADER_SIZE
+        self.ring_dropped += first
         self._offsets = array.array("Q", (o - shift for o in offsets[first:]))
         self._end -= shift
 

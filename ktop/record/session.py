@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ktop.engine import LiveSource, Options
 from ktop.model import Snapshot
-from ktop.record.fileformat import RecordingError, RecordWriter
+from ktop.record.fileformat import HEADER_SIZE, RecordingError, RecordWriter
 from ktop.text import human_bytes, printable
 
 
@@ -89,7 +89,8 @@ def record(
     source: LiveSource | None = None,
 ) -> int:
     """`ktop --record FILE`: collect headless and append one record per interval until the
-    duration is over or `stop` is set (SIGINT/SIGTERM). Returns the exit code: 0, or 1 once
+    duration (wall time) is over or `stop` is set (SIGINT/SIGTERM), then the interval in
+    progress. Returns the exit code: 0, or 1 once
     the file cannot be written (a full disk): the one line says so. (`source`: tests hand
     one with fake collectors.)"""
     stop = stop or threading.Event()
@@ -113,28 +114,36 @@ def record(
         source.collect()  # every pane's first interval starts here, together
         started = time.monotonic()
         end = started + duration_s if duration_s else math.inf
-        intervals = 0
-        while not stop.is_set():
-            # Counted from the start, not summed: 0.2 added five times can fall short of
-            # 1.0 by a rounding error and record a sixth interval (at large uptimes).
-            intervals += 1
-            next_at = started + intervals * options.interval_s
-            if next_at > end - 1e-6:
-                next_at = end
-            if stop.wait(max(0.0, next_at - time.monotonic())):
-                break
+        while True:
+            # The next tick on the grid counted from the start (0.2 added five times can fall
+            # short of 1.0 and record a sixth interval); a collect that ran past ticks skips
+            # them: --duration is wall time, whatever an interval costs.
+            now = time.monotonic()
+            ticks = math.floor((now - started) / options.interval_s + 1e-9) + 1
+            next_at = min(started + ticks * options.interval_s, end)
+            stopped = stop.wait(max(0.0, next_at - now))
+            # Stopped (SIGINT, SIGTERM) mid-interval: the interval in progress is written
+            # too, its span the seconds it really covers.
             try:
                 writer.append(source.collect(latest=True))
             except RecordingError as e:
                 say(str(e))
                 return 1
             appended += 1
-            if next_at >= end:
+            if stopped or next_at >= end:
                 break
     finally:
         source.close()
         size = writer.size
         writer.close()
-    per = f", {human_bytes(size / (writer.continued + appended) if appended else 0)}B per interval"
-    say(f"recorded {appended} intervals to {writer.name} ({human_bytes(size)}B{per if appended else ''})")
+    say(f"recorded {appended} intervals to {writer.name} ({human_bytes(size)}B{_per_record(writer)})")
     return 0
+
+
+def _per_record(writer: RecordWriter) -> str:
+    """The records' average size on disk, over those the file holds (a ring dropped some)."""
+    held = writer.held
+    if not held:
+        return ""
+    kept = f"; the ring keeps the newest {held}" if writer.ring_dropped else ""
+    return f", {human_bytes((writer.size - HEADER_SIZE) / held)}B per interval{kept}"

@@ -25,6 +25,7 @@ from ktop.model import Snapshot
 from ktop.text import printable
 from ktop.ui.screens.main import MainScreen
 from ktop.ui.widgets.pane import Display
+from ktop.units import format_span
 from ktop.writer import SnapshotError, write_atomically
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from ktop.record.session import SessionRecorder
 
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
+# A refresh this much later than due (beyond one interval) was held up: SIGSTOP, a
+# suspended machine, starved of CPU. The screen says so, as its figures span the gap.
+STALL_S = 2.0
 FIRST_DATA_S = 0.2  # a pane's first refresh after its collector attaches: samples enough
 LOADING_REFRESH_S = 0.25
 
@@ -53,6 +57,23 @@ class RecordingStopped(Message):
     def __init__(self, recorder: SessionRecorder) -> None:
         super().__init__()
         self.recorder = recorder
+
+
+class RecordingFinished(Message):
+    """Posted by the collecting thread once `R` stopped a recording: its last interval, the
+    one in progress when R was pressed, is written."""
+
+    def __init__(self, recorder: SessionRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+
+class Stalled(Message):
+    """Posted by the collecting thread when a refresh came long after it was due."""
+
+    def __init__(self, late_s: float, covers_s: float) -> None:
+        super().__init__()
+        self.late_s, self.covers_s = late_s, covers_s
 
 
 def _drill_screens(stack) -> list:
@@ -111,6 +132,8 @@ class KtopApp(App[None]):
         self._wake = threading.Event()  # a pane attached, or quitting: the collector wakes
         self._collected_at: float | None = None  # the first snapshot, when collected at mount
         self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
+        # R stopped it: the collecting thread writes the interval in progress, then closes it.
+        self._finishing: SessionRecorder | None = None
         self.timeline = source.timeline  # a replayed recording moves through time
         self.file_error = ""  # a replayed record that does not decode: ktop leaves, saying it
         self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup,
@@ -172,27 +195,59 @@ class KtopApp(App[None]):
                 first = self._collected_at + min(
                     LOADING_REFRESH_S if loading else self.interval_s, self.interval_s)
             next_at = max(time.monotonic(), first)
+            last_at = time.monotonic()
             while not worker.is_cancelled and not self._stop.is_set():
-                if self._wake.wait(max(0.0, next_at - time.monotonic())):
+                woke = self._wake.wait(max(0.0, next_at - time.monotonic()))
+                finishing = self._finishing
+                if woke:
                     self._wake.clear()
-                    next_at = min(next_at, time.monotonic() + FIRST_DATA_S)
-                    continue
+                    if finishing is None:
+                        next_at = min(next_at, time.monotonic() + FIRST_DATA_S)
+                        continue
+                began = time.monotonic()
                 try:
                     snapshot = self.source.collect()
                 except RecordingError as e:  # a replayed file's record that is not ktop's
                     self.file_error = str(e)
                     self.call_from_thread(self.exit, None, 1)
                     return
-                recorder = self.recorder
-                if recorder is not None and not recorder.append(
-                    self.source.interval_snapshot(snapshot)  # type: ignore[attr-defined]  # R: live only
-                ) and recorder.error:
-                    self.post_message(RecordingStopped(recorder))
-                # While panes load, their messages count the seconds: refresh more often.
-                next_at += min(LOADING_REFRESH_S, self.interval_s) if snapshot.loading else self.interval_s
+                self._record(snapshot, finishing or self.recorder, finishing is not None)
+                late = began - last_at - self.interval_s
+                last_at = began
+                if late > max(STALL_S, self.interval_s):
+                    self.post_message(Stalled(late, snapshot.duration_s))
+                if not woke:
+                    # While panes load, their messages count the seconds: refresh more often.
+                    next_at += (min(LOADING_REFRESH_S, self.interval_s) if snapshot.loading
+                                else self.interval_s)
+                    # Behind (stopped, starved): refreshes missed are not caught up. A burst
+                    # of them milliseconds apart showed CPU% over 15 ms (every process at
+                    # 0.0%, ktop at 135%): each refresh measures at least half an interval.
+                    next_at = max(next_at, time.monotonic() + self.interval_s / 2)
                 self.post_message(SnapshotReady(snapshot))
         finally:
-            self.source.close()
+            try:
+                # Quitting while recording: the interval in progress goes in too.
+                recorder = self._finishing or self.recorder
+                if recorder is not None and self.source.started_at:
+                    self._record(self.source.collect(), recorder, finish=True)
+            finally:
+                self.source.close()
+
+    def _record(self, snapshot: Snapshot, recorder: SessionRecorder | None, finish: bool) -> None:
+        """The collected interval alone into the recording (R: live data only); finish: its
+        last, then it is closed and the screen says so."""
+        if recorder is None:
+            return
+        if not recorder.append(
+            self.source.interval_snapshot(snapshot)  # type: ignore[attr-defined]  # R: live only
+        ) and recorder.error:
+            self.post_message(RecordingStopped(recorder))
+        elif finish:
+            recorder.stop()
+            self.post_message(RecordingFinished(recorder))
+        if finish and self._finishing is recorder:
+            self._finishing = None
 
     def _on_source_attached(self) -> None:
         self._wake.set()
@@ -271,10 +326,10 @@ class KtopApp(App[None]):
         beside where `s` saves (replay it with `ktop --replay FILE`)."""
         recorder = self.recorder
         if recorder is not None:
+            # The interval in progress is written by the collecting thread, woken now.
             self.recorder = None
-            recorder.stop()
-            self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
-                        f"({recorder.describe()})", timeout=8, markup=False)
+            self._finishing = recorder
+            self._wake.set()
         else:
             from ktop.record.fileformat import RecordingError  # noqa: PLC0415
             from ktop.record.session import new_session_recorder  # noqa: PLC0415 - on the first R only
@@ -287,6 +342,16 @@ class KtopApp(App[None]):
             self.notify(f"recording to {printable(os.path.abspath(self.recorder.path))} (R stops)",
                         timeout=8, markup=False)
         self.main_screen.show_header()
+
+    def on_recording_finished(self, message: RecordingFinished) -> None:
+        recorder = message.recorder
+        self.notify(f"recording stopped: {printable(os.path.abspath(recorder.path))} "
+                    f"({recorder.describe()})", timeout=8, markup=False)
+
+    def on_stalled(self, message: Stalled) -> None:
+        self.notify(f"ktop did not run for {format_span(message.late_s)} (stopped, or starved "
+                    f"of CPU); this refresh covers {format_span(message.covers_s)}",
+                    severity="warning", timeout=10, markup=False)
 
     def on_recording_stopped(self, message: RecordingStopped) -> None:
         if self.recorder is message.recorder:

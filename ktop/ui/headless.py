@@ -41,8 +41,7 @@ def collect(options: Options, duration_s: float) -> Snapshot:
     source.cumulative = True
     try:
         source.start()
-        source.restart_span()
-        began = time.monotonic()
+        began = source.restart_span()  # the duration is counted from there: wall time
         end = began + duration_s
         following = began + options.interval_s
         while following < end:

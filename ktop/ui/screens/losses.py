@@ -16,8 +16,9 @@ from textual.widgets import Static
 
 from ktop.text import printable
 
-# (pane, loss name, count, why, counts intact), as header.loss_lines gives them, the window's
-# label, and the BPF run time by pane (% of one CPU) over the last refresh.
+# (pane, loss name, count, why, counts intact), as header.loss_lines gives them, the span they
+# were lost in ("in the last 5s", "since start (3m)"), and the BPF run time by pane (% of one
+# CPU) over the last refresh.
 Losses = tuple[list[tuple[str, str, int, str, bool]], str, tuple[tuple[str, float], ...]]
 
 
@@ -56,7 +57,7 @@ class LossesScreen(ModalScreen[None]):
             what.append("  no count lost\n" if intact else "\n", style="bold green")
             what.append(why)
             table.add_row(Text(str(count), style="dim" if intact else ""), what)
-        self.query_one("#losses-box").border_title = f"lost in the last {window} (Esc closes)"
+        self.query_one("#losses-box").border_title = f"lost {window} (Esc closes)"
         lost = table if rows else Text("nothing lost: every event was counted")
         if bpf_panes:
             cost = Text("\nBPF run time by pane (% of one CPU, last refresh):\n", style="bold")

@@ -263,8 +263,10 @@ class MainScreen(ChangedRowsScreen):
         def latest():  # what the header shows now (paused: the paused frame)
             snapshot = self.ktop.snapshot
             cost = tuple(snapshot.cost.bpf_panes.items()) if snapshot and snapshot.cost else ()
-            return (loss_lines(snapshot), format_span(snapshot.duration_s if snapshot else 0),
-                    cost)
+            span = format_span(snapshot.duration_s if snapshot else 0)
+            # The losses of the window the header shows, or since start with c.
+            label = f"since start ({span})" if self.ktop.cumulative else f"in the last {span}"
+            return loss_lines(snapshot), label, cost
 
         self.ktop.push_screen(LossesScreen(latest, min(self.ktop.interval_s, 1.0)))
 

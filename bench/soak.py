@@ -1,0 +1,283 @@
+"""Soak: ktop's screen with all five panes under heavy mixed load for N minutes (default 10),
+its memory (RSS) and losses every 30 s. Run as root: `make bench-soak` or
+`.venv/bin/python bench/soak.py --minutes 10 [--tracemalloc]`.
+
+The load: two dd (one reading /dev/urandom, kernel-bound; one writing a file with O_DIRECT,
+for block I/O), four loops creating and unlinking files, 100 short processes a second
+(bench/churn.py). ktop runs as users run it, in a terminal (a private tmux server, 160x50),
+each pane focused in turn (keys 1-5, one a second) so all five are drawn; its RSS is read
+from /proc, its losses from the header's "lost N" line.
+
+--headless runs the app in a child process instead, driven by Textual's test pilot, for what
+a terminal cannot give: --objects (the object types whose counts grow, every 30 s) and
+--tracemalloc (where Python's allocations grew between the first minute and the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from churn import churning  # noqa: E402
+
+SPAWNS_PER_S = 100
+EVERY_S = 30.0
+GOAL_MIB = 100.0
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextlib.contextmanager
+def writing_dd() -> Iterator[None]:
+    """A dd writing 64 MiB with O_DIRECT again and again: block I/O the whole time."""
+    with tempfile.TemporaryDirectory(prefix="ktop-soak-", dir="/var/tmp") as directory:
+        target = os.path.join(directory, "dd.out")
+        loop = subprocess.Popen(
+            ["sh", "-c", f"while :; do dd if=/dev/zero of={target} bs=1M count=64 "
+             "oflag=direct status=none; done"], stdin=subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            yield
+        finally:
+            os.killpg(loop.pid, signal.SIGKILL)  # the loop and its dd
+            loop.wait()
+
+
+# ---- the child: ktop's app, headless --------------------------------------------------------
+
+
+def child(minutes: float, trace: bool, count_objects: bool) -> None:
+    if trace:
+        import tracemalloc
+
+        tracemalloc.start(6)
+    import gc
+
+    from ktop import cli
+    from ktop.engine import LiveSource
+    from ktop.panes import PANES
+    from ktop.ui.app import build_app
+    from ktop.ui.widgets.header import losses
+
+    gc.set_threshold(*cli.GC_THRESHOLDS)  # as `ktop` sets it
+    args = cli.parse_args([])
+    source = LiveSource(cli._options(args))
+    source.start(wait=False, patient=True)
+    app = build_app(source, interval_s=args.interval)
+    began = time.monotonic()
+    first_trace = None
+
+    counted: dict[str, int] = {}
+
+    def objects(elapsed: float) -> None:
+        """The object types whose counts grew most since the first minute."""
+        counts: dict[str, int] = {}
+        for thing in gc.get_objects():
+            name = type(thing).__qualname__
+            counts[name] = counts.get(name, 0) + 1
+        if not counted:
+            counted.update(counts)
+            return
+        grown = sorted(((n - counted.get(t, 0), t) for t, n in counts.items()), reverse=True)
+        print("  grown since the first minute: " + ", ".join(
+            f"{t} {d:+d}" for d, t in grown[:8]), flush=True)
+        print("  largest tables: " + ", ".join(
+            f"{name} {size}" for size, name in tables()[:10]), flush=True)
+
+    def tables() -> list[tuple[int, str]]:
+        """The containers ktop's collectors, aggregators and symbolizers hold, by length."""
+        found: list[tuple[int, str]] = []
+        seen: set[int] = set()
+
+        def walk(thing: object, name: str, depth: int) -> None:
+            if id(thing) in seen or depth > 3:
+                return
+            seen.add(id(thing))
+            if isinstance(thing, (dict, list, set, frozenset, deque)):
+                found.append((len(thing), name))
+                return
+            fields = getattr(thing, "__dict__", None)
+            if fields is None and hasattr(thing, "__slots__"):
+                fields = {k: getattr(thing, k) for k in thing.__slots__ if hasattr(thing, k)}
+            for key, value in (fields or {}).items():
+                if not isinstance(value, (int, float, str, bytes, bool, type(None))):
+                    walk(value, f"{name}.{key}", depth + 1)
+
+        for pane, (collector, aggregator) in dict(source._running).items():
+            walk(collector, f"{pane}.collector", 0)
+            walk(aggregator, f"{pane}.aggregator", 0)
+        walk(source._user_symbols, "user_symbols", 0)
+        walk(source._processes, "processes", 0)
+        return sorted(found, reverse=True)
+
+    def line(elapsed: float) -> None:
+        snapshot = app.snapshot
+        lost = losses(snapshot) if snapshot else {}
+        loading = ",".join(sorted(snapshot.loading)) if snapshot and snapshot.loading else ""
+        window = snapshot.duration_s if snapshot else 0.0
+        print(f"{elapsed:6.0f} s  RSS {rss_mib(os.getpid()):6.1f} MiB  lost in the last "
+              f"{window:.0f}s: {sum(lost.values())} {dict(sorted(lost.items()))}"
+              f"{'  loading ' + loading if loading else ''}", flush=True)
+
+    async def run() -> None:
+        nonlocal first_trace
+        async with app.run_test(size=(160, 50)) as pilot:
+            following = began + EVERY_S
+            pane = 0
+            while time.monotonic() < began + minutes * 60:
+                await asyncio.sleep(1.0)
+                # Each pane focused in turn, as keys 1-5 do (without the pilot's wait for
+                # the screen, which a saturated machine can time out).
+                pane = (pane + 1) % len(PANES)
+                app.main_screen.action_focus_pane(PANES[pane].name)
+                if time.monotonic() >= following:
+                    line(time.monotonic() - began)
+                    following += EVERY_S
+                    if trace and first_trace is None and time.monotonic() - began >= 60:
+                        first_trace = tracemalloc.take_snapshot()
+                    if count_objects and time.monotonic() - began >= 60:
+                        objects(time.monotonic() - began)
+            line(time.monotonic() - began)
+            if trace and first_trace is not None:
+                last = tracemalloc.take_snapshot()
+                print("tracemalloc: where Python's allocations grew since the first minute")
+                for stat in last.compare_to(first_trace, "traceback")[:12]:
+                    print(f"  {stat.size_diff / 1024:+9.0f} KiB {stat.count_diff:+7d} blocks")
+                    for frame in stat.traceback.format()[-8:]:
+                        print("     " + frame)
+            await pilot.exit(None)
+
+    asyncio.run(run())
+
+
+# ---- in a terminal -----------------------------------------------------------------------------
+
+
+class Terminal:
+    """A private tmux server (own socket, no config) running ktop at 160x50."""
+
+    def __init__(self, command: str) -> None:
+        self.socket = f"ktop-soak-{os.getpid()}"
+        self.tmux("new-session", "-d", "-s", "soak", "-x", "160", "-y", "50", command)
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+                              capture_output=True, text=True, check=True).stdout
+
+    def pid(self) -> int:
+        return int(self.tmux("display-message", "-p", "-t", "soak", "#{pane_pid}").strip())
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "soak")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def in_terminal(minutes: float) -> list[float]:
+    """ktop in tmux for `minutes`: a line every 30 s; returns the RSS figures (MiB)."""
+    terminal = Terminal(f"exec {shlex.quote(sys.executable)} -m ktop")
+    samples: list[float] = []
+    try:
+        pid = terminal.pid()
+        began = time.monotonic()
+        following = began + EVERY_S
+        pane = 0
+        while time.monotonic() < began + minutes * 60:
+            time.sleep(1.0)
+            pane = pane % 5 + 1
+            terminal.tmux("send-keys", "-t", "soak", str(pane))
+            if time.monotonic() >= following:
+                following += EVERY_S
+                mib = rss_mib(pid)
+                samples.append(mib)
+                header = terminal.screen().splitlines()[:3]
+                lost = next((re.search(r"lost (\d+|none)", h) for h in header
+                             if re.search(r"lost (\d+|none)", h)), None)
+                span = next((re.search(r" in (\d+(?:\.\d)?s)", h) for h in header
+                             if re.search(r" in (\d+(?:\.\d)?s)", h)), None)
+                print(f"{time.monotonic() - began:6.0f} s  RSS {mib:6.1f} MiB  lost "
+                      f"{lost.group(1) if lost else '?'} in the last "
+                      f"{span.group(1) if span else '?'}  load {os.getloadavg()[0]:.1f}",
+                      flush=True)
+        terminal.tmux("send-keys", "-t", "soak", "q")
+    finally:
+        terminal.close()
+    return samples
+
+
+# ---- the parent: the load, then ktop -------------------------------------------------------------
+
+
+def headless(args: argparse.Namespace) -> list[float]:
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--minutes",
+               str(args.minutes), *(["--tracemalloc"] if args.tracemalloc else []),
+               *(["--objects"] if args.objects else [])]
+    errors = tempfile.TemporaryFile(mode="w+")  # what bcc and clang print, and a crash
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, stderr=errors,
+                               stdin=subprocess.DEVNULL)
+    assert process.stdout is not None
+    samples = []
+    for text in process.stdout:
+        if " RSS " in text:
+            samples.append(float(text.split(" RSS ")[1].split()[0]))
+            text = text.rstrip("\n") + f"  load {os.getloadavg()[0]:.1f}\n"
+        print(text, end="", flush=True)
+    process.wait()
+    if process.returncode:
+        errors.seek(0)
+        print("soak: ktop failed:\n" + "".join(errors.readlines()[-20:]), file=sys.stderr)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--headless", action="store_true",
+                        help="the app driven by Textual's pilot in a child, not in a terminal")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="with --headless: where Python's allocations grew (slows ktop)")
+    parser.add_argument("--objects", action="store_true",
+                        help="with --headless: the object types whose counts grow")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.minutes, args.tracemalloc, args.objects)
+        return 0
+    if os.geteuid() != 0:
+        print("soak: run as root (the BPF panes)", file=sys.stderr)
+        return 2
+    print(f"soak: {args.minutes:g} min of ktop's five panes "
+          f"{'headless' if args.headless else 'in a terminal'} under two dd, file churn and "
+          f"{SPAWNS_PER_S} processes/s; RSS and losses every {EVERY_S:.0f} s", flush=True)
+    with churning(SPAWNS_PER_S), writing_dd():
+        samples = headless(args) if args.headless else in_terminal(args.minutes)
+    if not samples:
+        print("soak: no figure came", file=sys.stderr)
+        return 1
+    peak = max(samples)
+    print(f"soak: RSS first {samples[0]:.1f} MiB, peak {peak:.1f} MiB, end {samples[-1]:.1f} MiB "
+          f"(goal <= {GOAL_MIB:.0f} MiB: {'met' if peak <= GOAL_MIB else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
