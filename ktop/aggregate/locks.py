@@ -312,9 +312,10 @@ class LockAggregator:
                 note = _MISSING_OWNER_STACK.get(owner_row.owner_kernel_error,
                                                 f"lost: {owner_row.owner_kernel_error}")
             kind = _OWNER_KINDS.get(owner_row.owner_kind, OWNER_UNTRACED)
-            key = (kind, owner_row.owner_tid, owner_row.owner_tgid, owner_row.owner_comm,
-                   owner_frames, note, caller, lock_type_name(owner_row.flags), owner_row.address)
-            contention.owners.setdefault(key, _Waits()).add(
+            owner_key = (kind, owner_row.owner_tid, owner_row.owner_tgid, owner_row.owner_comm,
+                         owner_frames, note, caller, lock_type_name(owner_row.flags),
+                         owner_row.address)
+            contention.owners.setdefault(owner_key, _Waits()).add(
                 owner_row.contended, owner_row.total_ns, owner_row.max_ns, owner_row.min_ns)
         for lock_row in drain.locks:
             key = (lock_row.address, lock_type_name(lock_row.flags))
