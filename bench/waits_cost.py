@@ -25,32 +25,45 @@ from ktop.collectors.waits import WaitCollector  # noqa: E402
 PING_PONG = r"""
 import os, sys, time
 seconds = float(sys.argv[1])
+parent_cpu, child_cpu = int(sys.argv[2]), int(sys.argv[3])
 a_r, a_w = os.pipe(); b_r, b_w = os.pipe()
 child = os.fork()
 if child == 0:
     os.close(a_w); os.close(b_r)
-    os.sched_setaffinity(0, {1})
+    os.sched_setaffinity(0, {child_cpu})
     while os.read(a_r, 1):
         os.write(b_w, b"x")
     os._exit(0)
 os.close(a_r); os.close(b_w)
-os.sched_setaffinity(0, {0})
+os.sched_setaffinity(0, {parent_cpu})
 n = 0
+cpu = time.process_time()
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     for _ in range(200):
         os.write(a_w, b"x"); os.read(b_r, 1)
     n += 200
+cpu = time.process_time() - cpu
 os.close(a_w); os.waitpid(child, 0)
-print(n / seconds)
+times = os.times()
+print(n / seconds, 1e9 * (cpu + times.children_user + times.children_system) / n)
 """
 
 
 def ping_pong(seconds: float) -> float:
     """Round trips a second (each is two wake-ups and four context switches)."""
-    out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds)],
+    out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds), "0", "1"],
                          capture_output=True, text=True, check=True)
-    return float(out.stdout)
+    return float(out.stdout.split()[0])
+
+
+def ping_pong_cpu_ns(seconds: float) -> float:
+    """CPU time a round trip costs with both processes on CPU 0, in ns: every switch and
+    wake-up then runs in one of the two, so the tracer's cost is charged to them, whatever
+    else the machine runs (round trips a second on a shared machine vary by 2x)."""
+    out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds), "0", "0"],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[1])
 
 
 @contextlib.contextmanager
