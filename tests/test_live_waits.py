@@ -321,3 +321,49 @@ def test_a_thread_whose_exit_was_missed_is_forgotten_and_counted(collector) -> N
         drain = collector.drain()
     assert drain.lost["exited_unseen"] >= before + 1
     assert gone not in {key.value for key in threads.keys()}
+
+
+def intervals(collector: WaitCollector, kallsyms: Kallsyms, pid: int,
+              count: int) -> list[tuple[WaitProcess, float]]:
+    """`count` intervals of 1 s as ktop refreshes them: each one's row for `pid` and its
+    length in ns."""
+    time.sleep(0.5)  # the workload's threads are seen
+    collector.drain()
+    rows = []
+    for _ in range(count):
+        time.sleep(1.0)
+        drain = collector.drain()
+        aggregator = WaitAggregator(kallsyms)
+        aggregator.add(drain)
+        rows.append((process(aggregator.profile(latest=True), pid), (drain.end - drain.start) * 1e9))
+    return rows
+
+
+def test_a_long_sleep_is_spread_over_the_intervals_it_spans(collector, kallsyms) -> None:
+    """A thread asleep 3 s at a time, ktop refreshing every second: asleep all of each
+    interval, never 0% in two and 300% in the third."""
+    with started("import time\nwhile True: time.sleep(3)\n") as sleeper:
+        rows = intervals(collector, kallsyms, sleeper.pid, 4)
+    for row, wall_ns in rows:
+        assert abs(row.blocked_s_ns - wall_ns) <= 0.05 * wall_ns, [
+            round(100 * r.blocked_s_ns / w, 1) for r, w in rows]
+
+
+def test_single_thread_time_adds_up_to_wall_time_in_every_interval(collector, kallsyms) -> None:
+    """On the CPU 0.5 s, asleep 1.5 s: phases that cross the intervals' ends are split
+    there, so each interval's on-CPU + run queue + blocked is its length."""
+    code = (
+        "import time\n"
+        "while True:\n"
+        "    end = time.perf_counter() + 0.5\n"
+        "    while time.perf_counter() < end: pass\n"
+        "    time.sleep(1.5)\n"
+    )
+    with started(code) as mixed:
+        rows = intervals(collector, kallsyms, mixed.pid, 4)
+    shares = [(round(100 * r.on_cpu_ns / w), round(100 * r.runq_ns / w),
+               round(100 * r.blocked_s_ns / w)) for r, w in rows]
+    for row, wall_ns in rows:
+        total = (row.on_cpu_ns + row.runq_ns + row.blocked_s_ns + row.blocked_d_ns
+                 + row.blocked_other_ns)
+        assert abs(total - wall_ns) <= 0.05 * wall_ns, shares
