@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ktop import __version__
+from ktop.cgroups import cgroup2_mount
 from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.pressure import PressureReader
@@ -46,6 +47,7 @@ class Options:
     cumulative: bool = False
     vmlinux: str | None = None  # debug ELF of the kernel for file:line (default: distro path)
     offcpu_min_us: int = DEFAULT_MIN_WALK_US  # waits pane: stacks of waits predicted this long
+    cgroup: str | None = None  # --cgroup, as resolved: the header shows its own PSI too
     panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
 
 
@@ -133,6 +135,9 @@ class LiveSource:
         self.headers = "looking for them" if self._specs else "not needed (no BPF pane)"
         self._processes = ProcessCollector()
         self._pressure = PressureReader()
+        mount = cgroup2_mount() if options.cgroup else None
+        self._cgroup_pressure = (PressureReader.of_cgroup(options.cgroup, mount)
+                                 if options.cgroup and mount else None)
         self._self_cost = SelfCost()
         # /proc/stat at the start, then at each collect without a CPU profile to split it.
         self._ticks = CpuTicks()
@@ -323,6 +328,7 @@ class LiveSource:
             tasks=self._processes.tasks,
             cpu_times=cpu_times,
             pressure=self._pressure.read(),
+            cgroup_pressure=self._cgroup_pressure.read() if self._cgroup_pressure else None,
         )
 
     def _drain_all(self) -> list[tuple[str, tuple[Collector, Aggregator]]]:
@@ -428,6 +434,8 @@ class LiveSource:
             collector.close()
         self._processes.close()
         self._pressure.close()
+        if self._cgroup_pressure:
+            self._cgroup_pressure.close()
         self._self_cost.close()
 
 

@@ -380,6 +380,7 @@ class Snapshot:
     blockio: BlockProfile | None = None
     waits: WaitProfile | None = None
     pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
+    cgroup_pressure: Pressure | None = None  # the --cgroup's own, from its *.pressure files
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live
@@ -459,3 +460,4 @@ class Pressure:
     io_full: float | None
     memory_some: float
     memory_full: float | None
+    cgroup: str = ""  # the cgroup v2 path whose tasks these are; "" for the machine

@@ -161,17 +161,21 @@ def header_text(
     if intact:
         text.append(f"  {intact} not in recent requests, counts intact"
                     f"{'' if total else ' (L lists)'}", style="dim")
-    if snapshot.pressure is not None:
-        text.append("   ")
-        text.append_text(pressure_text(snapshot.pressure))
+    for pressure in (snapshot.pressure, snapshot.cgroup_pressure):
+        if pressure is not None:
+            text.append("   ")
+            text.append_text(pressure_text(pressure))
     text.append(f"   kernel {printable(snapshot.kernel)}  headers: {printable(snapshot.headers)}",
                 style="dim")
     return text
 
 
 def pressure_text(p: Pressure) -> Text:
-    """PSI avg10 as "PSI cpu 12.0 io 3.1/0.4 mem 0.0/0.0" (some/full), a stall in bold."""
+    """PSI avg10 as "PSI cpu 12.0 io 3.1/0.4 mem 0.0/0.0" (some/full), a stall in bold; a
+    cgroup's own as "PSI of /its/path cpu ..."."""
     text = Text("PSI", style="bold")
+    if p.cgroup:
+        text.append(f" of {printable(p.cgroup)}", style="bold yellow")
     for name, some, full in (("cpu", p.cpu_some, p.cpu_full), ("io", p.io_some, p.io_full),
                              ("mem", p.memory_some, p.memory_full)):
         shown = f"{some:.1f}" + (f"/{full:.1f}" if full is not None and name != "cpu" else "")
