@@ -367,3 +367,33 @@ def test_single_thread_time_adds_up_to_wall_time_in_every_interval(collector, ka
         total = (row.on_cpu_ns + row.runq_ns + row.blocked_s_ns + row.blocked_d_ns
                  + row.blocked_other_ns)
         assert abs(total - wall_ns) <= 0.05 * wall_ns, shares
+
+
+def test_a_long_wait_keeps_its_stack_while_new_stacks_churn(kallsyms) -> None:
+    """A thread asleep 3 s at a time while ~50 new processes a second bring new stacks:
+    each of its waits is shown with the stack it blocked in, however many stacks came since
+    (stack maps were emptied once crowded, and a wait ending after that had no stack). Small
+    maps, so that crowding comes within seconds."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from churn import churning  # noqa: PLC0415
+
+    small = WaitCollector(map_entries={"STACK_ENTRIES": 512, "USER_STACK_ENTRIES": 512})
+    small.start()
+    ended = []
+    try:
+        with started("import time\nwhile True: time.sleep(3)\n") as sleeper, churning():
+            time.sleep(0.5)
+            small.drain()
+            missing = small.lost()["stack_missing"]
+            for _ in range(7):
+                time.sleep(1.0)
+                ended += [s for s in small.drain().stacks if s.pid == sleeper.pid and s.count]
+            missing = small.lost()["stack_missing"] - missing
+    finally:
+        small.close()
+    assert sum(s.count for s in ended) >= 2, ended
+    named = [{function_of(kallsyms.format(a)) for a in s.kernel} for s in ended]
+    assert all("do_nanosleep" in functions for functions in named), (named, missing)
+    # Its user stack is its own (no other process maps its libraries where it does).
+    assert all(s.user for s in ended), ([(s.count, s.user_error) for s in ended], missing)
+    assert missing == 0, "a stack id named nothing"

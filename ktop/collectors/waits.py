@@ -178,22 +178,24 @@ def _error(stack_id: int) -> int:
 
 class HashedStacks:
     """Stacks by key (a hash of their frames), read from a map the program adds to and user
-    space empties after each drain: each is read once, and remembered while it may still be
-    named (a thread blocked for minutes names its stack when its wait ends). A key neither
+    space empties after each drain: each is read once, and remembered while it is named (a
+    thread blocked for minutes names its stack in every interval, under "still waiting").
+    Past STACKS_REMEMBERED, those not named since the last time are forgotten. A key neither
     the map nor memory holds reads as no frames and is counted, never invented."""
 
     def __init__(self, kernel: bool) -> None:
         self.missing = 0  # cumulative
-        self._known: dict[int, tuple[int, ...]] = {}
+        self._now: dict[int, tuple[int, ...]] = {}
+        self._before: dict[int, tuple[int, ...]] = {}
         self._shared = SharedAddresses() if kernel else None
 
     def take(self, table) -> None:  # noqa: ANN001 - a BpfMap
         """Read and empty the map: the stacks walked since the last time."""
         keys, values = table.drain_columns()
+        if len(self._now) + len(keys) > STACKS_REMEMBERED:
+            self._before, self._now = self._now, {}
         if not keys:
             return
-        if len(self._known) + len(keys) > STACKS_REMEMBERED:
-            self._known.clear()
         depth = table.value_size // 8
         words = memoryview(values).cast("Q")
         for i, key in enumerate(array("q", b"".join(keys))):
@@ -202,15 +204,18 @@ class HashedStacks:
                 frames = frames[:frames.index(0)]
             except ValueError:  # as deep as the map keeps: cut there
                 pass
-            self._known[key] = self._shared(tuple(frames)) if self._shared else tuple(frames)
+            self._now[key] = self._shared(tuple(frames)) if self._shared else tuple(frames)
 
     def read(self, key: int) -> tuple[int, ...]:
         if key < 0:
             return ()
-        frames = self._known.get(key)
+        frames = self._now.get(key)
         if frames is None:
-            self.missing += 1
-            return ()
+            frames = self._before.get(key)
+            if frames is None:
+                self.missing += 1
+                return ()
+            self._now[key] = frames
         return frames
 
 
