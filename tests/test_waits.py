@@ -284,7 +284,7 @@ def test_header_shows_pressure_and_bpf_time_per_pane(recorded_snapshot):
     from ktop.model import Pressure, SelfCostRow
     from ktop.ui.widgets.header import header_text
 
-    names = {"on_sched_switch": "waits", "on_cpu_sample": "functions",
+    names = {"on_sched_switch": "waits", "waits_flip": "waits", "on_cpu_sample": "functions",
              "on_contention_b": "locks", "block_rq_issue": "blockio", "something": ""}
     assert {name: pane_of_program(name) for name in names} == names
     snapshot = dataclasses.replace(
