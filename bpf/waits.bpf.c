@@ -64,7 +64,8 @@ struct wait_kstack {
 };
 
 BPF_ARRAY(generation, u32, 1);
-BPF_HASH(threads, u32, struct wait_thread, THREAD_ENTRIES);
+/* Allocated as threads come: room for many, memory for those that live. */
+BPF_F_TABLE("hash", u32, struct wait_thread, threads, THREAD_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_HASH(procs_0, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
 BPF_HASH(procs_1, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
 BPF_HASH(wait_stacks_0, struct wait_stack_key, struct wait_stack, WAIT_STACK_ENTRIES);
@@ -77,6 +78,7 @@ BPF_F_TABLE("hash", s64, struct wait_kstack, stacks, STACK_ENTRIES, BPF_F_NO_PRE
 BPF_F_TABLE("hash", s64, struct user_stack, user_stacks, USER_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(lost, u64, WAIT_LOST_NR);
 /* Zeroed values for new entries: too big for the BPF stack. */
+BPF_PERCPU_ARRAY(zero_thread, struct wait_thread, 1);
 BPF_PERCPU_ARRAY(zero_proc, struct wait_proc, 1);
 BPF_PERCPU_ARRAY(zero_stack, struct wait_stack, 1);
 /* Where each CPU walks a stack, and the hash's seed (user space writes a random one, so no
@@ -252,17 +254,23 @@ static __always_inline u32 switched_out(u64 preempt, u64 state)
 
 static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 now)
 {
-	struct wait_thread fresh = {};
+	u32 zero = 0;
+	struct wait_thread *fresh = zero_thread.lookup(&zero);
+	struct wait_thread *t;
 
-	fresh.phase = phase;
-	fresh.since = now;
-	fresh.charged = now;
-	fresh.kstack = -ENOENT;
-	fresh.ustack = -ENOENT;
-	threads.update(&tid, &fresh);
-	struct wait_thread *t = threads.lookup(&tid);
-	if (!t)
+	if (!fresh)
+		return 0;
+	threads.update(&tid, fresh);
+	t = threads.lookup(&tid);
+	if (!t) {
 		count_lost(WAIT_LOST_THREADS_FULL);
+		return 0;
+	}
+	t->phase = phase;
+	t->since = now;
+	t->charged = now;
+	t->kstack = -ENOENT;
+	t->ustack = -ENOENT;
 	return t;
 }
 
@@ -329,25 +337,61 @@ static __always_inline struct wait_proc *thread_proc(struct wait_thread *t, u32 
 	return proc_entry(&key, g);
 }
 
-static __always_inline void add_blocked_ns(struct wait_proc *p, u32 state, u64 ns)
+/* Constant indexes: the verifier cannot bound one read from the map. */
+static __always_inline void add_blocked(u64 *ns_by_state, u64 *count_by_state, u32 state,
+					u64 ns, u64 count)
 {
-	/* Constant indexes: the verifier cannot bound one read from the map. */
-	if (state == WAIT_STATE_S)
-		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_S], ns);
-	else if (state == WAIT_STATE_D)
-		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_D], ns);
-	else
-		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_OTHER], ns);
+	if (state == WAIT_STATE_S) {
+		__sync_fetch_and_add(&ns_by_state[WAIT_STATE_S], ns);
+		__sync_fetch_and_add(&count_by_state[WAIT_STATE_S], count);
+	} else if (state == WAIT_STATE_D) {
+		__sync_fetch_and_add(&ns_by_state[WAIT_STATE_D], ns);
+		__sync_fetch_and_add(&count_by_state[WAIT_STATE_D], count);
+	} else {
+		__sync_fetch_and_add(&ns_by_state[WAIT_STATE_OTHER], ns);
+		__sync_fetch_and_add(&count_by_state[WAIT_STATE_OTHER], count);
+	}
 }
 
-static __always_inline void add_blocked_count(struct wait_proc *p, u32 state)
+/* Moves what the thread added since the last time to its process's totals. */
+static __always_inline void flush(struct wait_thread *t, struct wait_proc *p)
 {
-	if (state == WAIT_STATE_S)
-		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_S], 1);
-	else if (state == WAIT_STATE_D)
-		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_D], 1);
-	else
-		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_OTHER], 1);
+	u64 v;
+
+	if (!(t->on_cpu_ns | t->runq_ns | t->runq_count | t->blocked_ns[0] | t->blocked_ns[1] |
+	      t->blocked_ns[2] | t->blocked_count[0] | t->blocked_count[1] | t->blocked_count[2]))
+		return;
+	if ((v = __sync_lock_test_and_set(&t->on_cpu_ns, 0)))
+		__sync_fetch_and_add(&p->on_cpu_ns, v);
+	if ((v = __sync_lock_test_and_set(&t->runq_ns, 0)))
+		__sync_fetch_and_add(&p->runq_ns, v);
+	if ((v = __sync_lock_test_and_set(&t->runq_count, 0)))
+		__sync_fetch_and_add(&p->runq_count, v);
+#pragma unroll
+	for (int i = 0; i < WAIT_STATE_NR; i++) {
+		if ((v = __sync_lock_test_and_set(&t->blocked_ns[i], 0)))
+			__sync_fetch_and_add(&p->blocked_ns[i], v);
+		if ((v = __sync_lock_test_and_set(&t->blocked_count[i], 0)))
+			__sync_fetch_and_add(&p->blocked_count[i], v);
+	}
+#pragma unroll
+	for (int i = 0; i < WAIT_HIST_SLOTS; i++) {
+		if (t->runq_hist[i]) {
+			u64 n = __sync_lock_test_and_set(&t->runq_hist[i], 0);
+			__sync_fetch_and_add(&p->runq_hist[i], n);
+		}
+	}
+}
+
+static __always_inline void flush_thread(struct wait_thread *t, u32 g)
+{
+	struct wait_proc *p;
+
+	if (!t->tgid)
+		return;	/* its name is known at its first switch-out: kept until then */
+	p = thread_proc(t, g);
+	if (p)
+		flush(t, p);
 }
 
 /* A blocked wait ends, by a wake-up (or, unseen, by the switch-in): its time since the
@@ -356,15 +400,11 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 {
 	u64 wait_ns = now > t->since ? now - t->since : 0;
 	u64 ns = claim(t, now);
-	struct wait_proc *p = thread_proc(t, g);
-	struct wait_stack *w = stack_entry(t, g, woken, true);
+	struct wait_stack *w = t->tgid ? stack_entry(t, g, woken, true) : 0;
 
 	if (wait_ns >= MIN_WALK_NS && t->kstack == -ENOENT)
 		count_lost(WAIT_LOST_LONG_UNWALKED);
-	if (p) {
-		add_blocked_ns(p, t->state, ns);
-		add_blocked_count(p, t->state);
-	}
+	add_blocked(t->blocked_ns, t->blocked_count, t->state, ns, 1);
 	if (w) {
 		__sync_fetch_and_add(&w->total_ns, ns);
 		__sync_fetch_and_add(&w->count, 1);
@@ -376,19 +416,15 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 	t->flags |= WAIT_THREAD_SEEN_BLOCKED;
 }
 
-static __always_inline void add_runq(struct wait_proc *p, u64 ns, u64 wait_ns)
-{
-	__sync_fetch_and_add(&p->runq_ns, ns);
-	__sync_fetch_and_add(&p->runq_count, 1);
-	__sync_fetch_and_add(&p->runq_hist[hist_slot(wait_ns)], 1);
-}
-
-/* The switch-out of the current thread: its on-CPU time and the waits parked since its
- * last switch-out go to its process's totals; then its new wait begins. */
+/* The switch-out of the current thread: its on-CPU time is added, under its name now
+ * (what it added before goes to its process under its old name if that changed: exec,
+ * another cgroup); then its new wait begins. */
 static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tid, u32 tgid,
 				       u32 out, u64 now, u32 g)
 {
 	struct wait_thread *t = threads.lookup(&tid);
+	u64 comm[2] = {};
+	u64 cgroup;
 
 	if (!t) {
 		/* On the CPU since before ktop looked: that time is not counted. */
@@ -396,28 +432,25 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		if (!t)
 			return;
 	}
-	struct wait_proc_key key = {};
-	key.pid = tgid;
-	key.cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-
-	struct wait_proc *p = proc_entry(&key, g);
-	if (p) {
-		u64 ns = t->phase == PHASE_ON_CPU ? claim(t, now) : 0;
-		if (ns)
-			__sync_fetch_and_add(&p->on_cpu_ns, ns);
-		if (t->flags & WAIT_THREAD_RUNQ_PENDING)
-			add_runq(p, t->runq_ns, t->runq_ns);
+	cgroup = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(comm, sizeof(comm));
+	if (t->tgid != tgid || t->cgroup != cgroup || ((u64 *)t->comm)[0] != comm[0] ||
+	    ((u64 *)t->comm)[1] != comm[1]) {
+		flush_thread(t, g);
+		t->tgid = tgid;
+		t->cgroup = cgroup;
+		__builtin_memcpy(t->comm, comm, sizeof(t->comm));
 	}
-	t->flags &= ~WAIT_THREAD_RUNQ_PENDING;
-
+	if (t->phase == PHASE_ON_CPU) {
+		u64 ns = claim(t, now);
+		if (ns)
+			__sync_fetch_and_add(&t->on_cpu_ns, ns);
+	}
 	if (out == OUT_DEAD) {
+		flush_thread(t, g);
 		threads.delete(&tid);
 		return;
 	}
-	t->tgid = tgid;
-	t->cgroup = key.cgroup;
-	__builtin_memcpy(t->comm, key.comm, sizeof(t->comm));
 	t->since = now;
 	if (out == OUT_RUNNABLE) {	/* preempted, or yielded while runnable */
 		t->phase = PHASE_RUNQ;
@@ -447,16 +480,10 @@ static __always_inline void switch_in(u32 tid, u64 now, u32 g)
 	}
 	if (t->phase == PHASE_RUNQ) {
 		u64 wait_ns = now > t->since ? now - t->since : 0;
-		if (t->tgid) {
-			struct wait_proc *p = thread_proc(t, g);
-			u64 ns = claim(t, now);
-			if (p)
-				add_runq(p, ns, wait_ns);
-		} else {	/* new, never switched out: added under its name at its first */
-			t->runq_ns = wait_ns;
-			t->flags |= WAIT_THREAD_RUNQ_PENDING;
-			t->charged = now;
-		}
+		u64 ns = claim(t, now);
+		__sync_fetch_and_add(&t->runq_ns, ns);
+		__sync_fetch_and_add(&t->runq_count, 1);
+		__sync_fetch_and_add(&t->runq_hist[hist_slot(wait_ns)], 1);
 	} else if (t->phase == PHASE_WAKING) {	/* its sched_wakeup was missed */
 		end_blocked(t, now, g, true);
 	} else if (t->phase == PHASE_BLOCKED) {
@@ -540,8 +567,9 @@ int on_sched_wakeup_new(struct bpf_raw_tracepoint_args *ctx)
 
 /* Run by user space (BPF_PROG_TEST_RUN) as it ends an interval, before it points the
  * programs at the other generation: args[0] is the interval's end, args[1..] thread ids
- * (0 ends the list). Each thread's phase in progress is added up to the end, to the
- * generation ending, so a wait spanning intervals is spread over them. */
+ * (0 ends the list). Each thread's phase in progress is added up to the end, with what the
+ * thread added since the last time, to the generation ending: a wait spanning intervals is
+ * spread over them. */
 int waits_flip(struct bpf_raw_tracepoint_args *ctx)
 {
 	u64 end = ctx->args[0];
@@ -553,26 +581,27 @@ int waits_flip(struct bpf_raw_tracepoint_args *ctx)
 		if (!tid)
 			break;
 		struct wait_thread *t = threads.lookup(&tid);
-		/* tgid 0: never switched out, its name unknown: added whole at its switch-out */
+		/* tgid 0: never switched out, its name unknown: added at its switch-out */
 		if (!t || !t->tgid)
-			continue;
-		u32 phase = t->phase;
-		u64 ns = claim(t, end);
-		if (!ns)
 			continue;
 		struct wait_proc *p = thread_proc(t, g);
 		if (!p)
 			continue;
-		if (phase == PHASE_ON_CPU) {
-			__sync_fetch_and_add(&p->on_cpu_ns, ns);
-		} else if (phase == PHASE_RUNQ) {
-			__sync_fetch_and_add(&p->runq_ns, ns);
-		} else {
-			add_blocked_ns(p, t->state, ns);
-			struct wait_stack *w = stack_entry(t, g, false, false);
-			if (w)
-				__sync_fetch_and_add(&w->total_ns, ns);
+		u32 phase = t->phase;
+		u64 ns = claim(t, end);
+		if (ns) {
+			if (phase == PHASE_ON_CPU) {
+				__sync_fetch_and_add(&p->on_cpu_ns, ns);
+			} else if (phase == PHASE_RUNQ) {
+				__sync_fetch_and_add(&p->runq_ns, ns);
+			} else {
+				add_blocked(p->blocked_ns, p->blocked_count, t->state, ns, 0);
+				struct wait_stack *w = stack_entry(t, g, false, false);
+				if (w)
+					__sync_fetch_and_add(&w->total_ns, ns);
+			}
 		}
+		flush(t, p);
 	}
 	return 0;
 }

@@ -28,20 +28,21 @@ enum wait_phase {
 
 /* One thread, kept from its first sighting to its exit, with its identity as of its last
  * switch-out: waits end in another thread's context (the waker's, or whoever switches it
- * in). A new thread's first run-queue wait is parked here until its first switch-out. */
+ * in). Its time is added here as it comes (one lookup an event, no per-process one), and
+ * moved to its process's totals at each interval's end (waits_flip), when its identity
+ * changes (exec, another cgroup) and at its exit. */
 struct wait_thread {
 	u64 since;			/* bpf_ktime_get_ns() of the phase's start: its length */
-	/* How far the phase's time has been added to the totals: up to the end of each
-	 * interval it spans (waits_flip, as user space ends the interval), then the rest
-	 * when it ends. Advanced by compare-and-swap: whoever moves it adds that time. */
+	/* How far the phase's time has been added: up to the end of each interval it spans
+	 * (waits_flip, as user space ends the interval), then the rest when it ends. Advanced
+	 * by compare-and-swap: whoever moves it adds that time. */
 	u64 charged;
-	u64 runq_ns;			/* a new thread's first run-queue wait, not yet added */
 	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
 	u64 cgroup;			/* as of the last switch-out */
 	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
 	s64 ustack;
 	s64 waker_kstack;
-	u32 tgid;
+	u32 tgid;			/* 0 until its first switch-out */
 	u32 phase;			/* enum wait_phase */
 	u32 state;			/* enum wait_state of the blocked phase */
 	u32 flags;			/* WAIT_THREAD_* */
@@ -49,9 +50,15 @@ struct wait_thread {
 	u32 pad;
 	char comm[KTOP_COMM_LEN];
 	char waker_comm[KTOP_COMM_LEN];
+	/* Not yet in its process's totals (taken with an atomic exchange). */
+	u64 on_cpu_ns;
+	u64 runq_ns;
+	u64 runq_count;
+	u64 blocked_ns[WAIT_STATE_NR];
+	u64 blocked_count[WAIT_STATE_NR];
+	u64 runq_hist[WAIT_HIST_SLOTS];
 };
 
-#define WAIT_THREAD_RUNQ_PENDING	1	/* runq_ns holds a wait */
 #define WAIT_THREAD_SEEN_BLOCKED	4	/* last_blocked_ns is known */
 
 /* Time per (process, command, cgroup), every wait counted whatever its length. */
