@@ -207,6 +207,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--at", metavar="HH:MM:SS",
                         help="with --replay of a recording: the moment to show (the window "
                         "ending there), e.g. with --snapshot out.svg")
+    parser.add_argument("--baseline", metavar="HH:MM:SS|FILE",
+                        help="compare with a baseline: a time in the --replay recording (the "
+                        "window of -w ending there), or a file, a recording (all its records) "
+                        "or a snapshot (--snapshot FILE.json). Every pane shows each row's "
+                        "figure a second, the baseline's and the change (key b in the TUI); "
+                        "with --snapshot, .json adds both figures and the change, .folded "
+                        "writes two counts a stack (difffolded.pl, flamegraph.pl)")
     parser.add_argument("--dump", choices=("jsonl", "csv"),
                         help="with --replay of a recording: write every record to stdout, one "
                         "line per interval")
@@ -237,6 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--at and --dump go with --replay FILE")
     if args.dump and args.snapshot:
         parser.error("--dump writes to stdout: not with --snapshot")
+    if args.baseline is not None:
+        _check_baseline(parser, args)
     if args.replay is not None:
         from ktop.record.fileformat import is_recording
 
@@ -259,6 +268,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--at and --dump need a recording (--record FILE); "
                          f"{printable(args.replay)} is not one")
     return args
+
+
+def _check_baseline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--baseline compares what a screen, a picture, JSON or folded stacks show."""
+    if args.baseline == "":
+        parser.error("--baseline needs a time HH:MM:SS or a file name, not an empty one")
+    if args.record is not None or args.serve is not None or args.dump:
+        parser.error("--baseline compares on the screen or in --snapshot FILE: not with "
+                     "--record, --serve or --dump")
+    fmt = _snapshot_format(args)
+    if fmt in ("pprof", "prom"):
+        parser.error("--baseline with --snapshot writes .svg, .txt, .json or .folded (two "
+                     "counts a stack), not pprof or Prometheus text")
 
 
 def _check_serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -351,6 +373,15 @@ def _recording(args: argparse.Namespace):
     return source, note
 
 
+def _baseline(args: argparse.Namespace, recorded: object):
+    """The Baseline --baseline names (None without one). Raises compare.BaselineError."""
+    if args.baseline is None:
+        return None
+    from ktop.compare import load_baseline
+
+    return load_baseline(args.baseline, recorded, args.window)
+
+
 def run_record(args: argparse.Namespace) -> int:
     import threading
 
@@ -404,6 +435,7 @@ def _check_cgroup(args: argparse.Namespace) -> str:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.codec import RecordingError
+    from ktop.compare import BaselineError
     from ktop.ui.headless import run_snapshot
     from ktop.writer import STDOUT, SnapshotError, check_writable, snapshot_format
 
@@ -418,13 +450,17 @@ def run_snapshot(args: argparse.Namespace) -> int:
         recorded, note = _recording(args)
     except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
+    try:
+        baseline = _baseline(args, recorded)
+    except BaselineError as e:
+        return _fail(str(e), 2)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration or 3.0, args.size, show_idle=args.idle,
             recorded=recorded, fmt=fmt, exports=_export_options(args), pid=args.pid,
             cgroup=args.cgroup,
-            drill=args.drill, source_note=note,
+            drill=args.drill, source_note=note, baseline=baseline,
         )
     except (SnapshotError, RecordingError) as e:
         return _fail(str(e))
@@ -473,11 +509,16 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_interactive(args: argparse.Namespace) -> int:
     from ktop.codec import RecordingError
+    from ktop.compare import BaselineError
 
     try:
         recorded, note = _recording(args)
     except RecordingError as e:
         return _fail(str(e))
+    try:
+        baseline = _baseline(args, recorded)
+    except BaselineError as e:
+        return _fail(str(e), 2)
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
     from ktop.engine import LiveSource, RecordedSource
@@ -509,7 +550,7 @@ def run_interactive(args: argparse.Namespace) -> int:
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     cgroup=args.cgroup,
-                    source_note=note)
+                    source_note=note, baseline=baseline)
     # Textual prints an unhandled error's traceback here once the terminal is restored.
     traceback_text = io.StringIO()
     app.error_console = Console(file=traceback_text, width=120, color_system=None,

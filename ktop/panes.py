@@ -11,19 +11,22 @@ Nothing here imports Textual or a collector: each part that does is imported whe
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ktop.model import (
+    EXITED_PID,
     BlockProfile,
     CpuProfile,
     DiskStats,
     HotFunction,
     IoProcess,
     IoRequest,
+    LockCaller,
     LockProfile,
     ProcessRow,
     Snapshot,
@@ -63,6 +66,31 @@ class Figure:
     per_second: bool = False  # drawn divided by the interval's length
 
 
+# A row filter: does the row of this pid and cgroup show (--pid, --cgroup, G)?
+Shows = Callable[[int, str], bool]
+# A stack as the folded exports write it, root first, and its weight in the pane's count.
+WeightedStack = tuple[list[str], float]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a pane's rows compare between two windows (ktop.compare: one diff for every
+    pane). Each row is named by a key that means the same row in both windows, and measured
+    by one figure a second of its window, so windows of different lengths compare."""
+
+    label: str  # the figure's column: "CPU%", "wait ms/s"
+    unit: str  # how ktop.compare formats it: "%", "ms/s", "B/s"
+    rows: Callable[[Snapshot, Shows | None], Sequence[Any]]  # the rows, filtered
+    key: Callable[[Any], tuple]
+    name: Callable[[Any], str]  # what the row is called on screen and in the JSON
+    amount: Callable[[Any], float]  # in the window, in the pane's own count
+    scale: Callable[[Snapshot], float]  # amount x scale = the figure a second
+    # The stacks behind a row, weighed in the count stack_scale makes the row's figure of.
+    stacks: Callable[[Snapshot, Any], Iterable[WeightedStack]]
+    stack_scale: Callable[[Snapshot], float]
+    folded_of: str  # the folded stacks (--folded-of) of this pane's weights
+
+
 @dataclass(frozen=True)
 class PaneDef:
     """One pane. Building may raise collectors.bpfload.Unavailable: the pane then says why."""
@@ -82,6 +110,7 @@ class PaneDef:
     # their run time is shown per pane in the header and on L.
     bpf_programs: tuple[str, ...] = ()
     rounding: Mapping[type, Mapping[str, int]] = dataclass_field(default_factory=dict)  # JSON digits
+    compare: Comparison | None = None  # against a baseline window (key b, --baseline)
 
     @property
     def number(self) -> int:
@@ -117,6 +146,44 @@ def _kernel_percent(snapshot: Snapshot) -> float:
     return snapshot.cpu.times.kernel if snapshot.cpu else math.nan
 
 
+def _cpu_scale(snapshot: Snapshot) -> float:
+    """Samples -> % of the machine's CPU time over the window (as Overhead is)."""
+    cpu = snapshot.cpu
+    expected = cpu.sample_hz * cpu.window_s * cpu.cpus if cpu else 0.0
+    return 100.0 / expected if expected else 0.0
+
+
+def _compared_functions(snapshot: Snapshot, shows: Shows | None) -> Sequence[HotFunction]:
+    """The functions samples landed in (Self), idle ones left out: they compare nothing."""
+    cpu = snapshot.cpu
+    if cpu is None:
+        return ()
+    functions: Sequence[HotFunction] = cpu.functions
+    if shows is not None:  # the sampler's data for the processes shown alone, as the pane
+        from ktop.stacktree import hot_functions  # noqa: PLC0415
+
+        functions = hot_functions((s for s in cpu.stacks if shows(s.pid, s.cgroup)),
+                                  cpu.sample_hz * cpu.window_s * cpu.cpus)
+    return [f for f in functions if f.samples and not f.idle]
+
+
+def _function_name(function: HotFunction) -> str:
+    kernel = function.module in ("", "[kernel.kallsyms]")
+    return function.symbol if kernel else f"{function.symbol} {function.module}"
+
+
+def _function_stacks(snapshot: Snapshot, function: HotFunction) -> Iterable[WeightedStack]:
+    """The stacks whose samples landed in the function, as the folded export writes them."""
+    from ktop.exports.folded import cpu_stack_frames  # noqa: PLC0415
+    from ktop.stacktree import function_name  # noqa: PLC0415
+
+    for stack in snapshot.cpu.stacks if snapshot.cpu else ():
+        if (stack.frames and not stack.idle
+                and function_name(stack.frames[0]) == function.symbol
+                and (stack.modules[0] if stack.modules else "") == function.module):
+            yield cpu_stack_frames(stack), stack.samples
+
+
 # ---- lock contention ----------------------------------------------------------------------
 
 
@@ -141,6 +208,37 @@ def _merge_locks(profiles: Sequence[LockProfile]) -> LockProfile:
 def _lock_wait_ms(snapshot: Snapshot) -> float:
     locks = snapshot.locks
     return sum(c.total_wait_ns for c in locks.callers) / 1e6 if locks else math.nan
+
+
+def _compared_callers(snapshot: Snapshot, shows: Shows | None) -> Sequence[LockCaller]:
+    """Each caller's waits, by the tasks shown alone when filtered (as the pane)."""
+    locks = snapshot.locks
+    if locks is None:
+        return ()
+    if shows is None:
+        return locks.callers
+    callers = []
+    for caller in locks.callers:
+        tasks = tuple(t for t in caller.tasks if shows(t.pid, t.cgroup))
+        if tasks:
+            callers.append(dataclasses.replace(
+                caller, tasks=tasks, contended=sum(t.contended for t in tasks),
+                total_wait_ns=sum(t.total_wait_ns for t in tasks),
+                max_wait_ns=max(t.max_wait_ns for t in tasks)))
+    return callers
+
+
+def _lock_scale(snapshot: Snapshot) -> float:
+    """Wait ns -> ms of waiting a second of the window."""
+    window = snapshot.locks.window_s if snapshot.locks else 0.0
+    window = window or snapshot.duration_s
+    return 1e-6 / window if window > 0 else 0.0
+
+
+def _lock_stacks(snapshot: Snapshot, caller: LockCaller) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import lock_stacks  # noqa: PLC0415
+
+    return lock_stacks(caller)
 
 
 # ---- block I/O ----------------------------------------------------------------------------
@@ -173,6 +271,26 @@ def _io_latency_ms(snapshot: Snapshot) -> float:
     return weighted / requests if requests else 0.0
 
 
+def _io_scale(snapshot: Snapshot) -> float:
+    """Bytes -> bytes a second of the window."""
+    window = snapshot.blockio.window_s if snapshot.blockio else 0.0
+    window = window or snapshot.duration_s
+    return 1.0 / window if window > 0 else 0.0
+
+
+def _compared_io(snapshot: Snapshot, shows: Shows | None) -> Sequence[IoProcess]:
+    block = snapshot.blockio
+    if block is None:
+        return ()
+    return [p for p in block.processes if shows is None or shows(p.pid, p.cgroup)]
+
+
+def _io_stacks(snapshot: Snapshot, process: IoProcess) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import io_process_stacks  # noqa: PLC0415
+
+    return io_process_stacks(process, process.bytes)
+
+
 # ---- processes ----------------------------------------------------------------------------
 
 
@@ -180,6 +298,25 @@ def _processes_widget() -> type[Pane]:
     from ktop.ui.widgets.processes import ProcessesPane  # noqa: PLC0415
 
     return ProcessesPane
+
+
+def _compared_processes(snapshot: Snapshot, shows: Shows | None) -> Sequence[ProcessRow]:
+    return [p for p in snapshot.processes if shows is None or shows(p.parent or p.pid, p.cgroup)]
+
+
+def _process_name(p: ProcessRow) -> str:
+    if p.pid == EXITED_PID:
+        return f"<children of {p.parent}> {p.comm}"
+    return f"{p.pid} {p.comm}"
+
+
+def _process_stacks(snapshot: Snapshot, p: ProcessRow) -> Iterable[WeightedStack]:
+    """What the process did on a CPU: its sampled stacks (none for exited children)."""
+    from ktop.exports.folded import cpu_stack_frames  # noqa: PLC0415
+
+    for stack in snapshot.cpu.stacks if snapshot.cpu and p.pid != EXITED_PID else ():
+        if stack.pid == p.pid and not stack.idle and (stack.frames or stack.user_frames):
+            yield cpu_stack_frames(stack), stack.samples
 
 
 # ---- waits (off-CPU) ----------------------------------------------------------------------
@@ -209,6 +346,27 @@ def _runq_ms(snapshot: Snapshot) -> float:
     return sum(p.runq_ns for p in waits.processes) / 1e6 if waits else math.nan
 
 
+def _waits_scale(snapshot: Snapshot) -> float:
+    """Wait ns -> % of one thread's time over the window (threads add up past 100)."""
+    window = snapshot.waits.window_s if snapshot.waits else 0.0
+    window = window or snapshot.duration_s
+    return 100.0 / (window * 1e9) if window > 0 else 0.0
+
+
+def _compared_waits(snapshot: Snapshot, shows: Shows | None) -> Sequence[Any]:
+    from ktop.waitviews import by_process  # noqa: PLC0415
+
+    return by_process(snapshot.waits, shows) if snapshot.waits else ()
+
+
+def _wait_stacks(snapshot: Snapshot, group: Any) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import wait_stack_frames  # noqa: PLC0415
+
+    for stack in snapshot.waits.stacks if snapshot.waits else ():
+        if stack.pid == group.pid:
+            yield wait_stack_frames(stack), stack.total_ns
+
+
 # In screen order; the BPF panes load in this order too (the first is what a user looks at
 # first).
 PANES: list[PaneDef] = [
@@ -220,12 +378,20 @@ PANES: list[PaneDef] = [
         bpf_programs=("on_cpu_sample",),
         # (spans and CPU shares are written whole: the exports of a replayed file use them)
         rounding={HotFunction: {"percent": 3, "children_percent": 3}},
+        compare=Comparison(
+            "CPU%", "%", _compared_functions, key=lambda f: (f.symbol, f.module),
+            name=_function_name, amount=lambda f: f.samples, scale=_cpu_scale,
+            stacks=_function_stacks, stack_scale=_cpu_scale, folded_of="cpu"),
     ),
     PaneDef(
         name="locks", field="locks", title="Lock contention", key_label="Lock contention",
         short_label="Locks", drill_by="caller", widget=_locks_widget, build=_build_locks,
         merge=_merge_locks, figure=Figure("lock wait", "lock", _lock_wait_ms, "ms/s", True),
         loss_prefix="lock", bpf_programs=("on_contention_",),
+        compare=Comparison(
+            "wait ms/s", "ms/s", _compared_callers, key=lambda c: (c.caller, c.type),
+            name=lambda c: f"{c.caller} {c.type}", amount=lambda c: c.total_wait_ns,
+            scale=_lock_scale, stacks=_lock_stacks, stack_scale=_lock_scale, folded_of="locks"),
     ),
     PaneDef(
         name="blockio", field="blockio", title="Block I/O", key_label="Block I/O",
@@ -234,17 +400,32 @@ PANES: list[PaneDef] = [
         loss_prefix="io", bpf_programs=("block_",),
         rounding={DiskStats: {"avg_lat_ms": 4}, IoProcess: {"avg_queue_ms": 4},
                   IoRequest: {"time_s": 6, "queue_ms": 4, "lat_ms": 4}},
+        compare=Comparison(
+            "bytes/s", "B/s", _compared_io, key=lambda p: (p.pid, p.comm, p.disk, p.rw),
+            name=lambda p: f"{p.pid} {p.comm} {p.disk} {p.rw}", amount=lambda p: p.bytes,
+            scale=_io_scale, stacks=_io_stacks, stack_scale=_io_scale, folded_of="io"),
     ),
     PaneDef(
         name="processes", field="processes", title="Processes", key_label="Processes",
         short_label="Procs", drill_by="pid", widget=_processes_widget,
         rounding={ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0}},
+        # CPU% is a rate already; its stacks are its CPU samples, as a share of the machine.
+        compare=Comparison(
+            "CPU%", "%", _compared_processes, key=lambda p: (p.pid, p.parent, p.comm),
+            name=_process_name, amount=lambda p: p.cpu_percent, scale=lambda _: 1.0,
+            stacks=_process_stacks, stack_scale=_cpu_scale, folded_of="cpu"),
     ),
     PaneDef(
         name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
         short_label="Waits", drill_by="key", widget=_waits_widget, build=_build_waits,
         merge=_merge_waits, figure=Figure("run queue", "runq", _runq_ms, "ms/s", True),
         loss_prefix="wait", bpf_programs=("on_sched_", "waits_"),
+        # Every wait a process's threads made (run queue and blocked), as the pane orders them.
+        compare=Comparison(
+            "wait%", "%", _compared_waits, key=lambda g: (g.pid, g.comm),
+            name=lambda g: f"{g.pid} {g.comm}", amount=lambda g: g.waiting_ns,
+            scale=_waits_scale, stacks=_wait_stacks, stack_scale=_waits_scale,
+            folded_of="offcpu"),
     ),
 ]
 

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from ktop.model import IoProcess, LockCaller, Snapshot, StackSample, UserFrame
+from ktop.model import IoProcess, LockCaller, Snapshot, StackSample, UserFrame, WaitStack
 from ktop.stacktree import function_name
 from ktop.text import printable
 
@@ -134,6 +134,12 @@ def io_stack_shares(process: IoProcess, total: int) -> list[int]:
     return shares
 
 
+def io_process_stacks(process: IoProcess, total: int) -> Iterator[tuple[list[str], int]]:
+    """(frames root first, its share of `total`) of each stack that submitted the I/O."""
+    for stack, share in zip(process.stacks, io_stack_shares(process, total)):
+        yield [frame_name(process.comm), *kernel_frames(stack.frames)], share
+
+
 def _io(snapshot: Snapshot, weight: str) -> Iterator[tuple[list[str], int]]:
     if snapshot.blockio is None:
         return
@@ -142,8 +148,7 @@ def _io(snapshot: Snapshot, weight: str) -> Iterator[tuple[list[str], int]]:
             total = process.bytes
         else:  # latency in microseconds
             total = round(process.avg_lat_ms * 1000 * process.requests)
-        for stack, share in zip(process.stacks, io_stack_shares(process, total)):
-            yield [frame_name(process.comm), *kernel_frames(stack.frames)], share
+        yield from io_process_stacks(process, total)
 
 
 def _io_bytes(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
@@ -158,5 +163,9 @@ def _offcpu(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str],
     if snapshot.waits is None:
         return
     for stack in snapshot.waits.stacks:
-        frames = [frame_name(stack.comm), *user_frames(stack.user), *kernel_frames(stack.frames)]
-        yield frames, round(stack.total_ns / 1000)
+        yield wait_stack_frames(stack), round(stack.total_ns / 1000)
+
+
+def wait_stack_frames(stack: WaitStack) -> list[str]:
+    """comm, user frames, kernel frames of a blocked wait: root first."""
+    return [frame_name(stack.comm), *user_frames(stack.user), *kernel_frames(stack.frames)]

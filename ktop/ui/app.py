@@ -27,6 +27,7 @@ from ktop.ui.widgets.pane import Display
 from ktop.writer import SnapshotError, write_atomically
 
 if TYPE_CHECKING:
+    from ktop.compare import Baseline
     from ktop.record.session import SessionRecorder
 
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
@@ -95,6 +96,7 @@ class KtopApp(App[None]):
         cgroup: str | None = None,
         save_dir: str = ".",
         source_note: str = "",
+        baseline: Baseline | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -110,7 +112,8 @@ class KtopApp(App[None]):
         self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
         self.timeline = source.timeline  # a replayed recording moves through time
         self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup,
-                                                       recorded=not source.live),
+                                                       recorded=not source.live,
+                                                       baseline=baseline),
                                       self.timeline)
 
     def get_default_screen(self) -> MainScreen:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import sys
 import time
 
 from rich.console import Console
 
+from ktop.compare import Baseline
 from ktop.engine import DataSource, LiveSource, Options, RecordedSource
 from ktop.exports import DATA_FORMATS, ExportOptions, export
 from ktop.model import Snapshot
@@ -107,6 +109,18 @@ def screen_text(app: KtopApp) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
+def compared_export(fmt: str, snapshot: Snapshot, baseline: Baseline,
+                    options: ExportOptions) -> str:
+    """--snapshot FILE.json or .folded with --baseline: both windows, and the change."""
+    from ktop.compare import diff_folded, to_json  # noqa: PLC0415
+
+    if fmt == "json":
+        return json.dumps(to_json(snapshot, baseline, options.include_idle), indent=1) + "\n"
+    if fmt == "folded":
+        return diff_folded(snapshot, baseline.snapshot, options.folded_of, options.include_idle)
+    raise SnapshotError(f"--baseline writes .svg, .txt, .json or .folded, not {fmt}")
+
+
 def run_snapshot(
     path: str,
     options: Options,
@@ -129,7 +143,11 @@ def run_snapshot(
         source: DataSource = RecordedSource([snapshot])
     else:
         source, snapshot = recorded, recorded.collect()
-    if fmt in DATA_FORMATS:
+    baseline = app_args.get("baseline")
+    if fmt in DATA_FORMATS and baseline is not None:
+        content = compared_export(fmt, snapshot, baseline,
+                                  exports or ExportOptions(include_idle=show_idle))
+    elif fmt in DATA_FORMATS:
         content = export(fmt, snapshot, exports or ExportOptions(include_idle=show_idle))
     else:
         content = asyncio.run(render_screen(source, size, fmt, show_idle=show_idle, **app_args))

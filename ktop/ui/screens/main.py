@@ -59,6 +59,9 @@ class MainScreen(ChangedRowsScreen):
         Binding("s", "app.save", "Save SVG"),
         Binding("R", "app.record", "Record"),
         Binding("L", "losses", "list each loss the header counts, and why", show=False),
+        Binding("b", "mark_baseline", "compare the panes with this window",
+                show=False),
+        Binding("B", "clear_baseline", "clear the baseline: no compare", show=False),
         # A replayed recording's timeline (check_action: only with one, never in a typed line).
         Binding("left", "timeline_step(-1)", "replay: one interval back", show=False, priority=True),
         Binding("right", "timeline_step(1)", "replay: one interval on", show=False, priority=True),
@@ -197,6 +200,9 @@ class MainScreen(ChangedRowsScreen):
                 continue
             if pane.table.filter_text:
                 badges.append(Badge(f"{pane.spec.number}: /{pane.table.filter_text}"))
+        baseline = self.display_settings.baseline
+        if baseline is not None:
+            badges.append(Badge(f"vs baseline {baseline.label} (B clears)", "bold reverse magenta"))
         if self.ktop.paused:
             badges.append(Badge("PAUSED"))
         source_note = self.ktop.source_note
@@ -253,6 +259,29 @@ class MainScreen(ChangedRowsScreen):
                     cost)
 
         self.ktop.push_screen(LossesScreen(latest, min(self.ktop.interval_s, 1.0)))
+
+    def action_mark_baseline(self) -> None:
+        """b: the window shown now is the baseline; every pane compares with it."""
+        from ktop.compare import baseline_of  # noqa: PLC0415
+
+        snapshot = self.ktop.snapshot
+        if snapshot is None:
+            self.notify("no data yet to mark", severity="warning")
+            return
+        baseline = baseline_of(snapshot)
+        self.display_settings = replace(self.display_settings, baseline=baseline)
+        move = "[ ] ← → move on" if self.timeline is not None else "the panes go on"
+        self.notify(f"baseline {baseline.label}: {move}, each pane shows the change (B clears)",
+                    timeout=6, markup=False)
+        self.refresh_panes()
+
+    def action_clear_baseline(self) -> None:
+        if self.display_settings.baseline is None:
+            self.notify("no baseline to clear: b marks one", severity="warning")
+            return
+        self.display_settings = replace(self.display_settings, baseline=None)
+        self.notify("baseline cleared")
+        self.refresh_panes()
 
     def action_focus_pane(self, name: str) -> None:
         if self.zoomed and self.zoomed != name:

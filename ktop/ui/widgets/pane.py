@@ -4,7 +4,7 @@ why the table is empty or the pane unavailable, and what Enter on a row opens.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -16,6 +16,7 @@ from textual.widgets import Static
 
 from ktop import panes
 from ktop.cgroups import in_subtree
+from ktop.compare import Baseline
 from ktop.model import Snapshot
 from ktop.ui.widgets.table import Cell, Column, KeyedTable
 
@@ -64,6 +65,8 @@ class Display:
     cgroup: str | None = None  # show only this cgroup v2 subtree (--cgroup, key G)
     cgroup_gone: bool = False  # that cgroup has been removed since
     recorded: bool = False  # a replayed file: a pane with no data now never gets any
+    # Key b, --baseline: every pane compares its rows with this window's (ktop.compare).
+    baseline: Baseline | None = field(default=None, compare=False)
 
     def shows(self, pid: int, cgroup: str) -> bool:
         """A row of this process and cgroup passes the --pid and --cgroup filters."""
@@ -88,9 +91,17 @@ class Pane(Vertical):
         self._snapshot: Snapshot | None = None  # what the rows shown were made from
         self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view
         self._tables: dict[str, KeyedTable] = {}  # view -> its table, made in compose()
+        self.comparing = False  # showing the compare table (a baseline is set: key b)
+        self._baseline: Baseline | None = None  # what the compare table was made against
+        self._changes: dict[str, Any] = {}  # compare table's key -> its ktop.compare.Change
 
     def compose(self) -> ComposeResult:
-        for index, view in enumerate(self.VIEWS):
+        views = list(self.VIEWS)
+        if self.spec.compare is not None:
+            from ktop.ui.widgets.comparing import compare_view  # noqa: PLC0415
+
+            views.append(compare_view(self.spec))
+        for index, view in enumerate(views):
             table = KeyedTable(view.columns, view.sort, id=f"{self.PANE}-{view.name}")
             self._tables[view.name] = table
             table.display = index == 0
@@ -103,7 +114,18 @@ class Pane(Vertical):
     @property
     def table(self) -> KeyedTable:
         """The current view's table (asked several times a refresh: no DOM query)."""
-        return self._tables[self.view]
+        return self._tables["compare" if self.comparing else self.view]
+
+    def _set_comparing(self, comparing: bool) -> None:
+        """The compare table in the view's place, or back; the focus goes with it."""
+        if comparing == self.comparing:
+            return
+        had_focus = self.table.has_focus
+        self.table.display = False
+        self.comparing = comparing
+        self.table.display = True
+        if had_focus:
+            self.table.focus()
 
     def view_description(self) -> str:
         """What the current view shows, said when `v` switches to it."""
@@ -112,6 +134,8 @@ class Pane(Vertical):
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
         """The next view; what `v` should say about it ("" when there is no other view)."""
         names = [v.name for v in self.VIEWS]
+        if self.comparing:
+            return "one compare view (B: back to the views)"
         if len(names) == 1:
             return ""
         had_focus = self.table.has_focus
@@ -141,7 +165,15 @@ class Pane(Vertical):
             self._set_chrome("not in this file (written by a ktop without this pane, or before "
                              "it attached)", "")
             return
-        rows, empty_message, subtitle = self.rows(snapshot, display)
+        self._set_comparing(display.baseline is not None and self.spec.compare is not None)
+        if self.comparing:
+            from ktop.ui.widgets.comparing import compared, row_key  # noqa: PLC0415
+
+            changes, rows, empty_message, subtitle = compared(self.spec, snapshot, display)
+            self._baseline = display.baseline
+            self._changes = {row_key(c): c for c in changes}
+        else:
+            rows, empty_message, subtitle = self.rows(snapshot, display)
         if display.cgroup is not None and not rows:
             gone = " (removed)" if display.cgroup_gone else ""
             empty_message = f"nothing from cgroup {display.cgroup}{gone} here (Esc shows all)"
@@ -183,8 +215,22 @@ class Pane(Vertical):
 
     def drill(self, key: str) -> Drill:
         """What Enter on the row `key` opens (`--drill` comes here too)."""
+        if self.comparing:
+            return self._drill_compared(key)
         row = self._shown.get(key)
         return None if row is None else self.drill_row(row)
+
+    def _drill_compared(self, key: str) -> Drill:
+        """The stacks behind a compared row, stack by stack against the baseline."""
+        change = self._changes.get(key)
+        baseline = self._baseline
+        if change is None or self._snapshot is None or baseline is None:
+            return None
+        from functools import partial  # noqa: PLC0415
+
+        from ktop.ui.screens.compare import CompareStacksScreen  # noqa: PLC0415
+
+        return partial(CompareStacksScreen, self.spec, change, baseline, self._snapshot)
 
     def drill_row(self, row: Any) -> Drill:
         """What opens from one model row this pane shows."""

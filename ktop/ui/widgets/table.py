@@ -51,7 +51,7 @@ class Cell(NamedTuple):
 
 # What a number cell sorts by: the number, or it and a tie-breaker (a pid, a bucket's low
 # bound) so equal figures keep a stable order.
-SortValue = float | tuple[float | str, int]
+SortValue = float | tuple[float | str, int | float]
 
 
 def num(text: str, value: SortValue, style: str = "") -> Cell:

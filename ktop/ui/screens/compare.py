@@ -1,0 +1,99 @@
+"""The drill-down of a compared row (a baseline is set, key b): the stacks behind it in both
+windows, stack by stack, a second of each window, biggest change first; a stack of one window
+alone is marked new or gone. One screen for every pane: its Comparison (ktop.panes) says
+which stacks are behind a row and in what figure."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.widgets import Static
+
+from ktop.compare import (
+    Baseline,
+    Change,
+    StackChange,
+    compare_stacks,
+    format_figure,
+    row_in,
+    window_label,
+)
+from ktop.model import Snapshot
+from ktop.panes import PaneDef
+from ktop.text import printable
+from ktop.ui.screens.drill import DetailScreen, DrillHost, frame_line
+
+STACKS_SHOWN = 40
+
+
+class CompareStacksScreen(DetailScreen):
+    """A row's stacks now against the baseline's."""
+
+    TITLE = "Compared with the baseline: stack by stack"
+
+    def __init__(self, spec: PaneDef, change: Change, baseline: Baseline, snapshot: Snapshot,
+                 host: DrillHost) -> None:
+        super().__init__(snapshot, host)
+        assert spec.compare is not None
+        self.spec = spec
+        self.comparison = spec.compare
+        self.change = change
+        self.baseline = baseline
+        self.stacks = self._stacks(snapshot)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Stacks are compared by function names: there are no offsets to split.
+        return action != "toggle_offsets"
+
+    def _stacks(self, snapshot: Snapshot) -> list[StackChange]:
+        return compare_stacks(self.comparison, snapshot, self.baseline.snapshot, self.change.key)
+
+    def still_present(self, snapshot: Snapshot) -> bool:
+        """Always: a row gone from the newest window is what the comparison says (gone)."""
+        comparison = self.comparison
+        row = row_in(comparison, snapshot, self.change.key)
+        now = comparison.amount(row) * comparison.scale(snapshot) if row is not None else None
+        self.change = Change(self.change.key, self.change.name, now, self.change.base,
+                             row if row is not None else self.change.row)
+        self.stacks = self._stacks(snapshot)
+        return True
+
+    def shown(self) -> object:
+        return self.stacks, self.change.now, self.header().plain
+
+    def _figure(self, value: float | None, signed: bool = False) -> str:
+        return format_figure(value, self.comparison.unit, signed) if value is not None else "-"
+
+    def header(self) -> Text:
+        c, unit = self.change, self.comparison.unit
+        text = Text()
+        text.append(f"{self.spec.key_label}: ", style="bold")
+        text.append(printable(c.name), style="bold cyan")
+        now = "gone" if c.now is None else format_figure(c.now, unit)
+        base = "new" if c.base is None else format_figure(c.base, unit)
+        text.append(f"   {self.comparison.label} now {now}, baseline {base}, change "
+                    f"{format_figure(c.change, unit, signed=True)}")
+        text.append(f"   now {window_label(self.snapshot)} vs baseline {self.baseline.label}",
+                    style="dim")
+        text.append_text(self.stale_text())
+        return text
+
+    def rebuild(self) -> None:
+        self.header_widget().update(self.header())
+        unit = self.comparison.unit
+        lines: list[Text] = [Text(f"stacks behind the row, {self.comparison.label} a second of "
+                                  "each window, biggest change first", style="bold")]
+        for s in self.stacks[:STACKS_SHOWN]:
+            head = Text(f"  {format_figure(s.change, unit, signed=True)}", style="bold")
+            if s.status:
+                head.append(f"  {s.status}", style="bold reverse")
+            head.append(f"   now {self._figure(s.now)}, baseline {self._figure(s.base)}",
+                        style="dim")
+            lines.append(head)
+            # Innermost first, as every drill-down lists a stack's frames.
+            lines.extend(frame_line(frame) for frame in reversed(s.frames))
+        if len(self.stacks) > STACKS_SHOWN:
+            lines.append(Text(f"... {len(self.stacks) - STACKS_SHOWN} more stacks", style="dim"))
+        if not self.stacks:
+            lines.append(Text("no stacks kept for this row in either window", style="dim"))
+        self.query_one("#stack-list-text", Static).update(Group(*lines))

@@ -1,0 +1,268 @@
+"""Two moments compared (issue 31, part 1): b marks the window shown as the baseline, every
+pane then shows each row's figure a second now and in the baseline and the change, biggest
+change first, new and gone rows marked; Enter shows the row's stacks against the
+baseline's. The recording (compare_data.py) is made here: calm records, then busy ones,
+each pane's rows changing by known amounts. No root."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from compare_data import make_compare_recording, record
+from conftest import run_app
+from test_replay_ui import settle
+from test_ui import INTERVAL, SwitchableSource, next_frames, rows
+
+from ktop.aggregate.merge import merge_snapshots
+from ktop.compare import GONE, NEW, baseline_of, compare_rows, compare_stacks, window_label
+from ktop.panes import PANES, pane
+from ktop.record.fileformat import Recording
+from ktop.record.replay import ReplaySource
+from ktop.ui.app import build_app
+from ktop.ui.headless import screen_text
+from ktop.ui.screens.compare import CompareStacksScreen
+
+# The baseline: ten calm records ending at record 29 (11:51:14); now: five busy records
+# ending at the last (11:52:44). Windows of different lengths: the figures are a second.
+BASELINE_END, BASELINE_RECORDS = 29, 10
+NOW_RECORDS = 5
+
+# Each pane's compare rows as shown, in order: (figure now, baseline, change, name).
+EXPECTED = {
+    "functions": [("40.00", NEW, "+40.00", "spike_func"),
+                  (GONE, "10.00", "-10.00", "calm_func"),
+                  ("20.00", "20.00", "0.00", "steady_func")],
+    "locks": [("5.00", NEW, "+5.00", "hot_lock+0x10 rwsem"),
+              # a rise of 2 and a fall of 2: the busier row first
+              ("3.00", "1.00", "+2.00", "steady_lock+0x10 spinlock"),
+              (GONE, "2.00", "-2.00", "calm_lock+0x10 mutex")],
+    "blockio": [("4.0M", "1.0M", "+3.0M", "100 dd sda W"),
+                ("2.0M", NEW, "+2.0M", "200 tar sda R")],
+    "processes": [("50.00", "10.00", "+40.00", "100 dd"),
+                  ("20.00", NEW, "+20.00", "200 tar"),
+                  (GONE, "5.00", "-5.00", "300 calmd")],
+    "waits": [("50.00", "10.00", "+40.00", "100 dd"),
+              ("10.00", NEW, "+10.00", "200 tar")],
+}
+
+# The drill-down of each pane's first row: its stacks' changes, innermost frame first.
+EXPECTED_STACKS = {
+    "functions": [("+30.00%", NEW, ["spike_func", "vfs_write", "do_syscall_64", "dd"]),
+                  ("+10.00%", NEW, ["spike_func", "vfs_read", "do_syscall_64", "tar"])],
+    "locks": [("+5.00ms/s", NEW, ["hot_lock", "do_syscall_64", "tar"])],
+    "blockio": [("+3.0MB/s", "", ["submit_bio", "dd_io_path", "dd"])],
+    "processes": [("+30.00%", NEW, ["spike_func", "vfs_write", "do_syscall_64", "dd"]),
+                  ("0.00%", "", ["steady_func", "vfs_write", "do_syscall_64", "dd"])],
+    "waits": [("+20.00%", NEW, ["io_schedule", "dd_wait_path", "dd"])],
+}
+
+
+def window(last: int, count: int):
+    return merge_snapshots([record(i) for i in range(last - count + 1, last + 1)])
+
+
+@pytest.fixture(scope="module")
+def windows():
+    return window(119, NOW_RECORDS), window(BASELINE_END, BASELINE_RECORDS)
+
+
+@pytest.fixture
+def recording(tmp_path) -> str:
+    return make_compare_recording(tmp_path / "calm-then-busy.krec")
+
+
+def test_every_pane_has_a_comparison_the_one_diff_reads():
+    assert [spec.name for spec in PANES if spec.compare is None] == []
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_one_diff_compares_every_pane_a_second_of_each_window(name, windows):
+    now, base = windows
+    spec = pane(name).compare
+    changes = compare_rows(spec, now, base)
+    shown = [(c.name, c.status, round(c.now or 0, 6), round(c.base or 0, 6)) for c in changes]
+    assert [row[0] for row in shown] == [row[3] for row in EXPECTED[name]]
+    for (_, status, got_now, got_base), (now_text, base_text, _, _) in zip(shown, EXPECTED[name]):
+        assert status == (NEW if base_text == NEW else GONE if now_text == GONE else "")
+        if name == "blockio":  # bytes a second: MiB
+            assert got_now == {"4.0M": 4 << 20, "2.0M": 2 << 20}.get(now_text, 0)
+            assert got_base == {"1.0M": 1 << 20}.get(base_text, 0)
+        else:
+            assert got_now == (0 if now_text == GONE else float(now_text))
+            assert got_base == (0 if base_text == NEW else float(base_text))
+
+
+def test_stacks_present_in_both_windows_show_both_figures(windows):
+    now, base = windows
+    spec = pane("locks").compare
+    [stack] = compare_stacks(spec, now, base, ("steady_lock+0x10", "spinlock"))
+    assert (stack.now, stack.base, stack.change, stack.status) == (3.0, 1.0, 2.0, "")
+    assert stack.frames == ("dd", "do_syscall_64", "steady_lock")
+
+
+def test_a_gone_row_keeps_its_baseline_stacks(windows):
+    now, base = windows
+    [stack] = compare_stacks(pane("locks").compare, now, base, ("calm_lock+0x10", "mutex"))
+    assert (stack.now, stack.base, stack.status) == (None, 2.0, GONE)
+
+
+def _row_line(screen: str, cells: tuple[str, ...]) -> bool:
+    """A line of the screen holding the row's cells, in order, apart by spaces."""
+    pattern = r"\s+".join(re.escape(cell) for cell in cells)
+    return any(re.search(pattern, line) for line in screen.splitlines())
+
+
+async def _compare_last_window_with_the_calm_one(pilot) -> None:
+    """b on ten calm records, then the last five busy ones."""
+    await pilot.press("b")
+    await pilot.pause()
+    await pilot.press("w", *str(NOW_RECORDS), "enter", "end")
+    await settle(pilot)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (180, 50)])
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name, size):
+    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await _compare_last_window_with_the_calm_one(pilot)
+        await pilot.press(str(pane(name).number))
+        await pilot.pause()
+        seen["rows"] = rows(app, name)
+        seen["screen"] = screen_text(app)
+        await pilot.press("enter")
+        for _ in range(100):
+            if isinstance(app.screen, CompareStacksScreen):
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        seen["drill"] = screen_text(app)
+        seen["drill_screen"] = type(app.screen)
+        await pilot.press("escape", "B")
+        await pilot.pause()
+        seen["after"] = screen_text(app)
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, size=size)
+    assert seen["rows"] == [list(row) for row in EXPECTED[name]]
+    screen = seen["screen"]
+    assert "vs baseline 11:51:04-11:51:14, 10s" in screen.splitlines()[0]
+    for row in EXPECTED[name]:
+        assert _row_line(screen, row), (row, screen)
+    assert "5.0s vs baseline 10s" in screen or "5s vs baseline 10s" in screen
+
+    assert seen["drill_screen"] is CompareStacksScreen
+    drill = seen["drill"]
+    first = EXPECTED[name][0]
+    assert f"{pane(name).key_label}: {first[3]}" in drill
+    assert "vs baseline 11:51:04-11:51:14, 10s" in drill
+    lines = [line.strip("│").rstrip() for line in drill.splitlines()]
+    heads = [i for i, line in enumerate(lines) if re.match(r"^\s*[+-]?\d+\.\d+\S*\s", line)]
+    got = []
+    for i in heads:
+        change, _, rest = lines[i].strip().partition("  ")
+        frames = []
+        for line in lines[i + 1:]:
+            if not line.startswith("    "):
+                break
+            frames.append(line.strip())
+        got.append((change, NEW if rest.startswith(NEW) else "", frames))
+    assert got == EXPECTED_STACKS[name], drill
+
+    # B: the panes' own views again, the baseline gone from the header.
+    assert "vs baseline" not in seen["after"] and "change▼" not in seen["after"]
+
+
+def test_b_again_moves_the_baseline_and_the_header_says_which(recording):
+    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await _compare_last_window_with_the_calm_one(pilot)
+        await pilot.press("b")  # the busy window is the baseline now: nothing changed
+        await pilot.pause()
+        seen["header"] = screen_text(app).splitlines()[0]
+        seen["changes"] = [row[2] for row in rows(app, "functions")]
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    assert "vs baseline 11:52:39-11:52:44, 5s" in seen["header"]
+    assert seen["changes"] == ["0.00", "0.00"]
+
+
+def test_live_the_mark_is_the_window_then(windows):
+    """Live, b marks the window shown; the panes compare each new one with it."""
+    now, base = windows
+    source = SwitchableSource(base)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("b")
+        await pilot.pause()
+        source.current = now
+        await next_frames(pilot, source)
+        seen["rows"] = rows(app, "processes")
+        seen["header"] = screen_text(app).splitlines()[0]
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    assert seen["rows"] == [list(row) for row in EXPECTED["processes"]]
+    assert f"vs baseline {window_label(base)}" in seen["header"]
+
+
+def test_baseline_given_to_the_app_compares_from_the_first_frame(windows):
+    now, base = windows
+    seen = {}
+
+    async def scenario(pilot):
+        seen["rows"] = rows(pilot.app, "locks")
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL, baseline=baseline_of(base, "x.json")),
+            scenario, size=(180, 50))
+    assert seen["rows"] == [list(row) for row in EXPECTED["locks"]]
+
+
+def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
+    """Rows gone since the baseline keep their names, escaped as every pane's are."""
+    import dataclasses  # noqa: PLC0415
+
+    now = dataclasses.replace(recorded_snapshot, blockio=dataclasses.replace(
+        recorded_snapshot.blockio, processes=()))
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("3", "z")
+        await pilot.pause()
+        seen["screen"] = screen_text(pilot.app)
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
+                      baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
+            scenario, size=(180, 50))
+    screen = seen["screen"]
+    assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
+    assert "of \\x1b[2Jbase.json" in screen.splitlines()[0]
+    assert "\x1b" not in screen
+
+
+def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
+    """A file from before the waits pane: its rows would all read new."""
+    import dataclasses  # noqa: PLC0415
+
+    now, base = windows
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        seen["rows"] = rows(app, "waits")
+        seen["screen"] = screen_text(app)
+        seen["locks"] = rows(app, "locks")
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
+                      baseline=baseline_of(dataclasses.replace(base, waits=None))),
+            scenario, size=(180, 50))
+    assert seen["rows"] == []
+    assert "the baseline holds no waits data" in seen["screen"]
+    assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]

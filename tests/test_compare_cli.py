@@ -1,0 +1,203 @@
+"""`--baseline` from the command line (issue 31, part 1): a time of the replayed recording,
+another recording or a JSON snapshot, compared in a picture, in JSON (both figures and the
+change) and in differential folded stacks; bad input in one line, exit 2. No root."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from compare_data import BUSY, make_compare_recording
+from test_recording_cli import ktop
+
+from ktop.compare import GONE, NEW
+
+
+@pytest.fixture
+def recording(tmp_path) -> str:
+    return make_compare_recording(tmp_path / "calm-then-busy.krec")
+
+
+def rows_of(data: dict, pane: str) -> list[tuple]:
+    return [(r["name"], r["now"], r["baseline"], r["change"], r["status"])
+            for r in data["compare"][pane]["rows"]]
+
+
+def written(result, path) -> str:
+    assert result.returncode == 0, result.stderr
+    return path.read_text()
+
+
+def test_a_time_of_the_same_recording_in_json(recording, tmp_path):
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "--at", "11:52:44", "-w", "5", "--baseline", "11:51:14",
+                  "--snapshot", str(out))
+    data = json.loads(written(result, out))
+    assert data["baseline"]["label"] == "11:51:09-11:51:14, 5s"
+    assert data["baseline"]["duration_s"] == 5.0 and data["duration_s"] == 5.0
+    assert data["compare"]["functions"]["figure"] == "CPU%"
+    assert rows_of(data, "functions") == [
+        ("spike_func", 40.0, None, 40.0, NEW),
+        ("calm_func", None, 10.0, -10.0, GONE),
+        ("steady_func", 20.0, 20.0, 0.0, ""),
+    ]
+    assert rows_of(data, "locks") == [
+        ("hot_lock+0x10 rwsem", 5.0, None, 5.0, NEW),
+        ("steady_lock+0x10 spinlock", 3.0, 1.0, 2.0, ""),
+        ("calm_lock+0x10 mutex", None, 2.0, -2.0, GONE),
+    ]
+    assert rows_of(data, "blockio") == [
+        ("100 dd sda W", 4 << 20, 1 << 20, 3 << 20, ""),
+        ("200 tar sda R", 2 << 20, None, 2 << 20, NEW),
+    ]
+    assert rows_of(data, "processes")[2] == ("300 calmd", None, 5.0, -5.0, GONE)
+    assert rows_of(data, "waits") == [("100 dd", 50.0, 10.0, 40.0, ""),
+                                      ("200 tar", 10.0, None, 10.0, NEW)]
+    assert data["cpu"]["window_s"] == 5.0  # the current window's own snapshot, as ever
+
+
+def test_a_picture_at_80x24_says_what_is_compared(recording, tmp_path):
+    out = tmp_path / "c.txt"
+    result = ktop("--replay", recording, "--at", "11:52:44", "-w", "5", "--baseline", "11:51:14",
+                  "--snapshot", str(out), "--size", "80x24")
+    screen = written(result, out)
+    assert "vs baseline 11:51:09-11:51:14, 5s" in screen.splitlines()[0]
+    assert "spike_func" in screen and "+40.00" in screen and "new" in screen
+
+
+def test_the_drill_down_pictured(recording, tmp_path):
+    out = tmp_path / "d.txt"
+    result = ktop("--replay", recording, "--baseline", "11:51:14", "--snapshot", str(out),
+                  "--drill", "locks:steady_lock")
+    screen = written(result, out)
+    assert "Lock contention: steady_lock+0x10 spinlock" in screen
+    assert "wait ms/s now 3.00ms/s, baseline 1.00ms/s, change +2.00ms/s" in screen
+
+
+def test_differential_folded_is_two_counts_a_stack(recording, tmp_path):
+    """difffolded.pl's format: `stack count_baseline count_now`; the baseline (10 s) scaled
+    to the current window's 5 s, so equal rates read equal counts."""
+    out = tmp_path / "c.folded"
+    result = ktop("--replay", recording, "--at", "11:52:44", "-w", "5", "--baseline", "11:51:14",
+                  "--snapshot", str(out))
+    assert written(result, out).splitlines() == [
+        "dd;do_syscall_64;vfs_write;spike_func 0 150",
+        "calmd;do_syscall_64;vfs_read;calm_func 50 0",
+        "tar;do_syscall_64;vfs_read;spike_func 0 50",
+        "dd;do_syscall_64;vfs_write;steady_func 100 100",
+    ]
+    out = tmp_path / "locks.folded"
+    result = ktop("--replay", recording, "--at", "11:52:44", "-w", "5", "--baseline", "11:51:14",
+                  "--snapshot", str(out), "--folded-of", "locks")
+    assert written(result, out).splitlines() == [
+        "tar;do_syscall_64;hot_lock 0 25000",  # 5 ms a record, in us
+        "calmd;do_syscall_64;calm_lock 10000 0",
+        "dd;do_syscall_64;steady_lock 5000 15000",
+    ]
+
+
+def test_windows_of_different_lengths_compare_a_second_of_each(recording, tmp_path):
+    """Five busy seconds against a whole calm minute: the figures are a second, and the
+    baseline's folded counts are scaled to the current window's 5 s."""
+    before = make_compare_recording(tmp_path / "before.krec", range(BUSY))
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "-w", "5", "--baseline", before, "--snapshot", str(out))
+    data = json.loads(written(result, out))
+    assert (data["duration_s"], data["baseline"]["duration_s"]) == (5.0, 60.0)
+    assert rows_of(data, "processes")[0] == ("100 dd", 50.0, 10.0, 40.0, "")
+    assert rows_of(data, "waits")[0] == ("100 dd", 50.0, 10.0, 40.0, "")
+    out = tmp_path / "c.folded"
+    result = ktop("--replay", recording, "-w", "5", "--baseline", before, "--snapshot", str(out))
+    assert written(result, out).splitlines() == [
+        "dd;do_syscall_64;vfs_write;spike_func 0 150",
+        "calmd;do_syscall_64;vfs_read;calm_func 50 0",  # 600 samples in 60 s: 50 in 5 s
+        "tar;do_syscall_64;vfs_read;spike_func 0 50",
+        "dd;do_syscall_64;vfs_write;steady_func 100 100",
+    ]
+
+
+def test_another_recording_is_the_baseline_whole(recording, tmp_path):
+    before = make_compare_recording(tmp_path / "before.krec", range(BUSY))
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "-w", "5", "--baseline", before, "--snapshot", str(out))
+    data = json.loads(written(result, out))
+    assert data["baseline"]["label"] == "11:50:44-11:51:44, 60s of before.krec"
+    assert data["baseline"]["duration_s"] == 60.0
+    assert rows_of(data, "functions")[:2] == [("spike_func", 40.0, None, 40.0, NEW),
+                                              ("calm_func", None, 10.0, -10.0, GONE)]
+
+
+def test_a_json_snapshot_is_the_baseline(recording, tmp_path):
+    before = make_compare_recording(tmp_path / "before.krec", range(BUSY))
+    snapshot = tmp_path / "before.json"
+    written(ktop("--replay", before, "-w", "10", "--snapshot", str(snapshot)), snapshot)
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "-w", "5", "--baseline", str(snapshot),
+                  "--snapshot", str(out))
+    data = json.loads(written(result, out))
+    assert data["baseline"]["label"] == "11:51:34-11:51:44, 10s of before.json"
+    assert rows_of(data, "locks") == [
+        ("hot_lock+0x10 rwsem", 5.0, None, 5.0, NEW),
+        ("steady_lock+0x10 spinlock", 3.0, 1.0, 2.0, ""),
+        ("calm_lock+0x10 mutex", None, 2.0, -2.0, GONE),
+    ]
+
+
+def one_line_exit_2(result) -> str:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and "\x1b" not in result.stderr
+    return lines[-1]
+
+
+@pytest.mark.parametrize(("args", "complaint"), [
+    (["--baseline", "11:51:14"], "a time needs --replay of a recording"),
+    (["--replay", "{recording}", "--baseline", "12:30:00"],
+     "--baseline 12:30:00: 12:30:00 is not in the recording, which runs from "
+     "2026-01-01 11:50:44 to 2026-01-01 11:52:44"),
+    (["--replay", "{recording}", "--baseline", "{text}"], "is not JSON"),
+    (["--replay", "{recording}", "--baseline", "{dir}"], "not a regular file"),
+    (["--replay", "{recording}", "--baseline", "no-such.krec"], "no such file, nor a time"),
+    (["--replay", "{snapshot}", "--baseline", "11:51:14"], "a time needs --replay of a recording"),
+])
+def test_bad_baselines_are_one_line_and_exit_2(recording, tmp_path, args, complaint):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a ktop file\n")
+    snapshot = tmp_path / "s.json"
+    written(ktop("--replay", recording, "--snapshot", str(snapshot)), snapshot)
+    (tmp_path / "adir").mkdir()
+    names = {"recording": recording, "text": str(text), "dir": str(tmp_path / "adir"),
+             "snapshot": str(snapshot)}
+    out = tmp_path / "out.txt"
+    result = ktop(*(a.format(**names) for a in args), "--snapshot", str(out))
+    line = one_line_exit_2(result)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert line.startswith("ktop: --baseline") and complaint in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("args", "complaint"), [
+    (["--record", "x.krec", "--baseline", "x.json"], "not with --record, --serve or --dump"),
+    (["--replay", "x.krec", "--dump", "csv", "--baseline", "11:00"], "not with --record"),
+    (["--snapshot", "x.prom", "--baseline", "x.json"], "not pprof or Prometheus text"),
+    (["--snapshot", "x.txt", "--baseline", ""], "--baseline needs a time HH:MM:SS or a file"),
+])
+def test_baselines_with_what_cannot_compare_are_usage_errors(tmp_path, args, complaint):
+    result = ktop(*args)
+    line = one_line_exit_2(result)
+    assert line.startswith("ktop: error: ") and complaint in line, result.stderr
+
+
+
+def test_a_baseline_file_without_a_pane_says_so_in_json(recording, tmp_path):
+    snapshot = tmp_path / "old.json"
+    written(ktop("--replay", recording, "--at", "11:51:14", "--snapshot", str(snapshot)), snapshot)
+    data = json.loads(snapshot.read_text())
+    del data["waits"]  # as ktop wrote it before the waits pane
+    snapshot.write_text(json.dumps(data))
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "--baseline", str(snapshot), "--snapshot", str(out))
+    compared = json.loads(written(result, out))["compare"]
+    assert compared["waits"]["rows"] == []
+    assert compared["waits"]["missing"] == "no waits data in the baseline"
+    assert [r["status"] for r in compared["locks"]["rows"]] == [NEW, "", GONE]
