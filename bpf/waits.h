@@ -106,7 +106,7 @@ struct wait_stack {
 
 /* Index into the `lost` per-CPU array: every wait not counted whole. */
 enum wait_lost {
-	WAIT_LOST_THREADS_FULL,		/* thread map full: the thread's waits go uncounted */
+	WAIT_LOST_THREADS_FULL,		/* thread map full (or no memory for a record): its waits go uncounted */
 	WAIT_LOST_PROCS_FULL,		/* per-process map full: a switch-out's times are lost */
 	WAIT_LOST_STACKS_FULL,		/* per-stack map full: a blocked wait is not in the stack views */
 	WAIT_LOST_KSTACK_COLLISION,	/* none since stacks are keyed by a hash of their frames */

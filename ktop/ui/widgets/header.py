@@ -51,7 +51,8 @@ LOSS_REASONS = {
     "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
     "ringbuf_full": "the stream of recent requests dropped one: missing from that list "
                     "only, every count has it",
-    "threads_map_full": "the map of threads was full: a thread's waits are not counted",
+    "threads_map_full": "the map of threads was full, or had no memory for one more: a "
+                        "thread's waits are not counted",
     "procs_map_full": "the per-process map was full: a switch-out's or a wait's time is lost",
     "wait_stacks_full": "the per-stack map was full: a blocked wait is missing from the stack "
                         "views (its process's totals have it)",
