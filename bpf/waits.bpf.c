@@ -441,11 +441,10 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		t->cgroup = cgroup;
 		__builtin_memcpy(t->comm, comm, sizeof(t->comm));
 	}
-	if (t->phase == PHASE_ON_CPU) {
-		u64 ns = claim(t, now);
-		if (ns)
-			__sync_fetch_and_add(&t->on_cpu_ns, ns);
-	}
+	/* Any other phase: its switch-in was missed (a run skipped): that time is unknown. */
+	u64 ns = claim(t, now);
+	if (ns && t->phase == PHASE_ON_CPU)
+		__sync_fetch_and_add(&t->on_cpu_ns, ns);
 	if (out == OUT_DEAD) {
 		flush_thread(t, g);
 		threads.delete(&tid);
@@ -489,6 +488,8 @@ static __always_inline void switch_in(u32 tid, u64 now, u32 g)
 	} else if (t->phase == PHASE_BLOCKED) {
 		count_lost(WAIT_LOST_NO_WAKEUP);
 		end_blocked(t, now, g, false);
+	} else {	/* on the CPU: its switch-out was missed, that time is unknown */
+		claim(t, now);
 	}
 	t->phase = PHASE_ON_CPU;
 	t->since = now;
