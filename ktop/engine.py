@@ -329,6 +329,7 @@ class LiveSource:
             cpu_times=cpu_times,
             pressure=self._pressure.read(),
             cgroup_pressure=self._cgroup_pressure.read() if self._cgroup_pressure else None,
+            cgroup_pressure_of=(self.options.cgroup or "") if self._cgroup_pressure else "",
         )
 
     def _drain_all(self) -> list[tuple[str, tuple[Collector, Aggregator]]]:

@@ -381,6 +381,7 @@ class Snapshot:
     waits: WaitProfile | None = None
     pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
     cgroup_pressure: Pressure | None = None  # the --cgroup's own, from its *.pressure files
+    cgroup_pressure_of: str = ""  # that cgroup v2's path
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live
@@ -460,4 +461,3 @@ class Pressure:
     io_full: float | None
     memory_some: float
     memory_full: float | None
-    cgroup: str = ""  # the cgroup v2 path whose tasks these are; "" for the machine

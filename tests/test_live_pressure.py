@@ -68,10 +68,10 @@ def test_the_header_shows_the_cgroups_own_pressure(crowded_cgroup) -> None:
     finally:
         source.close()
     pressure = snapshot.cgroup_pressure
-    assert pressure is not None and pressure.cgroup == relative, snapshot.cgroup_pressure
+    assert pressure is not None and snapshot.cgroup_pressure_of == relative, snapshot
     assert pressure.cpu_some > 5, pressure
     assert abs(pressure.cpu_some - own_cpu) <= 5, (pressure, own_cpu)
-    assert snapshot.pressure is not None and snapshot.pressure.cgroup == ""  # the machine's too
+    assert snapshot.pressure is not None  # the machine's too
     text = asyncio.run(render_screen(RecordedSource([snapshot]), (200, 50), "txt",
                                      cgroup=relative))
     header = "\n".join(text.splitlines()[:3])

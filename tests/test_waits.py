@@ -386,11 +386,11 @@ def test_a_cgroups_own_pressure_is_read_from_its_files_and_shown_after_the_machi
     pressure = reader.read()
     reader.close()
     assert pressure == Pressure(cpu_some=33.0, cpu_full=0.5, io_some=1.5, io_full=0.5,
-                                memory_some=0.0, memory_full=0.5,
-                                cgroup="/system.slice/web.service")
+                                memory_some=0.0, memory_full=0.5)
     machine = Pressure(cpu_some=2.0, cpu_full=0.0, io_some=0.0, io_full=0.0, memory_some=0.0,
                        memory_full=0.0)
-    snapshot = dataclasses.replace(recorded_snapshot, pressure=machine, cgroup_pressure=pressure)
+    snapshot = dataclasses.replace(recorded_snapshot, pressure=machine, cgroup_pressure=pressure,
+                                   cgroup_pressure_of="/system.slice/web.service")
     text = header_text(snapshot).plain
     assert ("PSI cpu 2.0 io 0.0/0.0 mem 0.0/0.0   "
             "PSI of /system.slice/web.service cpu 33.0 io 1.5/0.5 mem 0.0/0.5") in text

@@ -70,7 +70,6 @@ class PressureReader:
             cpu_some=values["cpu"][0], cpu_full=values["cpu"][1],
             io_some=values["io"][0], io_full=values["io"][1],
             memory_some=values["memory"][0], memory_full=values["memory"][1],
-            cgroup=self._cgroup,
         )
 
     def close(self) -> None:

@@ -162,21 +162,22 @@ def header_text(
     if intact:
         text.append(f"  {intact} not in recent requests, counts intact"
                     f"{'' if total else ' (L lists)'}", style="dim")
-    for pressure in (snapshot.pressure, snapshot.cgroup_pressure):
+    for pressure, of in ((snapshot.pressure, ""),
+                         (snapshot.cgroup_pressure, snapshot.cgroup_pressure_of)):
         if pressure is not None:
             text.append("   ")
-            text.append_text(pressure_text(pressure))
+            text.append_text(pressure_text(pressure, of))
     text.append(f"   kernel {printable(snapshot.kernel)}  headers: {printable(snapshot.headers)}",
                 style="dim")
     return text
 
 
-def pressure_text(p: Pressure) -> Text:
+def pressure_text(p: Pressure, of: str = "") -> Text:
     """PSI avg10 as "PSI cpu 12.0 io 3.1/0.4 mem 0.0/0.0" (some/full), a stall in bold; a
-    cgroup's own as "PSI of /its/path cpu ..."."""
+    cgroup's own (of: its path) as "PSI of /its/path cpu ..."."""
     text = Text("PSI", style="bold")
-    if p.cgroup:
-        text.append(f" of {printable(p.cgroup)}", style="bold yellow")
+    if of:
+        text.append(f" of {printable(of)}", style="bold yellow")
     for name, some, full in (("cpu", p.cpu_some, p.cpu_full), ("io", p.io_some, p.io_full),
                              ("mem", p.memory_some, p.memory_full)):
         shown = f"{some:.1f}" + (f"/{full:.1f}" if full is not None and name != "cpu" else "")
