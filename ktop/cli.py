@@ -379,7 +379,7 @@ def _baseline(args: argparse.Namespace, recorded: object):
         return None
     from ktop.compare import load_baseline
 
-    return load_baseline(args.baseline, recorded, args.window)
+    return load_baseline(args.baseline, recorded, args.window, say=_say)
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -488,11 +488,15 @@ def run_serve(args: argparse.Namespace) -> int:
         server = bind(host, port, page, _say)
     except (RecordingError, ServeError) as e:
         return _fail(str(e))
-    if recorded is not None:
-        source = RecordedSource([recorded])
-    else:
+    from ktop.model import Snapshot
+
+    if recorded is None:
         source = LiveSource(_options(args))
         source.cumulative = True  # counters since start: Prometheus takes rates itself
+    elif isinstance(recorded, Snapshot):
+        source = RecordedSource([recorded])
+    else:  # a recording: its window at the end (or --at)
+        source = recorded
     stop = threading.Event()
 
     def stop_serving(signum: int, _frame: object) -> None:
@@ -503,7 +507,10 @@ def run_serve(args: argparse.Namespace) -> int:
     bound_host, bound_port = server.server_address[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     _say(f"serving http://{shown}:{bound_port}/metrics (Ctrl-C stops)")
-    serve(server, source, args.interval, stop)
+    try:
+        serve(server, source, args.interval, stop)
+    except RecordingError as e:  # a replayed record that is not ktop's
+        return _fail(str(e))
     return 0
 
 
@@ -566,6 +573,8 @@ def run_interactive(args: argparse.Namespace) -> int:
         os.close(terminal_fd)
         sys.__stderr__ = original_stderr
         log.close()
+    if app.file_error:  # a replayed record that is not ktop's: one line, not a crash
+        return _fail(app.file_error)
     error = error or getattr(app, "_exception", None)  # Textual keeps the one it handled
     if error is not None or traceback_text.getvalue().strip():
         from ktop.crash import crash_line

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
@@ -17,6 +18,59 @@ from ktop.model import Bucket, BuiltOnRead
 class RecordingError(Exception):
     """A snapshot file or a recording that cannot be read or written; str() is one line
     naming the problem and the fix."""
+
+
+# What a file may hold, checked where it is decoded: a forged file (checksums are no
+# signature) must not reach the screen, the exports or time.localtime() with values that
+# overflow them, nor make a decode take gigabytes.
+MAX_ROWS = 1 << 16  # a table (list) of a snapshot: twice the biggest map ktop's BPF keeps
+MAX_INT = (1 << 63) - 1  # every integer: what pprof's int64 and C's time_t take
+MAX_FLOAT = float(1 << 53)  # every float's magnitude: finite, and exact as an integer
+LAST_TIME = 9_223_372_036.0  # 2262-04-11: the last second pprof's int64 nanoseconds hold
+MAX_SPAN_S = 100 * 366 * 24 * 3600.0  # a window or an interval: a century at most
+# Fields whose range is narrower than their type's, wherever they are.
+FIELD_RANGES: dict[str, tuple[float, float]] = {
+    "taken_at": (0.0, LAST_TIME),
+    "window_s": (0.0, MAX_SPAN_S),
+    "duration_s": (0.0, MAX_SPAN_S),
+}
+
+
+class FieldError(ValueError):
+    """A value the model cannot take; str() names its field ("cpu.window_s: ...")."""
+
+    def __init__(self, problem: str, rows: int = 0) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+        self.rows = rows  # a table too long: how many rows it holds
+
+    @property
+    def field(self) -> str:
+        return ".".join(self.path)
+
+    def __str__(self) -> str:
+        if self.rows:
+            return f"{self.rows} rows of {self.field or 'a table'}; ktop reads at most {MAX_ROWS}"
+        return f"{self.field}: {self.problem}" if self.path else self.problem
+
+
+def _in_field(name: str, error: Exception) -> FieldError:
+    """The error of a value, with the field it was in named first."""
+    if not isinstance(error, FieldError):
+        error = FieldError(str(error))
+    error.path.insert(0, name)
+    return error
+
+
+def brief(data: Any) -> str:
+    """A value as an error message shows it: a container by its kind (its repr could be as
+    long or as deep as the file), anything else cut short."""
+    if type(data) is list:
+        return f"a list of {len(data)}"
+    if type(data) is dict:
+        return f"an object of {len(data)} keys"
+    return f"{data!r:.40}"
 
 
 # Written as a list of their fields, not an object: histograms always were [low, high, count].
@@ -78,26 +132,56 @@ def from_data(hint: Any, data: Any) -> Any:
 def _checked(kind: type, name: str) -> Callable[[Any], Any]:
     def check(data: Any) -> Any:
         if type(data) is not kind:  # exact: JSON's true is no int here
-            raise TypeError(f"found {data!r:.40} where {name} belongs")
+            raise TypeError(f"found {brief(data)} where {name} belongs")
         return data
     return check
 
 
+def _int(data: Any) -> int:
+    if type(data) is not int:  # exact: JSON's true is no int here
+        raise TypeError(f"found {brief(data)} where an int belongs")
+    if not -MAX_INT <= data <= MAX_INT:
+        raise FieldError(f"found {data:.3g}, past the 64-bit range" if abs(data) < 1e300
+                         else "found an integer past the 64-bit range")
+    return data
+
+
 def _float(data: Any) -> float:
     if type(data) is float or type(data) is int:
-        return float(data)
-    raise TypeError(f"found {data!r:.40} where a number belongs")
+        value = data if type(data) is float or abs(data) < 1e308 else math.inf
+        if not -MAX_FLOAT <= value <= MAX_FLOAT:  # NaN and infinities too
+            raise FieldError(f"found {value!r:.40}, not a finite number of at most 2^53")
+        return float(value)
+    raise TypeError(f"found {brief(data)} where a number belongs")
+
+
+def _ranged(convert: Callable[[Any], Any], low: float, high: float) -> Callable[[Any], Any]:
+    def check(data: Any) -> Any:
+        value = convert(data)
+        if value is not None and not low <= value <= high:
+            raise FieldError(f"found {value!r:.40}, out of its range ({low:g} to {high:g})")
+        return value
+    return check
 
 
 def _list(data: Any) -> list:
     if type(data) is not list:
-        raise TypeError(f"found {data!r:.40} where a list belongs")
+        raise TypeError(f"found {brief(data)} where a list belongs")
+    if len(data) > MAX_ROWS:
+        raise FieldError("too many rows", rows=len(data))
     return data
 
 
 def _object(data: Any) -> dict:
     if type(data) is not dict:
-        raise TypeError(f"found {data!r:.40} where an object belongs")
+        raise TypeError(f"found {brief(data)} where an object belongs")
+    return data
+
+
+def _table(data: Any) -> dict:
+    data = _object(data)
+    if len(data) > MAX_ROWS:
+        raise FieldError("too many rows", rows=len(data))
     return data
 
 
@@ -115,25 +199,28 @@ def decoder(hint: Any) -> Callable[[Any], Any]:
         return lambda data: tuple(map(item, _list(data)))
     if origin is Mapping:
         key, value = map(decoder, get_args(hint))
-        return lambda data: {key(k): value(v) for k, v in _object(data).items()}
+        return lambda data: {key(k): value(v) for k, v in _table(data).items()}
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _record_decoder(hint)
     if hint is float:
         return _float
+    if hint is int:
+        return _int
     return _checked(hint, hint.__name__)
 
 
 def _record_decoder(cls: type) -> Callable[[Any], Any]:
     hints = get_type_hints(cls)
-    fields = [(f.name, decoder(hints[f.name]),
+    fields = [(f.name, _field_decoder(f.name, hints[f.name]),
                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
               for f in dataclasses.fields(cls)]
     if cls is Bucket:  # [low, high, count]
-        int_ = _checked(int, "int")
-
         def bucket(data: Any) -> Bucket:
-            low, high, count = _list(data)
-            return Bucket(int_(low), int_(high), int_(count))
+            data = _list(data)
+            if len(data) != 3:
+                raise ValueError(f"a bucket of {len(data)} numbers, not 3")
+            low, high, count = data
+            return Bucket(_int(low), _int(high), _int(count))
         return bucket
 
     def record(data: Any) -> Any:
@@ -141,8 +228,17 @@ def _record_decoder(cls: type) -> Callable[[Any], Any]:
         values = {}
         for name, convert, required in fields:
             if name in data:
-                values[name] = convert(data[name])
+                try:
+                    values[name] = convert(data[name])
+                except (TypeError, ValueError) as e:
+                    raise _in_field(name, e) from None
             elif required:
                 raise KeyError(name)
         return cls(**values)
     return record
+
+
+def _field_decoder(name: str, hint: Any) -> Callable[[Any], Any]:
+    convert = decoder(hint)
+    limits = FIELD_RANGES.get(name)
+    return _ranged(convert, *limits) if limits else convert

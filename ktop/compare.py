@@ -10,7 +10,10 @@ or a differential folded file as difffolded.pl writes it) all read these functio
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +34,9 @@ class Baseline:
 
     snapshot: Snapshot
     label: str  # "19:53:10-19:53:40, 30s", and the file's name when another file
+    # Another file (a boot before, another machine): its pids mean other processes, so the
+    # panes that list processes match them by command at first (v: by process).
+    by_command: bool = False
 
 
 def window_label(snapshot: Snapshot, source: str = "") -> str:
@@ -46,7 +52,8 @@ def _clock(t: float) -> str:
 
 
 def baseline_of(snapshot: Snapshot, source: str = "") -> Baseline:
-    return Baseline(snapshot, window_label(snapshot, source))
+    """The window as a baseline; `source`, the file it comes from when another one."""
+    return Baseline(snapshot, window_label(snapshot, source), by_command=bool(source))
 
 
 @dataclass(frozen=True)
@@ -68,14 +75,25 @@ class Change:
         return NEW if self.base is None else GONE if self.now is None else ""
 
 
-def _figures(spec: Comparison, snapshot: Snapshot, shows: Shows | None) -> dict[tuple, tuple[float, Any]]:
+def keying(spec: Comparison, by_command: bool) -> tuple[Callable[[Any], tuple],
+                                                       Callable[[Any], str]]:
+    """How rows are matched and named: by their own key, or by command where the pane has
+    one (processes of two boots or machines share commands, not pids)."""
+    if by_command and spec.command_key is not None and spec.command_name is not None:
+        return spec.command_key, spec.command_name
+    return spec.key, spec.name
+
+
+def _figures(spec: Comparison, snapshot: Snapshot, shows: Shows | None,
+             by_command: bool) -> dict[tuple, tuple[float, Any]]:
+    key_of, _ = keying(spec, by_command)
     scale = spec.scale(snapshot)
     figures: dict[tuple, tuple[float, Any]] = {}
     for row in spec.rows(snapshot, shows):
-        key = spec.key(row)
+        key = key_of(row)
         had = figures.get(key)
         figure = spec.amount(row) * scale
-        # Two rows of one key (a pid reused within a window): one row, their sum.
+        # Rows of one key (a command's processes, a pid reused in a window): their sum.
         figures[key] = (figure + had[0], had[1]) if had else (figure, row)
     return figures
 
@@ -87,20 +105,28 @@ def by_change(changes: Iterable[Change]) -> list[Change]:
 
 
 def compare_rows(spec: Comparison, now: Snapshot, base: Snapshot,
-                 shows: Shows | None = None) -> list[Change]:
+                 shows: Shows | None = None, by_command: bool = False) -> list[Change]:
     """Every row of either window with its figure in each, by the size of the change."""
-    current = _figures(spec, now, shows)
-    before = _figures(spec, base, shows)
-    changes = [Change(key, spec.name(row), figure, before[key][0] if key in before else None, row)
+    _, name_of = keying(spec, by_command)
+    current = _figures(spec, now, shows, by_command)
+    before = _figures(spec, base, shows, by_command)
+    changes = [Change(key, name_of(row), figure, before[key][0] if key in before else None, row)
                for key, (figure, row) in current.items()]
-    changes += [Change(key, spec.name(row), None, figure, row)
+    changes += [Change(key, name_of(row), None, figure, row)
                 for key, (figure, row) in before.items() if key not in current]
     return by_change(changes)
 
 
-def row_in(spec: Comparison, snapshot: Snapshot, key: tuple) -> Any:
-    """The row of that key in the window (unfiltered), or None."""
-    return next((row for row in spec.rows(snapshot, None) if spec.key(row) == key), None)
+def rows_in(spec: Comparison, snapshot: Snapshot, key: tuple, by_command: bool = False) -> list[Any]:
+    """The rows of that key in the window (unfiltered): one, or a command's several."""
+    key_of, _ = keying(spec, by_command)
+    return [row for row in spec.rows(snapshot, None) if key_of(row) == key]
+
+
+def figure_of(spec: Comparison, snapshot: Snapshot, key: tuple, by_command: bool = False) -> float | None:
+    """The figure of the row of that key in the window, None when it has none."""
+    rows = rows_in(spec, snapshot, key, by_command)
+    return sum(spec.amount(row) for row in rows) * spec.scale(snapshot) if rows else None
 
 
 @dataclass(frozen=True)
@@ -120,22 +146,23 @@ class StackChange:
         return NEW if self.base is None else GONE if self.now is None else ""
 
 
-def _stack_figures(spec: Comparison, snapshot: Snapshot, row: Any) -> dict[tuple[str, ...], float]:
+def _stack_figures(spec: Comparison, snapshot: Snapshot,
+                   rows: Iterable[Any]) -> dict[tuple[str, ...], float]:
     """Stacks that fold to the same function names (offsets apart) summed, a second."""
-    if row is None:
-        return {}
     scale = spec.stack_scale(snapshot)
     figures: dict[tuple[str, ...], float] = {}
-    for frames, weight in spec.stacks(snapshot, row):
-        key = tuple(frames)
-        figures[key] = figures.get(key, 0.0) + weight * scale
+    for row in rows:
+        for frames, weight in spec.stacks(snapshot, row):
+            key = tuple(frames)
+            figures[key] = figures.get(key, 0.0) + weight * scale
     return figures
 
 
-def compare_stacks(spec: Comparison, now: Snapshot, base: Snapshot, key: tuple) -> list[StackChange]:
+def compare_stacks(spec: Comparison, now: Snapshot, base: Snapshot, key: tuple,
+                   by_command: bool = False) -> list[StackChange]:
     """The stacks behind the row of `key` in each window, by the size of the change."""
-    current = _stack_figures(spec, now, row_in(spec, now, key))
-    before = _stack_figures(spec, base, row_in(spec, base, key))
+    current = _stack_figures(spec, now, rows_in(spec, now, key, by_command))
+    before = _stack_figures(spec, base, rows_in(spec, base, key, by_command))
     changes = [StackChange(frames, figure, before.get(frames)) for frames, figure in current.items()]
     changes += [StackChange(frames, None, figure) for frames, figure in before.items()
                 if frames not in current]
@@ -181,6 +208,12 @@ def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 6)
 
 
+def _json_rows(changes: Iterable[Change]) -> list[dict[str, Any]]:
+    return [{"key": list(c.key), "name": c.name, "now": _number(c.now),
+             "baseline": _number(c.base), "change": _number(c.change), "status": c.status}
+            for c in changes]
+
+
 def to_json(now: Snapshot, baseline: Baseline, include_idle: bool = False) -> dict[str, Any]:
     """The current window's snapshot as `--snapshot FILE.json` writes it, the baseline's
     span, and each pane's rows with both figures a second and the change."""
@@ -204,13 +237,11 @@ def to_json(now: Snapshot, baseline: Baseline, include_idle: bool = False) -> di
         compared[spec.name] = {
             "figure": spec.compare.label,
             "unit": spec.compare.unit,
-            "rows": [
-                {"key": list(c.key), "name": c.name, "now": _number(c.now),
-                 "baseline": _number(c.base), "change": _number(c.change),
-                 "status": c.status}
-                for c in compare_rows(spec.compare, now, base)
-            ],
+            "rows": _json_rows(compare_rows(spec.compare, now, base)),
         }
+        if spec.compare.command_key is not None:  # what two boots or machines share
+            compared[spec.name]["rows_by_command"] = _json_rows(
+                compare_rows(spec.compare, now, base, by_command=True))
     data["compare"] = compared
     return data
 
@@ -266,20 +297,19 @@ def is_clock(text: str) -> bool:
     return True
 
 
-def load_baseline(text: str, replayed: Any, window_s: float) -> Baseline:
+def load_baseline(text: str, replayed: object, window_s: float,
+                  say: Callable[[str], None] = lambda line: None) -> Baseline:
     """--baseline TIME: the window of `window_s` ending at that time in the replayed
     recording (`replayed`, its ReplaySource); --baseline FILE: another recording (all its
-    records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError."""
-    import os  # noqa: PLC0415
-    import stat  # noqa: PLC0415
-
+    records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError;
+    `say` tells what is read but not all there (a recording cut off)."""
     from ktop.codec import RecordingError  # noqa: PLC0415
     from ktop.record.fileformat import Recording, is_recording  # noqa: PLC0415
     from ktop.record.replay import ReplaySource, find_time  # noqa: PLC0415
 
     said = f"--baseline {printable(text)}"
     if not os.path.lexists(text) and is_clock(text):
-        if replayed is None or not hasattr(replayed, "recording"):
+        if not isinstance(replayed, ReplaySource):
             raise BaselineError(f"{said}: a time needs --replay of a recording (--record "
                                 "FILE) to find it in; or name a file to compare with")
         try:
@@ -293,12 +323,17 @@ def load_baseline(text: str, replayed: Any, window_s: float) -> Baseline:
             raise BaselineError(f"{said}: not a regular file; name a recording (--record "
                                 "FILE), a snapshot (--snapshot FILE.json) or a time HH:MM:SS")
     except OSError as e:
-        raise BaselineError(f"{said}: no such file, nor a time HH:MM:SS ({e.strerror}); name "
-                            "a recording, a snapshot FILE.json or a time in the replay") from None
+        if e.errno == errno.ENOENT:
+            raise BaselineError(f"{said}: no such file, nor a time HH:MM:SS; name a recording, "
+                                "a snapshot FILE.json or a time in the replay") from None
+        raise BaselineError(f"{said}: cannot read it: {e.strerror or e}") from None
     name = os.path.basename(text)
     try:
         if is_recording(text):
             recording = Recording(text)
+            if recording.dropped:  # cut off by kill -9 or a full disk: compare with the rest
+                say(f"--baseline {printable(name)}: {recording.dropped}; comparing with the "
+                    f"{len(recording)} whole records before it")
             whole = ReplaySource(recording, position=len(recording.records) - 1)
             whole.set_window(len(recording.records))
             return baseline_of(whole.collect(), name)

@@ -9,13 +9,14 @@ cannot start, or fails later, makes its pane unavailable with a reason; the othe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import platform
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,11 +31,11 @@ from ktop.collectors.selfcost import SelfCost
 from ktop.collectors.waits import DEFAULT_MIN_WALK_US
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.panes import Aggregator, Collector, bpf_panes
-from ktop.symbolize.kernel import Kallsyms
+from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span
 
 if TYPE_CHECKING:
-    from ktop.record.fileformat import RecordInfo
+    from ktop.record.fileformat import RecordIndex
     from ktop.record.replay import TimelineView
     from ktop.symbolize.user import UserSymbolizer
 
@@ -55,7 +56,7 @@ class Timeline(Protocol):
     """A recording as a data source moves through time (ktop.record.replay.ReplaySource): what the
     app's timeline keys and bar need of it."""
 
-    records: Sequence[RecordInfo]
+    records: RecordIndex
     interval_s: float  # a record's typical span
 
     def view(self) -> TimelineView: ...
@@ -256,10 +257,7 @@ class LiveSource:
             bpfload.check_privileges()  # "needs root" says more than "addresses hidden"
             self._kallsyms = Kallsyms.load()
         if self._kallsyms.hidden:
-            raise Unavailable(
-                "kernel addresses are hidden (kptr_restrict): run as root, "
-                "or `sysctl kernel.kptr_restrict=0`"
-            )
+            raise Unavailable(hidden_reason())
         return self._kallsyms
 
     def kernel_lines(self):
@@ -298,6 +296,10 @@ class LiveSource:
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
         cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
+        if cpu_profile and self._user_symbols is not None and self._user_symbols.unread:
+            # Binaries whose symbols were past what is read: their frames are [unknown].
+            cpu_profile = profiles[PANE_FUNCTIONS] = dataclasses.replace(cpu_profile, lost={
+                **cpu_profile.lost, "binary_unread": self._user_symbols.unread})
         now = time.monotonic()
         # Without CPU samples, a record's span is the time since the last collect.
         self._last_span = now - (self._last_collect or self.started_at)

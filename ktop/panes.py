@@ -89,6 +89,10 @@ class Comparison:
     stacks: Callable[[Snapshot, Any], Iterable[WeightedStack]]
     stack_scale: Callable[[Snapshot], float]
     folded_of: str  # the folded stacks (--folded-of) of this pane's weights
+    # Rows of processes matched by command instead (v), and so named: their pids are not
+    # the same processes in another file.
+    command_key: Callable[[Any], tuple] | None = None
+    command_name: Callable[[Any], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -403,7 +407,9 @@ PANES: list[PaneDef] = [
         compare=Comparison(
             "bytes/s", "B/s", _compared_io, key=lambda p: (p.pid, p.comm, p.disk, p.rw),
             name=lambda p: f"{p.pid} {p.comm} {p.disk} {p.rw}", amount=lambda p: p.bytes,
-            scale=_io_scale, stacks=_io_stacks, stack_scale=_io_scale, folded_of="io"),
+            scale=_io_scale, stacks=_io_stacks, stack_scale=_io_scale, folded_of="io",
+            command_key=lambda p: (p.comm, p.disk, p.rw),
+            command_name=lambda p: f"{p.comm} {p.disk} {p.rw}"),
     ),
     PaneDef(
         name="processes", field="processes", title="Processes", key_label="Processes",
@@ -413,7 +419,9 @@ PANES: list[PaneDef] = [
         compare=Comparison(
             "CPU%", "%", _compared_processes, key=lambda p: (p.pid, p.parent, p.comm),
             name=_process_name, amount=lambda p: p.cpu_percent, scale=lambda _: 1.0,
-            stacks=_process_stacks, stack_scale=_cpu_scale, folded_of="cpu"),
+            stacks=_process_stacks, stack_scale=_cpu_scale, folded_of="cpu",
+            command_key=lambda p: (p.pid == EXITED_PID, p.comm),
+            command_name=lambda p: f"<children of {p.comm}>" if p.pid == EXITED_PID else p.comm),
     ),
     PaneDef(
         name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
@@ -425,7 +433,7 @@ PANES: list[PaneDef] = [
             "wait%", "%", _compared_waits, key=lambda g: (g.pid, g.comm),
             name=lambda g: f"{g.pid} {g.comm}", amount=lambda g: g.waiting_ns,
             scale=_waits_scale, stacks=_wait_stacks, stack_scale=_waits_scale,
-            folded_of="offcpu"),
+            folded_of="offcpu", command_key=lambda g: (g.comm,), command_name=lambda g: g.comm),
     ),
 ]
 

@@ -134,6 +134,7 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
         await pilot.pause()
         seen["rows"] = rows(app, name)
         seen["screen"] = screen_text(app)
+        seen["subtitle"] = app.main_screen.pane(name)._subtitle
         await pilot.press("enter")
         for _ in range(100):
             if isinstance(app.screen, CompareStacksScreen):
@@ -152,7 +153,12 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
     assert "vs baseline 11:51:04-11:51:14, 10s" in screen.splitlines()[0]
     for row in EXPECTED[name]:
         assert _row_line(screen, row), (row, screen)
-    assert "5.0s vs baseline 10s" in screen or "5s vs baseline 10s" in screen
+    subtitle = seen["subtitle"]
+    assert subtitle.startswith("by process (v)  " if name in ("blockio", "processes", "waits")
+                               else "5s vs 10s baseline")
+    assert ("1 new" in subtitle) == any(row[1] == NEW for row in EXPECTED[name])
+    assert ("1 gone" in subtitle) == any(row[0] == GONE for row in EXPECTED[name])
+    assert subtitle.endswith("B: leave") and subtitle in screen  # whole, at 80 columns too
 
     assert seen["drill_screen"] is CompareStacksScreen
     drill = seen["drill"]
@@ -236,14 +242,22 @@ def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
     async def scenario(pilot):
         await pilot.press("3", "z")
         await pilot.pause()
-        seen["screen"] = screen_text(pilot.app)
+        seen["by command"] = screen_text(pilot.app)
+        await pilot.press("v")
+        await pilot.pause()
+        seen["by process"] = screen_text(pilot.app)
 
     run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
                       baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
             scenario, size=(180, 50))
-    screen = seen["screen"]
-    assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
+    # Another file: its processes are matched by command at first, v by process.
+    screen = seen["by command"]
+    assert " \\x1b[2J evil vda W" in screen and " [bold]red[/] vda R" in screen
+    assert "4242" not in screen
     assert "of \\x1b[2Jbase.json" in screen.splitlines()[0]
+    assert "\x1b" not in screen
+    screen = seen["by process"]
+    assert "4242 \\x1b[2J evil vda W" in screen and "4243 [bold]red[/] vda R" in screen
     assert "\x1b" not in screen
 
 
@@ -266,3 +280,63 @@ def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
     assert seen["rows"] == []
     assert "the baseline holds no waits data" in seen["screen"]
     assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]
+
+
+def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
+    """The panes that list processes compare by pid, or (v) by command: what two boots share."""
+    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await _compare_last_window_with_the_calm_one(pilot)
+        await pilot.press("4", "v")
+        await pilot.pause()
+        seen["processes"] = rows(app, "processes")
+        await pilot.press("2", "v")
+        seen["notes"] = [str(n.message) for n in app._notifications]
+        await pilot.press("5", "v")
+        await pilot.pause()
+        seen["waits"] = rows(app, "waits")
+        await pilot.press("enter")
+        for _ in range(100):
+            if isinstance(app.screen, CompareStacksScreen):
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        seen["drill"] = screen_text(app)
+        await pilot.press("escape", "4", "b")  # a new baseline matches as its own kind does
+        await pilot.pause()
+        seen["again"] = [row[3] for row in rows(app, "processes")]
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    assert seen["again"] == ["100 dd", "200 tar"]
+    assert seen["processes"] == [["50.00", "10.00", "+40.00", "dd"],
+                                 ["20.00", NEW, "+20.00", "tar"],
+                                 [GONE, "5.00", "-5.00", "calmd"]]
+    assert any("one compare view" in note for note in seen["notes"])  # locks: no processes
+    assert seen["waits"] == [["50.00", "10.00", "+40.00", "dd"], ["10.00", NEW, "+10.00", "tar"]]
+    assert "Waits: dd   wait% now 50.00%, baseline 10.00%, change +40.00%" in seen["drill"]
+    assert "+20.00%  new" in seen["drill"]
+
+
+def test_the_compare_title_names_what_is_compared_and_b_gives_the_view_back(windows):
+    """Hot functions compare kernel functions (Self): a user view's title would say otherwise."""
+    now, base = windows
+    seen = []
+
+    async def scenario(pilot):
+        functions = pilot.app.main_screen.pane("functions")
+        await pilot.press("v")  # the user-space view
+        await pilot.pause()
+        seen.append(str(functions.border_title))
+        await pilot.press("b")
+        await pilot.pause()
+        seen.append(str(functions.border_title))
+        await pilot.press("B")
+        await pilot.pause()
+        seen.append((str(functions.border_title), functions.view, functions.comparing))
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL), scenario, size=(180, 50))
+    assert seen == ["1 Hot user functions", "1 Hot kernel functions",
+                    ("1 Hot user functions", "user", False)]

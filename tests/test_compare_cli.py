@@ -5,6 +5,8 @@ change) and in differential folded stacks; bad input in one line, exit 2. No roo
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 from compare_data import BUSY, make_compare_recording
@@ -125,6 +127,11 @@ def test_another_recording_is_the_baseline_whole(recording, tmp_path):
     assert data["baseline"]["duration_s"] == 60.0
     assert rows_of(data, "functions")[:2] == [("spike_func", 40.0, None, 40.0, NEW),
                                               ("calm_func", None, 10.0, -10.0, GONE)]
+    by_command = [(r["name"], r["now"], r["baseline"], r["status"])
+                  for r in data["compare"]["processes"]["rows_by_command"]]
+    assert by_command == [("dd", 50.0, 10.0, ""), ("tar", 20.0, None, NEW),
+                          ("calmd", None, 5.0, GONE)]
+    assert "rows_by_command" not in data["compare"]["functions"]
 
 
 def test_a_json_snapshot_is_the_baseline(recording, tmp_path):
@@ -158,6 +165,7 @@ def one_line_exit_2(result) -> str:
     (["--replay", "{recording}", "--baseline", "{text}"], "is not JSON"),
     (["--replay", "{recording}", "--baseline", "{dir}"], "not a regular file"),
     (["--replay", "{recording}", "--baseline", "no-such.krec"], "no such file, nor a time"),
+    (["--replay", "{recording}", "--baseline", "{text}/inside"], "cannot read it: Not a directory"),
     (["--replay", "{snapshot}", "--baseline", "11:51:14"], "a time needs --replay of a recording"),
 ])
 def test_bad_baselines_are_one_line_and_exit_2(recording, tmp_path, args, complaint):
@@ -201,3 +209,45 @@ def test_a_baseline_file_without_a_pane_says_so_in_json(recording, tmp_path):
     assert compared["waits"]["rows"] == []
     assert compared["waits"]["missing"] == "no waits data in the baseline"
     assert [r["status"] for r in compared["locks"]["rows"]] == [NEW, "", GONE]
+
+
+def test_the_screen_opens_compared_in_a_terminal(recording):
+    """`ktop --replay FILE --baseline T` in a real terminal (tmux): compared from the first
+    frame; B gives the panes' own views back; q leaves."""
+    import shlex  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from test_live_tmux import Tmux  # noqa: PLC0415
+
+    tmux = Tmux()
+    try:
+        tmux.run(f"cd / && TZ=UTC {shlex.quote(sys.executable)} -m ktop --replay "
+                 f"{shlex.quote(recording)} -w 5 --baseline 11:51:14")
+        screen = tmux.wait_for("vs baseline 11:51:09-11:51:14, 5s (B clears)")
+        assert any(re.search(r"40\.00\s+new\s+\+40\.00\s+spike_func", line)
+                   for line in screen.splitlines()), screen
+        tmux.send("B")
+        screen = tmux.wait_for("Children")
+        assert "vs baseline" not in screen
+        tmux.send("q")
+        for _ in range(100):  # the shell's screen again
+            if "Children" not in tmux.screen():
+                break
+            time.sleep(0.2)
+        assert "Children" not in tmux.screen() and tmux.display("#{alternate_on}") == "0"
+    finally:
+        tmux.close()
+
+
+def test_a_baseline_recording_cut_off_is_compared_with_what_is_whole(recording, tmp_path):
+    before = tmp_path / "before.krec"
+    make_compare_recording(before, range(BUSY))
+    before.write_bytes(before.read_bytes()[:-10])  # kill -9 mid-record
+    out = tmp_path / "c.json"
+    result = ktop("--replay", recording, "-w", "5", "--baseline", str(before),
+                  "--snapshot", str(out))
+    data = json.loads(written(result, out))
+    assert data["baseline"]["duration_s"] == BUSY - 1.0  # the last record torn
+    said = result.stderr.splitlines()[0]
+    assert said.startswith("ktop: --baseline before.krec: ") and "cut off" in said
+    assert "comparing with the 59 whole records before it" in said

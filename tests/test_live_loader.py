@@ -136,6 +136,20 @@ def test_killing_the_compiler_mid_compile_fails_the_load_and_nothing_stays(tmp_p
     assert time.monotonic() - started < 2
 
 
+def test_a_compiler_killed_between_compiles_says_so_and_the_fix(tmp_path):
+    """A compiler killed while idle (the out-of-memory killer's choice: the biggest process)
+    answered the next compile with "[Errno 32] Broken pipe"."""
+    compiler = Compiler()
+    compiler.kill()
+    compiler._child.wait()
+    with pytest.raises(CompileFailed) as error:
+        compiler.load("any.bpf.c", str(tmp_path), [], {}, {})
+    compiler.close()
+    message = str(error.value)
+    assert "the BPF compiler process was killed by signal 9 (out of memory" in message
+    assert "start ktop again" in message and "Broken pipe" not in message
+
+
 KTOP_PROCESS = """
 import json, sys, time
 from ktop.engine import LiveSource, Options

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -161,3 +162,25 @@ def test_real_proc_kallsyms_resolves_a_syscall_entry():
     assert not table.hidden and len(table) > 10_000
     entry = table.address_of("do_syscall_64")
     assert table.format(entry + 0x10) == "do_syscall_64+0x10"
+
+
+@pytest.mark.parametrize("restrict, says, fix", [
+    ("2", "hidden even from root (kernel.kptr_restrict=2)", "sysctl kernel.kptr_restrict=1"),
+    ("1", "hidden from this process (no CAP_SYSLOG)", "sysctl kernel.kptr_restrict=0"),
+])
+def test_hidden_addresses_as_root_say_why_and_the_fix(tmp_path, monkeypatch, restrict, says,
+                                                      fix):
+    """At kptr_restrict=2 root sees zeros too: "run as root" was no fix to give root."""
+    from ktop.engine import LiveSource, Options, Unavailable
+    from ktop.symbolize import kernel
+
+    sysctl = tmp_path / "kptr_restrict"
+    sysctl.write_text(restrict + "\n")
+    monkeypatch.setattr(kernel, "KPTR_RESTRICT", str(sysctl), raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(Kallsyms, "load", classmethod(
+        lambda cls, path="": cls.from_text("0000000000000000 T _stext\n")))
+    with pytest.raises(Unavailable) as error:
+        LiveSource(Options(), []).kallsyms()
+    assert says in str(error.value) and fix in str(error.value)
+    assert "run as root" not in str(error.value)

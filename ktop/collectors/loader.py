@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -100,6 +101,8 @@ class Compiler:
             try:
                 self._socket.sendall(json.dumps(request).encode())
                 message, fds, _flags, _addr = socket.recv_fds(self._socket, MAX_REPLY, MAX_FDS)
+            except (BrokenPipeError, ConnectionResetError):  # it died before this request
+                raise CompileFailed(f"the BPF compiler process {self._death()}") from None
             except OSError as e:
                 raise CompileFailed(f"cannot talk to the BPF compiler process: {e}") from None
             if not message:  # the child is gone
@@ -111,8 +114,12 @@ class Compiler:
         self._errors.seek(0)
         last = (self._errors.read().decode(errors="replace").strip().splitlines() or [""])[-1]
         code = self._child.returncode
+        if code == -signal.SIGKILL:  # what the out-of-memory killer sends
+            return ("was killed by signal 9 (out of memory, or killed): free memory, then "
+                    "start ktop again")
         how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-        return f"{how}: {last}" if last else how
+        how = f"{how}: {last}" if last else how
+        return f"{how}; start ktop again"
 
     @property
     def pid(self) -> int:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
 from collections.abc import Mapping
 from typing import Any
 
-from ktop.codec import RecordingError, from_data, to_data
+from ktop.codec import FieldError, RecordingError, from_data, to_data
 from ktop.model import Snapshot
 from ktop.panes import PANES
 from ktop.stacktree import callers_tree
 from ktop.text import printable
+
+# The biggest --snapshot FILE.json read back: a busy machine's is a few MB; decoding takes
+# about six times a file's size in memory.
+MAX_FILE = 64 << 20
 
 # 1: files written before this field existed. 2: lock wait buckets end at an inclusive high,
 # as block I/O's do (ktop wrote an exclusive one); sample_hz and cpus are in "cpu" too.
@@ -109,15 +115,40 @@ def read_snapshot_file(path: str) -> Snapshot:
     fix = "replay a file written by `ktop --snapshot FILE.json`"
     name = printable(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        text = _read_bounded(path, name, fix)
+        data = json.loads(text)
     except OSError as e:
         raise RecordingError(f"cannot read {name}: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RecordingError(f"{name} is not JSON ({e}): {fix}") from None
+    except RecursionError:  # json's decoder stops at the interpreter's recursion limit
+        raise RecordingError(f"{name} nests containers deeper than ktop reads: {fix}") from None
     try:
         return from_json(data)
+    except FieldError as e:
+        raise RecordingError(f"{name} holds {printable(str(e))[:120]}" if e.rows else
+                             f"{name} is not a ktop snapshot ({printable(str(e))[:120]}): {fix}") from None
     except KeyError as e:
         raise RecordingError(f"{name} is not a ktop snapshot (no {e} field): {fix}") from None
     except (TypeError, ValueError, AttributeError, IndexError) as e:
-        raise RecordingError(f"{name} is not a ktop snapshot ({e}): {fix}") from None
+        raise RecordingError(f"{name} is not a ktop snapshot ({printable(str(e))[:120]}): {fix}") from None
+
+
+def _read_bounded(path: str, name: str, fix: str) -> bytes:
+    """The file's bytes: a regular file (a FIFO or a device would block or never end) of
+    at most MAX_FILE bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordingError(f"cannot read {name}: not a regular file; {fix}")
+        if info.st_size > MAX_FILE:
+            raise RecordingError(f"{name} is {info.st_size / 1e6:.0f} MB, more than the "
+                                 f"{MAX_FILE >> 20} MiB of any snapshot ktop writes: {fix}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_FILE + 1)
+        if len(data) > MAX_FILE:  # it grew since
+            raise RecordingError(f"{name} is more than {MAX_FILE >> 20} MiB: {fix}")
+        return data
+    finally:
+        os.close(fd)

@@ -34,10 +34,12 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from ktop.codec import MAX_INT
 from ktop.exports.folded import io_stack_shares
 from ktop.model import Snapshot, UserFrame
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
 from ktop.text import printable
+from ktop.writer import SnapshotError
 
 PACKAGE = "perftools.profiles"
 
@@ -216,6 +218,9 @@ class _Tables:
     def sample(self, locations: list[int], values: dict[str, int], labels: dict[str, Any]) -> None:
         row = [0] * len(self.sample_types)
         for kind, value in values.items():
+            if not -MAX_INT <= value <= MAX_INT:  # summed from a forged file's records
+                raise SnapshotError(f"a {kind} value of {value:.3g} is past pprof's 64-bit "
+                                    "range: the data holds numbers ktop never wrote")
             row[self._value[kind]] = value
         sample = self.profile.sample.add(location_id=locations, value=row)
         for key, value in labels.items():

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -51,12 +52,21 @@ import stat
 import struct
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ktop import safefs
-from ktop.codec import RecordingError, from_data, to_data
+from ktop.codec import (
+    LAST_TIME,
+    MAX_FLOAT,
+    MAX_ROWS,
+    MAX_SPAN_S,
+    FieldError,
+    RecordingError,
+    from_data,
+    to_data,
+)
 from ktop.model import IoRequest, Snapshot
 from ktop.panes import figured_panes
 from ktop.stacktree import hot_functions
@@ -73,10 +83,17 @@ HEADER_SIZE = _HEADER.size  # 16
 FRAME_SIZE = _FRAME.size  # 44
 # A record bigger than this is no record ktop wrote: refuse it before allocating for it.
 MAX_PAYLOAD = 256 << 20
-MAX_JSON = 1 << 30
+# A record's JSON, inflated: a busy 2-CPU machine's is ~0.4 MB, and the biggest a record can
+# be (every BPF map full, every stack 127 frames deep) ~25 MB. Inflating stops here.
+MAX_JSON = 32 << 20
+# Containers nested in a record: a snapshot's deepest is 7 (locks, callers, a caller, its
+# task stacks, a stack, its user frames, a frame); a forged file's 100,000 are refused.
+MAX_DEPTH = 32
 RING_KEEPS = 0.75  # of the size limit, when the ring drops its oldest records
 FIGURES = 3  # f32 figures in a frame: kernel CPU %, lock wait ms, I/O latency ms
-CACHED_SNAPSHOTS = 128  # decoded: about 260 KB each on a busy 2-CPU machine
+# Decoded snapshots kept for stepping, counted by the bytes of their JSON (a decoded one
+# takes 2 to 4.5 times as much): a window of records steps without decoding them again.
+CACHE_BYTES = 32 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +117,54 @@ class RecordInfo:
     def figures(self) -> tuple[float, ...]:
         """In the order of ktop.panes.figured_panes()."""
         return self.kernel_percent, self.lock_wait_ms, self.io_latency_ms
+
+
+class RecordIndex(Sequence[RecordInfo]):
+    """Every whole record's frame, kept as columns of numbers (64 bytes a record): a
+    forged file of minimal records, 54 bytes each, held 330 bytes of objects per record."""
+
+    _FLOATS = 5  # taken_at, duration_s, the three figures
+
+    def __init__(self) -> None:
+        self._ints = array.array("Q")  # seq, offset, length
+        self._floats = array.array("d")
+
+    def append(self, seq: int, offset: int, length: int, *floats: float) -> None:
+        """A record's frame: its RecordInfo's fields in order."""
+        self._ints.extend((seq, offset, length))
+        self._floats.extend(floats)
+
+    def taken_at(self) -> array.array:
+        """Every record's taken_at, in order (one array, no objects)."""
+        return self._floats[0::self._FLOATS]
+
+    def durations(self) -> array.array:
+        return self._floats[1::self._FLOATS]
+
+    def figure(self, index: int) -> array.array:
+        """Every record's figure `index` (the order of RecordInfo.figures)."""
+        return self._floats[2 + index::self._FLOATS]
+
+    def __len__(self) -> int:
+        return len(self._ints) // 3
+
+    def _at(self, index: int) -> RecordInfo:
+        i, f = index * 3, index * self._FLOATS
+        return RecordInfo(*self._ints[i:i + 3], *self._floats[f:f + self._FLOATS])
+
+    def __getitem__(self, index):  # type: ignore[override]  # int or slice, as a list's
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("record index out of range")
+        return self._at(index)
+
+    def __iter__(self) -> Iterator[RecordInfo]:
+        for index in range(len(self)):
+            yield self._at(index)
 
 
 # ---- a snapshot as a record's payload -----------------------------------------------------
@@ -129,7 +194,11 @@ def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
             data["blockio"]["requests"] = _request_columns(requests)
         # First: a reader meets the names before the numbers that stand for them.
         data = {"names": names.table, **data}
-    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    if len(payload) > MAX_JSON:  # never written: no ktop would read it back
+        raise RecordingError(f"this interval's record is {len(payload) >> 20} MiB of JSON, more "
+                             f"than the {MAX_JSON >> 20} MiB ktop reads back: not recorded")
+    return payload
 
 
 class _Names:
@@ -149,6 +218,9 @@ class _Names:
         if type(data) is not dict:
             return
         for key, value in data.items():
+            if type(value) is list and len(value) > MAX_ROWS:  # never written: none reads it
+                raise RecordingError(f"this interval holds {len(value)} rows of {key}; ktop reads "
+                                     f"back at most {MAX_ROWS} a table: not recorded")
             if key in NAMED_FIELDS and type(value) is list:
                 data[key] = [self._numbered(item) for item in value]
             elif type(value) is dict or type(value) is list:
@@ -188,12 +260,14 @@ def _request_rows(columns: Any) -> list[dict]:
             for i in range(count)]
 
 
-def _named(data: Any, table: list) -> None:
+def _named(data: Any, table: list, depth: int = 0) -> None:
     """A payload's frame numbers back to the names they stand for, in place."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests containers deeper than {MAX_DEPTH}")
     if type(data) is list:
         for item in data:
             if type(item) is dict or type(item) is list:
-                _named(item, table)
+                _named(item, table, depth + 1)
         return
     if type(data) is not dict:
         return
@@ -201,7 +275,7 @@ def _named(data: Any, table: list) -> None:
         if key in NAMED_FIELDS and type(value) is list:
             data[key] = [_name(table, number) for number in value]
         elif type(value) is dict or type(value) is list:
-            _named(value, table)
+            _named(value, table, depth + 1)
 
 
 def _name(table: list, number: Any) -> Any:
@@ -209,15 +283,18 @@ def _name(table: list, number: Any) -> Any:
         raise ValueError(f"frame {number!r:.20} is in no table of names")
     name = table[number]
     if type(name) is list:
+        if len(name) != 2:
+            raise ValueError("a user frame's name is no [symbol, module]")
         symbol, module = name
         return {"symbol": symbol, "module": module}
     return name
 
 
-def decode_snapshot(payload: bytes) -> Snapshot:
+def decode_snapshot(payload: bytes | bytearray) -> Snapshot:
     """A record's payload back to the Snapshot it was made from. Raises ValueError, KeyError
-    or TypeError for data that is not one."""
-    data = json.loads(payload)
+    or TypeError for data that is not one (FieldError naming the field of a value out of
+    range or a table too long)."""
+    data = _load_json(payload)
     if not isinstance(data, dict):
         raise TypeError("a record holds no object")
     names = data.pop("names", None)
@@ -237,6 +314,15 @@ def decode_snapshot(payload: bytes) -> Snapshot:
         functions = hot_functions(cpu.stacks, cpu.sample_hz * cpu.window_s * cpu.cpus)
         snapshot = dataclasses.replace(snapshot, cpu=dataclasses.replace(cpu, functions=functions))
     return snapshot
+
+
+def _load_json(text: bytes | str) -> Any:
+    """JSON data, or ValueError: json's decoder stops at the interpreter's recursion limit
+    (RecursionError, which must not escape as one: a forged file nests 100,000 deep)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it nests containers deeper than ktop reads") from None
 
 
 def _figures(snapshot: Snapshot) -> tuple[float, ...]:
@@ -265,17 +351,25 @@ def file_header() -> bytes:
 def is_recording(path: str) -> bool:
     """Whether the file starts as a recording does (else it may be a --snapshot JSON)."""
     try:
-        with open(path, "rb") as f:
-            start = f.read(len(MAGIC))
+        # O_NONBLOCK: a FIFO must not block; only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        start = os.pread(fd, len(MAGIC), 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     # Four bytes at least: a recording cut off in its header is still one (and says so).
     return len(start) >= 4 and MAGIC.startswith(start)
 
 
 @dataclass
 class _Scan:
-    records: list[RecordInfo]
+    records: RecordIndex
     end: int  # where the whole records end: a writer continues from here
     dropped: str  # "" or what was dropped at the end, for the one-line note
     format: int = FORMAT
@@ -309,7 +403,7 @@ def _scan(fd: int, name: str) -> _Scan:
     is not a recording or is damaged before its last record."""
     size = os.fstat(fd).st_size
     version = _check_header(os.pread(fd, HEADER_SIZE, 0), name)
-    records: list[RecordInfo] = []
+    records = RecordIndex()
     offset = HEADER_SIZE
     chunk = 1 << 20
     while offset < size:
@@ -340,9 +434,25 @@ def _scan(fd: int, name: str) -> _Scan:
             return _Scan(records, offset,
                          f"{problem}: {size - offset} bytes dropped after record "
                          f"{records[-1].seq if records else 'none'}", version)
-        records.append(RecordInfo(seq, offset, length, taken_at, duration, *figures))
+        wrong = _wrong_frame(taken_at, duration, figures)
+        if wrong:
+            raise RecordingError(f"{name}: record {seq}'s frame says {wrong}, which ktop never "
+                                 "writes: the file was not written by ktop")
+        records.append(seq, offset, length, taken_at, duration, *figures)
         offset += FRAME_SIZE + length
     return _Scan(records, offset, "", version)
+
+
+def _wrong_frame(taken_at: float, duration_s: float, figures: list[float]) -> str:
+    """The frame's figure that no ktop writes (its checksum holds: forged), or ""."""
+    if not 0.0 <= taken_at <= LAST_TIME:  # NaN too
+        return f"taken_at {taken_at!r:.30}"
+    if not 0.0 <= duration_s <= MAX_SPAN_S:
+        return f"duration_s {duration_s!r:.30}"
+    for figure in figures:
+        if not (math.isnan(figure) or 0.0 <= figure <= MAX_FLOAT):  # NaN: the pane was off
+            return f"a timeline figure of {figure!r:.30}"
+    return ""
 
 
 def _only_tail(fd: int, offset: int, size: int, head: bytes) -> bool:
@@ -353,10 +463,26 @@ def _only_tail(fd: int, offset: int, size: int, head: bytes) -> bool:
     sync, length, *_rest, head_crc = _FRAME.unpack(head)
     if sync == SYNC and zlib.crc32(head[:-4]) == head_crc and length <= MAX_PAYLOAD:
         return offset + FRAME_SIZE + length >= size
-    # A frame that is not one: only zeros from here on are a crash's leftovers.
+    # A frame that is not one: only zeros from here on are a crash's leftovers. Holes are
+    # zeros unread (a sparse file of 20 GB took minutes to read).
     at = offset
     while at < size:
-        block = os.pread(fd, min(1 << 20, size - at), at)
+        try:
+            at = os.lseek(fd, at, os.SEEK_DATA)
+            end = min(size, os.lseek(fd, at, os.SEEK_HOLE))
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data past `at`: a hole to the end
+                return True
+            return _zeros(fd, at, size)  # a file system without SEEK_DATA
+        if not _zeros(fd, at, end):
+            return False
+        at = end
+    return True
+
+
+def _zeros(fd: int, at: int, end: int) -> bool:
+    while at < end:
+        block = os.pread(fd, min(1 << 20, end - at), at)
         if not block or block.count(0) != len(block):
             return False
         at += len(block)
@@ -371,7 +497,8 @@ class Recording:
         self.path = path
         self.name = printable(path)
         try:
-            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO opens without waiting for a writer, then is refused.
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
         try:
@@ -392,7 +519,9 @@ class Recording:
         self.records = scan.records
         # One line for the user when the end was cut off (kill -9, disk full, power cut).
         self.dropped = scan.dropped
-        self._cache: OrderedDict[int, Snapshot] = OrderedDict()
+        # index -> (snapshot, bytes of its JSON), newest used last; at most CACHE_BYTES.
+        self._cache: OrderedDict[int, tuple[Snapshot, int]] = OrderedDict()
+        self._cached_bytes = 0
 
     def __len__(self) -> int:
         return len(self.records)
@@ -403,24 +532,46 @@ class Recording:
         cached = self._cache.get(index)
         if cached is not None:
             self._cache.move_to_end(index)
-            return cached
+            return cached[0]
         info = self.records[index]
         try:
-            payload = os.pread(self._fd, info.length, info.offset + FRAME_SIZE)
-            inflater = zlib.decompressobj()
-            raw = inflater.decompress(payload, MAX_JSON)
-            if inflater.unconsumed_tail:
-                raise ValueError("inflates past 1 GiB")
+            raw = self._inflate(info)
             snapshot = decode_snapshot(raw)
         except OSError as e:
             raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
+        except FieldError as e:
+            raise RecordingError(f"{self.name}: record {info.seq} holds {printable(str(e))[:120]}"
+                                 if e.rows else
+                                 f"{self.name}: record {info.seq} holds no ktop snapshot "
+                                 f"({printable(str(e))[:120]}): the file was not written by ktop") from None
         except (zlib.error, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise RecordingError(f"{self.name}: record {info.seq} holds no ktop snapshot "
                                  f"({printable(str(e))[:80]}): the file was not written by ktop") from None
-        self._cache[index] = snapshot
-        if len(self._cache) > CACHED_SNAPSHOTS:
-            self._cache.popitem(last=False)
+        self._cache[index] = (snapshot, len(raw))
+        self._cached_bytes += len(raw)
+        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
+            self._cached_bytes -= self._cache.popitem(last=False)[1][1]
         return snapshot
+
+    def _inflate(self, info: RecordInfo) -> bytearray:
+        """The record's JSON, inflated no further than MAX_JSON (a zlib bomb stops there)."""
+        if info.length > MAX_JSON + (MAX_JSON >> 8) + 64:  # deflate never grows data more
+            raise RecordingError(f"{self.name}: record {info.seq} is {info.length >> 20} MiB "
+                                 f"compressed, and no record ktop reads inflates past "
+                                 f"{MAX_JSON >> 20} MiB: the file was not written by ktop")
+        inflater = zlib.decompressobj()
+        # A MiB at a time: one decompress(max_length) call doubles its buffer up to twice that.
+        raw = bytearray()
+        tail = os.pread(self._fd, info.length, info.offset + FRAME_SIZE)
+        while tail and not inflater.eof:
+            raw += inflater.decompress(tail, 1 << 20)
+            tail = inflater.unconsumed_tail
+            if len(raw) > MAX_JSON:
+                raise RecordingError(f"{self.name}: record {info.seq} inflates past "
+                                     f"{MAX_JSON >> 20} MiB, more than any record ktop writes: "
+                                     "the file was not written by ktop")
+        raw += inflater.flush()
+        return raw
 
     def snapshots(self) -> Iterator[Snapshot]:
         for index in range(len(self.records)):

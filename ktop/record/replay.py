@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ktop.aggregate.merge import merge_snapshots
 from ktop.model import Snapshot
-from ktop.record.fileformat import RecordInfo, Recording
+from ktop.record.fileformat import RecordIndex, RecordInfo, Recording
 
 DEFAULT_WINDOW_S = 5.0  # as live ktop's -w
 
@@ -90,7 +90,7 @@ def find_time(records: Sequence[RecordInfo], text: str, after: int = -1) -> int:
 class TimelineView:
     """What the timeline bar draws: every record's figures, the position and the window."""
 
-    records: Sequence[RecordInfo] = dataclasses.field(compare=False)
+    records: RecordIndex = dataclasses.field(compare=False)
     position: int  # the newest record in the window
     window: int  # records in the window
     note: str = ""  # e.g. the end of the file was cut off
@@ -123,7 +123,7 @@ class ReplaySource:
         self.timeline = self  # it is its own
 
     def _typical_interval(self) -> float:
-        spans = sorted(r.duration_s for r in self.records if r.duration_s > 0)
+        spans = sorted(d for d in self.records.durations() if d > 0)
         return spans[len(spans) // 2] if spans else 1.0
 
     # DataSource
@@ -158,7 +158,7 @@ class ReplaySource:
 
     def step_seconds(self, seconds: float) -> None:
         """To the record `seconds` later (or earlier) than the current one's time."""
-        times = [r.taken_at for r in self.records]
+        times = self.records.taken_at()
         target = times[self.position] + seconds
         if seconds > 0:
             index = bisect.bisect_left(times, target - 1e-6)

@@ -6,6 +6,7 @@ import bisect
 import functools
 import itertools
 import operator
+import os
 from array import array
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ MAX_SYMBOL_SPAN = 256 * 1024
 # Addresses named lately, kept for the next lookup: every refresh names the same hot ones.
 # Bounded so that days of new stacks do not grow it (README: Memory).
 RESOLVED_KEPT = 16384
+
+KPTR_RESTRICT = "/proc/sys/kernel/kptr_restrict"
 
 # kallsyms markers that end a region rather than start a function. Exact names: real
 # functions such as __stop_tty or __end_swap_bio_read start with the same letters.
@@ -32,6 +35,24 @@ IDLE_FUNCTIONS = frozenset(
         "cpuidle_enter_state", "cpuidle_idle_call", "arch_cpu_idle_enter", "halt",
     }
 )
+
+
+def hidden_reason(path: str | None = None) -> str:
+    """Why /proc/kallsyms shows every address as 0 to this process, and the fix: at
+    kptr_restrict=2 the kernel hides them even from root (kallsyms_show_value())."""
+    try:
+        with open(path or KPTR_RESTRICT) as f:
+            restrict = int(f.read().strip())
+    except (OSError, ValueError):
+        restrict = -1
+    if restrict >= 2:
+        return ("kernel addresses are hidden even from root (kernel.kptr_restrict=2): "
+                "`sysctl kernel.kptr_restrict=1` shows them to root")
+    if os.geteuid() != 0:
+        return ("kernel addresses are hidden (kptr_restrict): run as root, "
+                "or `sysctl kernel.kptr_restrict=0`")
+    return ("kernel addresses are hidden from this process (no CAP_SYSLOG): run ktop with "
+            "CAP_SYSLOG, or `sysctl kernel.kptr_restrict=0`")
 
 
 @dataclass(frozen=True)

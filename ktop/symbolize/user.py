@@ -6,6 +6,7 @@ import ctypes
 import functools
 import io
 import lzma
+import math
 import os
 import stat
 import struct
@@ -38,6 +39,15 @@ IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
 FILE_RECHECK_S = 2.0  # how long a file's table is trusted without a stat() of the file
+# What is read of one binary (any user's: it runs as root, in the collect thread). Linked
+# executables and libraries have tens of sections and headers; pyelftools parses each in
+# ~0.1 ms, and a forged file can claim millions. Past these its frames are [unknown].
+MAX_SECTIONS = 4096
+MAX_SEGMENTS = 1024
+MAX_NOTES_BYTES = 1 << 16  # a note segment: a build-id note is 36 bytes
+MAX_TABLE_BYTES = 64 << 20  # a symbol or string table (~2.8 million 64-bit symbols)
+MAX_LOAD_CPU_S = 2.0  # CPU time spent on one binary's tables, its debug files included
+UNREADABLE_KEPT = 4096  # binaries remembered as not worth reading again
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -62,6 +72,17 @@ ELF_ERRORS: tuple[type[BaseException], ...] = (
     AssertionError,
     OverflowError,
 )
+
+
+
+class BinaryTooBig(Exception):
+    """A binary whose symbols are not read: str() says what was past the bounds."""
+
+
+def _check_deadline(deadline: float) -> None:
+    if time.thread_time() > deadline:
+        raise BinaryTooBig(f"reading its symbols took more than {MAX_LOAD_CPU_S:g} s of CPU")
+
 
 # How far back to look for an enclosing symbol when the nearest one does not
 # cover the address (nested/aliased symbols).
@@ -186,6 +207,8 @@ def _read_exact(f: BinaryIO, offset: int, size: int, file_size: int) -> bytes | 
     # Bound by the real file size so crafted headers cannot ask for gigabytes.
     if offset < 0 or size <= 0 or offset + size > file_size:
         return None
+    if size > MAX_TABLE_BYTES:  # a sparse file can be as big as it claims
+        raise BinaryTooBig(f"a table of {size >> 20} MiB")
     f.seek(offset)
     data = f.read(size)
     return data if len(data) == size else None
@@ -194,7 +217,8 @@ def _read_exact(f: BinaryIO, offset: int, size: int, file_size: int) -> bytes | 
 def _build_id(elf: ELFFile) -> str | None:
     # The note segments first: finding a section by name makes pyelftools build every
     # section, and its hash sections parse whole, for each new binary.
-    sources: list = [seg for seg in elf.iter_segments() if seg["p_type"] == "PT_NOTE"]
+    sources: list = [seg for seg in elf.iter_segments()
+                     if seg["p_type"] == "PT_NOTE" and seg["p_filesz"] <= MAX_NOTES_BYTES]
     if not sources:
         sec = elf.get_section_by_name(".note.gnu.build-id")
         if sec is not None and sec["sh_type"] == "SHT_NOTE":
@@ -209,13 +233,17 @@ def _build_id(elf: ELFFile) -> str | None:
 class _ElfProbe:
     """Cheap first look at an ELF: enough to form the cache key."""
 
-    def __init__(self, f: BinaryIO, file_size: int) -> None:
+    def __init__(self, f: BinaryIO, file_size: int, deadline: float = math.inf) -> None:
         self.f = f
         self.file_size = file_size
+        self.deadline = deadline  # time.thread_time() past which reading stops
         self.elf = ELFFile(f)
+        sections, segments = self.elf.num_sections(), self.elf.num_segments()
+        if sections > MAX_SECTIONS or segments > MAX_SEGMENTS:
+            raise BinaryTooBig(f"{sections} sections and {segments} segments")
         self.build_id = _build_id(self.elf)
         # Headers only (pyelftools' iter_sections would parse every section's contents).
-        self.sections = [self.elf._get_section_header(i) for i in range(self.elf.num_sections())]
+        self.sections = [self.elf._get_section_header(i) for i in range(sections)]
         self.symtabs = [
             (i, h)
             for i, h in enumerate(self.sections)
@@ -279,7 +307,9 @@ class _ElfProbe:
             tab_idx = len(strtabs)
             strtabs.append(strtab)
             data = data[: len(data) - len(data) % entsize]
-            for ent in struct.iter_unpack(fmt, data):
+            for count, ent in enumerate(struct.iter_unpack(fmt, data)):
+                if count & 0xFFFF == 0:
+                    _check_deadline(self.deadline)
                 if is64:
                     name_off, info, _other, shndx, value, size = ent
                 else:
@@ -301,6 +331,8 @@ class _ElfProbe:
         starts = sorted(best)
         symbols: list[tuple[int, int, bool, int, int]] = []
         for k, start in enumerate(starts):
+            if k & 0xFFFF == 0:
+                _check_deadline(self.deadline)
             _rank, size, packed, shndx, p = best[start]
             if size:
                 end = start + size
@@ -330,7 +362,7 @@ def _minidebuginfo(probe: _ElfProbe) -> _ElfProbe | None:
         inner = lzma.LZMADecompressor().decompress(packed, max_length=MAX_DEBUGDATA)
     except lzma.LZMAError:
         return None
-    return _ElfProbe(io.BytesIO(inner), len(inner))
+    return _ElfProbe(io.BytesIO(inner), len(inner), probe.deadline)
 
 
 def _debug_file_candidates(probe: _ElfProbe, path: str, debug_root: str) -> list[str]:
@@ -438,6 +470,10 @@ class UserSymbolizer:
         # Processes whose maps could not be read since the last retain(): each new stack of
         # an exited process (thousands from ktop's own compilers at 4000 Hz) tried again.
         self._gone: set[int] = set()
+        # Binaries past the bounds of what is read (MAX_SECTIONS...), by path and stat: not
+        # read again while unchanged. `unread` counts them: the CPU pane's loss binary_unread.
+        self._unreadable: set[tuple[str, int, int, int]] = set()
+        self.unread = 0
 
     def forget(self, pid: int) -> None:
         self._procs.pop(pid, None)
@@ -604,12 +640,20 @@ class UserSymbolizer:
             table = self._by_stat.get(skey)
             if table is not None:
                 return table
+            if skey in self._unreadable:
+                return _EMPTY
             try:
                 with open(candidate, "rb") as f:
                     try:
                         table = self._load(f, st.st_size, m.path)
                     except ELF_ERRORS:
                         table = _EMPTY
+                    except BinaryTooBig:
+                        if len(self._unreadable) >= UNREADABLE_KEPT:
+                            self._unreadable.clear()
+                        self._unreadable.add(skey)
+                        self.unread += 1
+                        return _EMPTY
             except (OSError, ValueError):
                 continue  # could not open this candidate; try the next one
             self._by_stat[skey] = table
@@ -617,7 +661,8 @@ class UserSymbolizer:
         return _EMPTY
 
     def _load(self, f: BinaryIO, file_size: int, path: str = "") -> _SymTable:
-        probe = _ElfProbe(f, file_size)
+        """The binary's function symbols; BinaryTooBig past the bounds of what is read."""
+        probe = _ElfProbe(f, file_size, time.thread_time() + MAX_LOAD_CPU_S)
         bkey = probe.cache_key()
         if bkey is not None:
             table = self._by_build.get(bkey)
@@ -639,7 +684,7 @@ class UserSymbolizer:
                 if not stat.S_ISREG(st.st_mode):
                     continue
                 with open(candidate, "rb") as f:
-                    debug = _ElfProbe(f, st.st_size)
+                    debug = _ElfProbe(f, st.st_size, probe.deadline)
                     # A debuglink names a file by name only: it must be this build's.
                     if debug.has_symtab and debug.build_id == probe.build_id:
                         return probe.load([debug])

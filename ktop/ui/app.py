@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from ktop.codec import RecordingError
 from ktop.engine import DataSource
 from ktop.model import Snapshot
 from ktop.text import printable
@@ -111,6 +112,7 @@ class KtopApp(App[None]):
         self._collected_at: float | None = None  # the first snapshot, when collected at mount
         self.recorder: SessionRecorder | None = None  # `R`: the live session to a file
         self.timeline = source.timeline  # a replayed recording moves through time
+        self.file_error = ""  # a replayed record that does not decode: ktop leaves, saying it
         self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup,
                                                        recorded=not source.live,
                                                        baseline=baseline),
@@ -175,7 +177,12 @@ class KtopApp(App[None]):
                     self._wake.clear()
                     next_at = min(next_at, time.monotonic() + FIRST_DATA_S)
                     continue
-                snapshot = self.source.collect()
+                try:
+                    snapshot = self.source.collect()
+                except RecordingError as e:  # a replayed file's record that is not ktop's
+                    self.file_error = str(e)
+                    self.call_from_thread(self.exit, None, 1)
+                    return
                 recorder = self.recorder
                 if recorder is not None and not recorder.append(
                     self.source.interval_snapshot(snapshot)  # type: ignore[attr-defined]  # R: live only
@@ -284,7 +291,11 @@ class KtopApp(App[None]):
         """The window where the timeline moved to: merging a long window of records takes a
         moment, off the UI thread."""
         if self.timeline is not None:
-            self.post_message(SnapshotReady(self.timeline.collect()))
+            try:
+                self.post_message(SnapshotReady(self.timeline.collect()))
+            except RecordingError as e:  # that record is not ktop's: the screen stays
+                self.call_from_thread(self.notify, str(e), severity="error", markup=False,
+                                      timeout=15)
 
     def action_save(self) -> None:
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")

@@ -14,8 +14,8 @@ from ktop.compare import (
     Change,
     StackChange,
     compare_stacks,
+    figure_of,
     format_figure,
-    row_in,
     window_label,
 )
 from ktop.model import Snapshot
@@ -31,14 +31,15 @@ class CompareStacksScreen(DetailScreen):
 
     TITLE = "Compared with the baseline: stack by stack"
 
-    def __init__(self, spec: PaneDef, change: Change, baseline: Baseline, snapshot: Snapshot,
-                 host: DrillHost) -> None:
+    def __init__(self, spec: PaneDef, change: Change, baseline: Baseline, by_command: bool,
+                 snapshot: Snapshot, host: DrillHost) -> None:
         super().__init__(snapshot, host)
         assert spec.compare is not None
         self.spec = spec
         self.comparison = spec.compare
         self.change = change
         self.baseline = baseline
+        self.by_command = by_command  # the row is a command's processes together
         self.stacks = self._stacks(snapshot)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -46,15 +47,14 @@ class CompareStacksScreen(DetailScreen):
         return action != "toggle_offsets"
 
     def _stacks(self, snapshot: Snapshot) -> list[StackChange]:
-        return compare_stacks(self.comparison, snapshot, self.baseline.snapshot, self.change.key)
+        return compare_stacks(self.comparison, snapshot, self.baseline.snapshot, self.change.key,
+                              self.by_command)
 
     def still_present(self, snapshot: Snapshot) -> bool:
         """Always: a row gone from the newest window is what the comparison says (gone)."""
-        comparison = self.comparison
-        row = row_in(comparison, snapshot, self.change.key)
-        now = comparison.amount(row) * comparison.scale(snapshot) if row is not None else None
+        now = figure_of(self.comparison, snapshot, self.change.key, self.by_command)
         self.change = Change(self.change.key, self.change.name, now, self.change.base,
-                             row if row is not None else self.change.row)
+                             self.change.row)
         self.stacks = self._stacks(snapshot)
         return True
 

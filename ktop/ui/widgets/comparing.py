@@ -44,20 +44,24 @@ def _cells(change: Change, unit: str) -> tuple[Cell, ...]:
     )
 
 
-def compared(spec: PaneDef, snapshot: Snapshot,
-             display: Display) -> tuple[list[Change], Sequence[PaneRow], str, str]:
+def compared(spec: PaneDef, snapshot: Snapshot, display: Display,
+             by_command: bool = False) -> tuple[list[Change], Sequence[PaneRow], str, str]:
     """(the changes, their rows, what to say when there are none, the border subtitle)."""
     assert spec.compare is not None and display.baseline is not None
     baseline = display.baseline.snapshot
     if not holds(spec, baseline):
         return [], [], (f"the baseline holds no {spec.key_label.lower()} data (written by a ktop "
-                        "without this pane, or before it attached)"), "(B: leave)"
+                        "without this pane, or before it attached)"), "B: leave"
     changes = compare_rows(spec.compare, snapshot, baseline,
-                           display.shows if display.filtered else None)
+                           display.shows if display.filtered else None, by_command)
     unit = spec.compare.unit
     rows = [(row_key(c), _cells(c, unit), c.row) for c in changes]
     counted = changed_count(changes)
-    subtitle = (f"{format_span(snapshot.duration_s)} vs baseline "
-                f"{format_span(baseline.duration_s)}, a second of each"
-                + (f"  {counted}" if counted else "") + "  (B: leave)")
+    keyed = ""
+    if spec.compare.command_key is not None:
+        keyed = "by command (v)  " if by_command else "by process (v)  "
+    # Short enough for a pane 80 columns wide: the header names the baseline in full.
+    subtitle = (f"{keyed}{format_span(snapshot.duration_s)} vs "
+                f"{format_span(baseline.duration_s)} baseline"
+                + (f"  {counted}" if counted else "") + "  B: leave")
     return changes, rows, "nothing in either window", subtitle

@@ -60,12 +60,14 @@ LOSS_REASONS = {
                       "blocked until then, with no waker",
     "exited_unseen": "a thread exited without its last switch-out seen: forgotten by ktop",
     "stack_missing": "a stack was emptied from its map before ktop read it: counted without it",
+    "binary_unread": "a binary's symbols were past what ktop reads of one (sections, table "
+                     "sizes, CPU time): its frames show as [unknown]",
     "recursion_misses": "the kernel skipped the program (another BPF program was running on "
                         "that CPU): the event was not seen",
 }
 # Losses that cost no count (what they dropped is counted all the same): told apart from
 # those that do, or a busy disk's dropped list entries read as thousands of lost samples.
-COUNTS_INTACT = frozenset({"io.ringbuf_full"})
+COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread"})
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:

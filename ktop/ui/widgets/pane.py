@@ -93,6 +93,8 @@ class Pane(Vertical):
         self._tables: dict[str, KeyedTable] = {}  # view -> its table, made in compose()
         self.comparing = False  # showing the compare table (a baseline is set: key b)
         self._baseline: Baseline | None = None  # what the compare table was made against
+        self.compare_by_command: bool | None = None  # v while comparing; None: the baseline's
+        self._display = Display()  # the settings the compare table was made with
         self._changes: dict[str, Any] = {}  # compare table's key -> its ktop.compare.Change
 
     def compose(self) -> ComposeResult:
@@ -126,6 +128,11 @@ class Pane(Vertical):
         self.table.display = True
         if had_focus:
             self.table.focus()
+        # A view's own title (hot user functions...) does not name what is compared.
+        if comparing:
+            self._view_title, self.border_title = self.border_title, self.spec.numbered_title
+        else:
+            self.border_title = self._view_title
 
     def view_description(self) -> str:
         """What the current view shows, said when `v` switches to it."""
@@ -135,7 +142,7 @@ class Pane(Vertical):
         """The next view; what `v` should say about it ("" when there is no other view)."""
         names = [v.name for v in self.VIEWS]
         if self.comparing:
-            return "one compare view (B: back to the views)"
+            return self._cycle_compared(snapshot, display)
         if len(names) == 1:
             return ""
         had_focus = self.table.has_focus
@@ -147,6 +154,23 @@ class Pane(Vertical):
         if snapshot is not None:
             self.show(snapshot, display)
         return self.view_description()
+
+    def _cycle_compared(self, snapshot: Snapshot | None, display: Display) -> str:
+        """v while comparing: rows of processes by process or by command, where the pane
+        lists processes; B leaves for the pane's own views."""
+        comparison = self.spec.compare
+        if comparison is None or comparison.command_key is None:
+            return "one compare view (B: back to the views)"
+        self.compare_by_command = not self.by_command(display)
+        if snapshot is not None:
+            self.show(snapshot, display)
+        return "compared by command" if self.compare_by_command else "compared by process"
+
+    def by_command(self, display: Display) -> bool:
+        """Compared rows matched by command: as v chose, else as the baseline suggests."""
+        if self.compare_by_command is not None:
+            return self.compare_by_command
+        return display.baseline is not None and display.baseline.by_command
 
     def show(self, snapshot: Snapshot, display: Display) -> None:
         self._snapshot = snapshot
@@ -169,8 +193,11 @@ class Pane(Vertical):
         if self.comparing:
             from ktop.ui.widgets.comparing import compared, row_key  # noqa: PLC0415
 
-            changes, rows, empty_message, subtitle = compared(self.spec, snapshot, display)
-            self._baseline = display.baseline
+            if display.baseline is not self._baseline:  # a new baseline: its own matching
+                self.compare_by_command = None
+            changes, rows, empty_message, subtitle = compared(self.spec, snapshot, display,
+                                                              self.by_command(display))
+            self._baseline, self._display = display.baseline, display
             self._changes = {row_key(c): c for c in changes}
         else:
             rows, empty_message, subtitle = self.rows(snapshot, display)
@@ -230,7 +257,8 @@ class Pane(Vertical):
 
         from ktop.ui.screens.compare import CompareStacksScreen  # noqa: PLC0415
 
-        return partial(CompareStacksScreen, self.spec, change, baseline, self._snapshot)
+        return partial(CompareStacksScreen, self.spec, change, baseline,
+                       self.by_command(self._display), self._snapshot)
 
     def drill_row(self, row: Any) -> Drill:
         """What opens from one model row this pane shows."""

@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ktop.panes import figured_panes
-from ktop.record.fileformat import FIGURES, RecordInfo
+from ktop.record.fileformat import FIGURES, RecordIndex
 from ktop.record.replay import TimelineView
 from ktop.units import format_span
 
@@ -54,10 +54,12 @@ def sparkline(values: Sequence[float], columns: Sequence[range]) -> tuple[str, f
     return "".join(chars), top
 
 
-def _series(records: Sequence[RecordInfo], index: int, per_second: bool) -> list[float]:
+def _series(records: RecordIndex, index: int, per_second: bool) -> Sequence[float]:
+    figures = records.figure(index)
     if not per_second:
-        return [r.figures[index] for r in records]
-    return [r.figures[index] / r.duration_s if r.duration_s > 0 else math.nan for r in records]
+        return figures
+    return [value / duration if duration > 0 else math.nan
+            for value, duration in zip(figures, records.durations())]
 
 
 def timeline_text(view: TimelineView, width: int) -> Text:
