@@ -4,7 +4,8 @@ Two workloads from tests/fixtures/locks_workload.py, each for a fixed time: `fil
 processes creating and unlinking files in one directory: a few hundred long i_rwsem waits a
 second) and `epoll` (4 processes adding and removing fds in one epoll instance: some 15,000
 short mutex waits a second). Each runs alone, with ktop's lock collector attached (drained
-and aggregated every second, as the pane does), and under `perf lock record -a`; the modes
+and aggregated every second, as the pane does; also without lock owners and names), and
+under `perf lock record -a`; the modes
 take turns, round after round, so drift in the machine's speed spreads over all of them.
 Prints operations per second per mode (median of the rounds), the slowdown against the
 workload alone, and what the watching itself cost in CPU time.
@@ -95,8 +96,7 @@ def with_ktop(**options: bool) -> Iterator[dict]:
     """The collector attached, drained and folded every second in a thread, as in ktop."""
     collector = LockCollector(**options)
     collector.start()
-    programs = {name: collector._program.program.funcs[name.encode()].fd  # noqa: SLF001 - bench only
-                for name in ("on_contention_begin", "on_contention_end")}
+    programs = dict(collector._program.program.programs)  # noqa: SLF001 - bench only
     aggregator = LockAggregator(Kallsyms.load())
     stop = threading.Event()
     stats = {"events": 0}
@@ -120,6 +120,7 @@ def with_ktop(**options: bool) -> Iterator[dict]:
         for name, fd in programs.items():
             run_ns, runs = prog_run_stats(fd)
             stats[f"{name[3:]}_ns"] = run_ns / runs if runs else 0.0
+            stats[f"{name[3:]}_runs"] = runs
             stats["bpf_cpu_s"] = stats.get("bpf_cpu_s", 0.0) + run_ns / 1e9
         collector.close()
 
@@ -148,6 +149,9 @@ MODES: dict[str, Callable] = {
     "alone": alone,
     "ktop": with_ktop,
     "ktop, no user stacks": lambda: with_ktop(user_stacks=False),
+    # As before lock owners and names: no BTF offsets, so neither is traced (and no
+    # sched_waking program): the same load's cost of owners and names, side by side.
+    "ktop, no owners/names": lambda: with_ktop(btf_path="/nonexistent/btf"),
     "perf lock record -a": with_perf_lock_record,
 }
 
@@ -199,7 +203,8 @@ def print_scenario(name: str, kind: str, runs: dict[str, list[dict]]) -> None:
     if len(alone) > 1 and max(alone) > 1.2 * min(alone):
         print(f"  (alone varied {max(alone) / min(alone):.1f}x between rounds: slowdowns smaller "
               "than that are noise here; the CPU figures below are the steadier measure)")
-    extras = ("events", "contention_begin_ns", "contention_end_ns", "bpf_cpu_s", "ktop_cpu_s",
+    extras = ("events", "contention_begin_ns", "contention_end_ns", "lock_waking_ns",
+              "lock_waking_runs", "bpf_cpu_s", "ktop_cpu_s",
               "perf_cpu_s", "perf_data_mb")
     for mode in runs:
         cost = {

@@ -60,7 +60,7 @@
 	!defined(BIO_BDEV) || !defined(BIO_OPF) || !defined(BIO_SECTOR) || !defined(BIO_SIZE) || \
 	!defined(BDEV_DEV) || !defined(RQ_INSERT_ARG) || !defined(RQ_ISSUE_ARG) || \
 	!defined(RQ_COMPLETE_ARG) || !defined(RQ_MERGE_ARG) || !defined(BIO_QUEUE_ARG) || \
-	!defined(BIO_COMPLETE_ARG)
+	!defined(BIO_COMPLETE_ARG) || !defined(REQ_PREFLUSH)
 #error "struct offsets from BTF are missing"
 #endif
 
@@ -112,15 +112,17 @@ static __always_inline const void *read_ptr(const void *base, u32 offset)
 	return value;
 }
 
-/* As /proc/diskstats groups them: READ; WRITE, SECURE_ERASE, ZONE_APPEND, WRITE_ZEROES.
- * FLUSH, DISCARD and driver-private (passthrough) requests are left out. */
-static __always_inline u32 rw_of(u32 opf)
+/* As /proc/diskstats groups them: READ; WRITE, SECURE_ERASE, ZONE_APPEND, WRITE_ZEROES;
+ * a write without data that flushes the cache first (REQ_PREFLUSH: fsync's flush) is a
+ * flush. The flush machinery's own REQ_OP_FLUSH requests (one per such write, or fewer),
+ * DISCARD and driver-private (passthrough) requests are left out. */
+static __always_inline u32 rw_of(u32 opf, u32 bytes)
 {
 	u32 op = opf & REQ_OP_BITMASK;
 	if (op == 0)
 		return BLK_RW_READ;
 	if (op == 1 || op == 5 || op == 7 || op == 9)
-		return BLK_RW_WRITE;
+		return (opf & REQ_PREFLUSH) && !bytes ? BLK_RW_FLUSH : BLK_RW_WRITE;
 	return BLK_RW_OTHER;
 }
 
@@ -207,7 +209,7 @@ static __always_inline struct blk_inflight *late_request(void *ctx, const void *
 {
 	char comm[KTOP_COMM_LEN];
 	bpf_get_current_comm(&comm, sizeof(comm));
-	u32 rw = rw_of(read_u32(rq, RQ_CMD_FLAGS));
+	u32 rw = rw_of(read_u32(rq, RQ_CMD_FLAGS), read_u32(rq, RQ_DATA_LEN));
 	if (rw == BLK_RW_OTHER || is_kworker(comm))
 		return 0;
 	return track_submission(ctx, (u64)rq, request_dev(rq), rw, BLK_FLAG_LATE);
@@ -282,7 +284,7 @@ static __always_inline void count_completion(struct blk_inflight *req, u64 bytes
 RAW_TRACEPOINT_PROBE(block_io_start)
 {
 	const void *rq = (const void *)ctx->args[0];
-	u32 rw = rw_of(read_u32(rq, RQ_CMD_FLAGS));
+	u32 rw = rw_of(read_u32(rq, RQ_CMD_FLAGS), read_u32(rq, RQ_DATA_LEN));
 	if (rw != BLK_RW_OTHER)
 		track_submission(ctx, (u64)rq, request_dev(rq), rw, 0);
 	return 0;
@@ -326,7 +328,7 @@ RAW_TRACEPOINT_PROBE(block_rq_complete)
 	u64 address = (u64)rq;
 	struct blk_inflight *found = inflight.lookup(&address);
 	if (!found) {
-		if (rw_of(read_u32(rq, RQ_CMD_FLAGS)) != BLK_RW_OTHER)
+		if (rw_of(read_u32(rq, RQ_CMD_FLAGS), read_u32(rq, RQ_DATA_LEN)) != BLK_RW_OTHER)
 			count_lost(BLK_LOST_UNPAIRED_COMPLETE);
 		return 0;
 	}
@@ -359,7 +361,7 @@ RAW_TRACEPOINT_PROBE(block_bio_queue)
 	u32 dev = bio_dev(bio);
 	if (!bio_devices.lookup(&dev))
 		return 0;
-	u32 rw = rw_of(read_u32(bio, BIO_OPF));
+	u32 rw = rw_of(read_u32(bio, BIO_OPF), read_u32(bio, BIO_SIZE));
 	if (rw == BLK_RW_OTHER)
 		return 0;
 	struct blk_inflight *req = track_submission(ctx, (u64)bio, dev, rw, BLK_FLAG_BIO);
@@ -378,7 +380,7 @@ RAW_TRACEPOINT_PROBE(block_bio_complete)
 	struct blk_inflight *found = inflight.lookup(&address);
 	if (!found) {
 		u32 dev = bio_dev(bio);
-		if (bio_devices.lookup(&dev) && rw_of(read_u32(bio, BIO_OPF)) != BLK_RW_OTHER)
+		if (bio_devices.lookup(&dev) && rw_of(read_u32(bio, BIO_OPF), read_u32(bio, BIO_SIZE)) != BLK_RW_OTHER)
 			count_lost(BLK_LOST_UNPAIRED_COMPLETE);
 		return 0;
 	}

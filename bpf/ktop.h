@@ -54,11 +54,13 @@ enum cpu_lost {
 
 /* ---- blockio.bpf.c: block I/O requests --------------------------------------------- */
 
-/* Direction of a request as ktop counts it: as /proc/diskstats does, flushes and discards
- * are neither reads nor writes. */
+/* Direction of a request as ktop counts it: as /proc/diskstats does, discards are neither
+ * reads nor writes, and a flush (an empty write with REQ_PREFLUSH: fsync's cache flush) is
+ * its own, as biosnoop's rwbs says F. */
 enum blk_rw {
 	BLK_RW_READ,
 	BLK_RW_WRITE,
+	BLK_RW_FLUSH,
 	BLK_RW_OTHER,
 };
 
@@ -164,6 +166,20 @@ enum blk_lost {
 #define LOCK_HIST_SLOTS	40		/* log2 slots of wait time in ns: slot k holds [2^k, 2^(k+1)) */
 #define LOCK_STACK_DEPTH 48		/* kernel frames kept; callers are found in the first few */
 
+/* Who held a lock when a wait for it began. */
+enum lock_owner_kind {
+	LOCK_OWNER_NONE,		/* a lock that records no owner (spinning locks, semaphores) */
+	LOCK_OWNER_TASK,		/* the task in the lock's owner field (mutex; rwsem held for write) */
+	LOCK_OWNER_READERS,		/* an rwsem held for read: no single owner */
+	LOCK_OWNER_UNKNOWN,		/* the owner field empty (just released) or unreadable */
+	LOCK_OWNER_UNTRACED,		/* owners not traced (the kernel's BTF lacks a field) */
+};
+
+/* owner_kstack when the owner was not seen waking the waiter (-ENODATA). */
+#define LOCK_OWNER_STACK_UNSEEN	(-61)
+/* owner_kstack taken before a drain: its id points into the map being cleared (-ESTALE). */
+#define LOCK_OWNER_STACK_STALE	(-116)
+
 /* A wait in progress: per task for locks that sleep, per CPU for spinning locks. */
 struct lock_start {
 	u64 time_ns;			/* CLOCK_BOOTTIME, as /proc/<tid>/stat's starttime */
@@ -173,7 +189,13 @@ struct lock_start {
 	s32 ustack;			/* user stack id in user_stacks_<generation>, or -errno */
 	u32 generation;			/* the map generation the stack ids belong to */
 	u32 nested;			/* begins of other locks inside this wait, whose ends to skip */
-	u32 pad;
+	u32 owner_kind;			/* enum lock_owner_kind */
+	u64 owner_task;			/* the owner's task_struct, to know it when it wakes us */
+	u32 owner_tid;
+	u32 owner_tgid;
+	s32 owner_kstack;		/* the owner's stack when it woke this waiter, or -errno */
+	u32 owner_generation;		/* the map generation owner_kstack belongs to */
+	char owner_comm[KTOP_COMM_LEN];
 };
 
 /* Fixed layouts of the tracepoints' records (checked against tracefs before loading). */
@@ -226,6 +248,42 @@ struct lock_task_key {
 	char comm[KTOP_COMM_LEN];
 };
 
+/* Waits of sleeping locks per (owner, owner's stack, waiter's stack, lock, type): the
+ * owner view and the owners in the caller and lock drill-downs. */
+struct lock_owner_key {
+	u64 lock;
+	u32 owner_tid;			/* 0 unless owner_kind is LOCK_OWNER_TASK */
+	u32 owner_tgid;
+	s32 owner_kstack;		/* stack id, or -errno (LOCK_OWNER_STACK_*) */
+	s32 kstack;			/* the waiter's kernel stack id */
+	u32 flags;
+	u32 owner_kind;
+	char owner_comm[KTOP_COMM_LEN];
+};
+
+/* What a lock is, found at a wait's begin from the waiting task's own objects. */
+enum lock_name_kind {
+	LOCK_NAME_NONE,			/* none of the objects below */
+	LOCK_NAME_MMAP_LOCK,		/* &mm->mmap_lock of the waiter's process */
+	LOCK_NAME_SIGLOCK,		/* &sighand->siglock of the waiter's process */
+	LOCK_NAME_INODE_RWSEM,		/* &inode->i_rwsem: an inode whose own fields agree */
+};
+
+#define LOCK_PATH_DEPTH	8		/* dentry names kept, innermost first */
+#define LOCK_PATH_NAME	48		/* bytes of each */
+
+struct lock_name {
+	u32 kind;			/* enum lock_name_kind */
+	u32 pid;			/* the process of an mm or sighand */
+	u64 ino;			/* an inode's number */
+	u32 dev;			/* its super_block's s_dev: major << 20 | minor */
+	u32 generation;			/* the map generation when last looked at */
+	u32 depth;			/* names in path[] */
+	u32 pad;
+	char comm[KTOP_COMM_LEN];	/* the process's command (of the waiting thread) */
+	char path[LOCK_PATH_DEPTH * LOCK_PATH_NAME];	/* LOCK_PATH_NAME bytes a name */
+};
+
 /* Index into the `lost` per-CPU array: every wait not counted whole. */
 enum lock_lost {
 	LOCK_LOST_UNPAIRED_END,		/* an end whose begin was not seen: the wait is not counted */
@@ -239,6 +297,8 @@ enum lock_lost {
 	LOCK_LOST_STACKS_FULL,		/* per-stack aggregate map full: not in the caller view */
 	LOCK_LOST_LOCKS_FULL,		/* per-lock aggregate map full: not in the lock view */
 	LOCK_LOST_TASKS_FULL,		/* per-task aggregate map full: not in the task view */
+	LOCK_LOST_OWNERS_FULL,		/* per-owner aggregate map full: not in the owner view */
+	LOCK_LOST_OWNER_STACK_STALE,	/* the owner's stack was taken before a drain: left out */
 	LOCK_LOST_NR,
 };
 

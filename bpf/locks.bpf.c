@@ -5,7 +5,17 @@
  *
  * Spinning locks (spinlock, rwlock) never sleep or migrate while they wait, so their begin
  * is kept per CPU; that also times a spinlock taken inside a sleeping lock's slow path (a
- * mutex's wait_lock) on its own. Sleeping locks keep their begin per task. */
+ * mutex's wait_lock) on its own. Sleeping locks keep their begin per task.
+ *
+ * Owners (OWNERS=1): a sleeping lock's begin reads the owner from the lock (mutex->owner;
+ * rw_semaphore->owner unless held for read), and the wait is charged to it per (owner,
+ * owner's stack, waiter's stack, lock). The owner's kernel stack is taken when it wakes the
+ * waiter (sched_waking in the owner's context: the unlock path), since a tracepoint program
+ * cannot walk another task's stack. Names (NAMES=1): a begin compares the lock with the
+ * waiting task's own objects (its mm's mmap_lock, its sighand's siglock) and, for an rwsem,
+ * checks whether it sits in an inode whose own fields agree, keeping the answer per lock
+ * address; every CPU records its run queue's address, which user space compares. Offsets
+ * of the kernel's structs come from its BTF as -D flags (collectors/locks.py). */
 #include <uapi/linux/ptrace.h>
 #include "ktop.h"
 
@@ -35,6 +45,24 @@
 #ifndef PASS_ON
 #define PASS_ON 1
 #endif
+#ifndef OWNERS
+#define OWNERS 0
+#endif
+#ifndef NAMES
+#define NAMES 0
+#endif
+#ifndef INODE_PATHS
+#define INODE_PATHS 0
+#endif
+#ifndef OWNER_WAITS_ENTRIES
+#define OWNER_WAITS_ENTRIES 4096
+#endif
+#ifndef LOCK_NAME_ENTRIES
+#define LOCK_NAME_ENTRIES 4096
+#endif
+#ifndef RQ_CPUS
+#define RQ_CPUS 256
+#endif
 #define compiler_barrier() asm volatile("" ::: "memory")
 /* A spinning wait this long means its end was missed (soft lockups are reported at 20 s). */
 #define STALE_SPIN_NS (30ULL * 1000000000ULL)
@@ -61,6 +89,46 @@ BPF_TABLE("stacktrace", int, struct lock_stack, stacks_1, STACK_ENTRIES);
 BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_0, USER_STACK_ENTRIES);
 BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_1, USER_STACK_ENTRIES);
 BPF_PERCPU_ARRAY(lost, u64, LOCK_LOST_NR);
+#if OWNERS
+BPF_HASH(owner_waits_0, struct lock_owner_key, struct lock_wait, OWNER_WAITS_ENTRIES);
+BPF_HASH(owner_waits_1, struct lock_owner_key, struct lock_wait, OWNER_WAITS_ENTRIES);
+#endif
+#if OWNERS
+/* The stack with which an owner last released a lock (seen waking one of its waiters): the
+ * waits behind that owner that another task woke take it from here. */
+struct release_key {
+	u64 lock;
+	u64 owner_task;
+};
+struct release_stack {
+	s32 kstack;
+	u32 generation;
+};
+BPF_TABLE("lru_hash", struct release_key, struct release_stack, release_stacks, OWNER_WAITS_ENTRIES);
+#endif
+#if NAMES
+/* Lock address -> what it is; LRU: locks in freed objects age out. */
+BPF_TABLE("lru_hash", u64, struct lock_name, lock_names, LOCK_NAME_ENTRIES);
+BPF_PERCPU_ARRAY(name_scratch, struct lock_name, 1);
+/* Each CPU's struct rq, as its own running task's cfs_rq says. */
+BPF_ARRAY(cpu_rqs, u64, RQ_CPUS);
+#endif
+
+struct sched_waking_args {
+	u64 common;
+	char comm[16];
+	s32 pid;
+	s32 prio;
+	s32 target_cpu;
+};
+
+static __always_inline u64 read_u64(u64 address)
+{
+	u64 value = 0;
+	if (bpf_probe_read_kernel(&value, sizeof(value), (void *)address))
+		return 0;
+	return value;
+}
 
 static __always_inline void count_lost(int reason)
 {
@@ -145,6 +213,140 @@ task_wait_entry(u32 g, struct lock_task_key *key, struct lock_wait *init)
 	return g ? task_waits_1.lookup_or_try_init(key, init) : task_waits_0.lookup_or_try_init(key, init);
 }
 
+#if OWNERS
+static __always_inline struct lock_wait *
+owner_wait_entry(u32 g, struct lock_owner_key *key, struct lock_wait *init)
+{
+	return g ? owner_waits_1.lookup_or_try_init(key, init) : owner_waits_0.lookup_or_try_init(key, init);
+}
+#endif
+
+/* Who holds the lock a sleeping wait begins on: perf's get_lock_owner, without CO-RE. */
+static __always_inline void read_owner(struct lock_start *start, u64 lock, u32 flags)
+{
+	start->owner_task = 0;
+	start->owner_tid = 0;
+	start->owner_tgid = 0;
+	start->owner_kstack = LOCK_OWNER_STACK_UNSEEN;
+	start->owner_generation = 0;
+	__builtin_memset(start->owner_comm, 0, sizeof(start->owner_comm));
+#if OWNERS
+	u64 owner;
+	if (flags & LCB_F_MUTEX) {
+		owner = read_u64(lock + MUTEX_OWNER_OFF);
+	} else if (flags == LCB_F_READ || flags == LCB_F_WRITE) {
+		owner = read_u64(lock + RWSEM_OWNER_OFF);
+		if (owner & 1) {	/* RWSEM_READER_OWNED: the field only hints at a reader */
+			start->owner_kind = LOCK_OWNER_READERS;
+			return;
+		}
+	} else {
+		start->owner_kind = LOCK_OWNER_NONE;
+		return;
+	}
+	owner &= ~7ULL;	/* MUTEX_FLAGS, RWSEM_OWNER_FLAGS_MASK */
+	if (!owner) {
+		start->owner_kind = LOCK_OWNER_UNKNOWN;
+		return;
+	}
+	start->owner_kind = LOCK_OWNER_TASK;
+	start->owner_task = owner;
+	bpf_probe_read_kernel(&start->owner_tid, sizeof(u32), (void *)(owner + TASK_PID_OFF));
+	bpf_probe_read_kernel(&start->owner_tgid, sizeof(u32), (void *)(owner + TASK_TGID_OFF));
+	bpf_probe_read_kernel(&start->owner_comm, sizeof(start->owner_comm),
+			      (void *)(owner + TASK_COMM_OFF));
+#else
+	start->owner_kind = (flags & LCB_F_SPIN) && !(flags & LCB_F_MUTEX) ? LOCK_OWNER_NONE
+									     : LOCK_OWNER_UNTRACED;
+#endif
+}
+
+#if NAMES
+/* This CPU's run queue, once: what user space names run-queue locks by. */
+static __always_inline void learn_cpu_rq(void)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	u64 *rq = cpu_rqs.lookup(&cpu);
+	if (!rq || *rq)
+		return;
+	u64 task = bpf_get_current_task();
+	u64 cfs_rq = read_u64(task + TASK_SE_CFS_RQ_OFF);
+	if (cfs_rq)
+		*rq = read_u64(cfs_rq + CFS_RQ_RQ_OFF);
+}
+
+/* An rwsem inside an inode: the inode's i_mapping points at its own i_data, whose host is
+ * the inode (true of directories and regular files, never of chance memory). */
+static __always_inline bool name_inode(struct lock_name *name, u64 lock)
+{
+	u64 inode = lock - INODE_RWSEM_OFF;
+	if (read_u64(inode + INODE_MAPPING_OFF) != inode + INODE_DATA_OFF ||
+	    read_u64(inode + INODE_DATA_OFF + MAPPING_HOST_OFF) != inode)
+		return false;
+	name->kind = LOCK_NAME_INODE_RWSEM;
+	name->ino = read_u64(inode + INODE_INO_OFF);
+	u64 sb = read_u64(inode + INODE_SB_OFF);
+	if (sb)
+		bpf_probe_read_kernel(&name->dev, sizeof(u32), (void *)(sb + SB_DEV_OFF));
+#if INODE_PATHS
+	/* The path through the inode's first dentry, up to its file system's root. */
+	u64 first = read_u64(inode + INODE_DENTRY_OFF);
+	if (!first)
+		return true;
+	u64 dentry = first - DENTRY_ALIAS_OFF;
+	#pragma unroll
+	for (int i = 0; i < LOCK_PATH_DEPTH; i++) {
+		u64 text = read_u64(dentry + DENTRY_NAME_OFF);
+		if (!text || bpf_probe_read_kernel_str(&name->path[i * LOCK_PATH_NAME], LOCK_PATH_NAME, (void *)text) < 0)
+			break;
+		name->depth = i + 1;
+		u64 parent = read_u64(dentry + DENTRY_PARENT_OFF);
+		if (!parent || parent == dentry)
+			break;
+		dentry = parent;
+	}
+#endif
+	return true;
+}
+
+/* What the lock is, looked at once per address and generation; a found name stands until
+ * the address is seen as something else. */
+static __always_inline void name_lock(u64 lock, u32 flags, u32 g)
+{
+	learn_cpu_rq();
+	struct lock_name *known = lock_names.lookup(&lock);
+	if (known && (known->kind != LOCK_NAME_NONE || known->generation == g))
+		return;
+	u32 zero = 0;
+	struct lock_name *name = name_scratch.lookup(&zero);
+	if (!name)
+		return;
+	name->kind = LOCK_NAME_NONE;
+	name->pid = 0;
+	name->ino = 0;
+	name->dev = 0;
+	name->depth = 0;
+	name->generation = g;
+	u64 task = bpf_get_current_task();
+	if (flags == LCB_F_READ || flags == LCB_F_WRITE) {
+		u64 mm = read_u64(task + TASK_MM_OFF);
+		if (mm && lock == mm + MM_MMAP_LOCK_OFF)
+			name->kind = LOCK_NAME_MMAP_LOCK;
+		else
+			name_inode(name, lock);
+	} else if ((flags & (LCB_F_SPIN | LCB_F_MUTEX)) == LCB_F_SPIN) {
+		u64 sighand = read_u64(task + TASK_SIGHAND_OFF);
+		if (sighand && lock == sighand + SIGHAND_SIGLOCK_OFF)
+			name->kind = LOCK_NAME_SIGLOCK;
+	}
+	if (name->kind == LOCK_NAME_MMAP_LOCK || name->kind == LOCK_NAME_SIGLOCK) {
+		name->pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_get_current_comm(&name->comm, sizeof(name->comm));
+	}
+	lock_names.update(&lock, name);
+}
+#endif
+
 static __always_inline void account(void *ctx, struct lock_start *begin, u64 wait_ns)
 {
 	u32 zero = 0, g = current_generation();
@@ -178,6 +380,39 @@ static __always_inline void account(void *ctx, struct lock_start *begin, u64 wai
 		add_wait(lw, wait_ns);
 	else
 		count_lost(LOCK_LOST_LOCKS_FULL);
+
+#if OWNERS
+	if (begin->owner_kind != LOCK_OWNER_NONE) {	/* sleeping locks only */
+		s32 owner_kstack = begin->owner_kstack;
+		if (owner_kstack == LOCK_OWNER_STACK_UNSEEN && begin->owner_kind == LOCK_OWNER_TASK) {
+			struct release_key release = {.lock = begin->lock, .owner_task = begin->owner_task};
+			struct release_stack *seen = release_stacks.lookup(&release);
+			if (seen && seen->generation == g) {
+				owner_kstack = seen->kstack;
+				begin->owner_generation = g;
+			}
+		}
+		if (owner_kstack >= 0 && begin->owner_generation != g) {
+			owner_kstack = LOCK_OWNER_STACK_STALE;
+			count_lost(LOCK_LOST_OWNER_STACK_STALE);
+		}
+		struct lock_owner_key owner_key = {
+			.lock = begin->lock,
+			.owner_tid = begin->owner_tid,
+			.owner_tgid = begin->owner_tgid,
+			.owner_kstack = owner_kstack,
+			.kstack = kstack,
+			.flags = begin->flags,
+			.owner_kind = begin->owner_kind,
+		};
+		__builtin_memcpy(owner_key.owner_comm, begin->owner_comm, sizeof(owner_key.owner_comm));
+		struct lock_wait *ow = owner_wait_entry(g, &owner_key, &init->wait);
+		if (ow)
+			add_wait(ow, wait_ns);
+		else
+			count_lost(LOCK_LOST_OWNERS_FULL);
+	}
+#endif
 
 	struct lock_task_key task_key = {
 		.tid = (u32)pid_tgid,
@@ -220,10 +455,14 @@ int on_contention_begin(struct contention_begin_args *args)
 	} else {
 		start = task_starts.lookup(&tid);
 		if (start) {
-			/* A mutex that spun and now sleeps begins again: the first begin stands. */
+			/* A mutex that spun and now sleeps begins again: the first begin stands,
+			 * but the owner is the one it sleeps behind (others may have taken the
+			 * lock while it spun), whose unlock will wake it. */
 			if (start->lock != lock) {
 				start->nested++;
 				count_lost(LOCK_LOST_NESTED_BEGIN);
+			} else if (flags == LCB_F_MUTEX) {
+				read_owner(start, lock, flags);
 			}
 			return PASS_ON;
 		}
@@ -247,6 +486,10 @@ int on_contention_begin(struct contention_begin_args *args)
 	start->flags = flags;
 	start->kstack = kernel_stack(args, g);
 	start->ustack = user_stack(args, g, pid_tgid >> 32);
+	read_owner(start, lock, flags);
+#if NAMES
+	name_lock(lock, flags, g);
+#endif
 	/* After the stack walks, so their cost is not reported as time waiting for the lock. */
 	start->time_ns = bpf_ktime_get_boot_ns();
 	return PASS_ON;
@@ -284,5 +527,30 @@ int on_contention_end(struct contention_end_args *args)
 	else
 		task_starts.delete(&tid);
 	account(args, &begin, now > begin.time_ns ? now - begin.time_ns : 0);
+	return PASS_ON;
+}
+
+/* The owner of a lock this thread waits for wakes it: the owner's stack then is the unlock
+ * path of the section that made it wait. A waker that is not the owner is left alone. */
+int on_lock_waking(struct sched_waking_args *args)
+{
+#if NAMES
+	learn_cpu_rq();
+#endif
+#if OWNERS
+	u32 tid = args->pid;
+	struct lock_start *start = task_starts.lookup(&tid);
+	if (!start || start->owner_kind != LOCK_OWNER_TASK ||
+	    start->owner_kstack != LOCK_OWNER_STACK_UNSEEN ||
+	    start->owner_task != bpf_get_current_task())
+		return PASS_ON;
+	u32 g = current_generation();
+	s32 kstack = kernel_stack(args, g);
+	start->owner_generation = g;
+	start->owner_kstack = kstack;
+	struct release_key release = {.lock = start->lock, .owner_task = start->owner_task};
+	struct release_stack seen = {.kstack = kstack, .generation = g};
+	release_stacks.update(&release, &seen);
+#endif
 	return PASS_ON;
 }

@@ -21,9 +21,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ktop import __version__
+from ktop.aggregate.diskstats import IostatWindow
 from ktop.cgroups import cgroup2_mount
 from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
+from ktop.collectors.diskstats import DiskStatsReader
 from ktop.collectors.pressure import PressureReader
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
@@ -139,6 +141,8 @@ class LiveSource:
         mount = cgroup2_mount() if options.cgroup else None
         self._cgroup_pressure = (PressureReader.of_cgroup(options.cgroup, mount)
                                  if options.cgroup and mount else None)
+        self._diskstats = DiskStatsReader()  # the block pane's disks view: needs no root
+        self._iostat = IostatWindow(options.window_s)
         self._self_cost = SelfCost()
         # /proc/stat at the start, then at each collect without a CPU profile to split it.
         self._ticks = CpuTicks()
@@ -183,6 +187,7 @@ class LiveSource:
         self.started_at = time.monotonic()
         self._patient = patient
         self._processes.start()
+        self._diskstats.restart()
         self._self_cost.start()
         with self._lock:
             now = time.monotonic()
@@ -293,6 +298,9 @@ class LiveSource:
             except Exception as e:
                 self._stopped(name, collector, e)
         processes = self._processes.collect()
+        disk_interval = self._diskstats.read()
+        if disk_interval is not None:
+            self._iostat.add(disk_interval)
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
         cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
@@ -332,6 +340,8 @@ class LiveSource:
             pressure=self._pressure.read(),
             cgroup_pressure=self._cgroup_pressure.read() if self._cgroup_pressure else None,
             cgroup_pressure_of=(self.options.cgroup or "") if self._cgroup_pressure else "",
+            iostat=self._iostat.profile(self.cumulative, latest),
+            cumulative=self.cumulative and not latest,
         )
 
     def _drain_all(self) -> list[tuple[str, tuple[Collector, Aggregator]]]:
@@ -385,6 +395,8 @@ class LiveSource:
             except Exception as e:
                 self._stopped(name, collector, e)
         self._processes.collect()
+        self._diskstats.restart()
+        self._iostat.clear()
         self._proc_stat_split()
         self._last_collect = self._span_start = time.monotonic()
 
@@ -415,7 +427,8 @@ class LiveSource:
             else:
                 profiles[spec.field] = None
         cpu = profiles.get("cpu")
-        return replace(shown, **profiles, duration_s=cpu.window_s if cpu else self._last_span)
+        return replace(shown, **profiles, duration_s=cpu.window_s if cpu else self._last_span,
+                       iostat=self._iostat.profile(latest=True), cumulative=False)
 
     def _loading_text(self) -> dict[str, str]:
         now = time.monotonic()
@@ -439,6 +452,7 @@ class LiveSource:
         self._pressure.close()
         if self._cgroup_pressure:
             self._cgroup_pressure.close()
+        self._diskstats.close()
         self._self_cost.close()
 
 

@@ -145,9 +145,10 @@ class CpuTimes:
 
     user: float = 0.0  # user + nice
     kernel: float = 0.0  # system + irq + softirq
-    idle: float = 0.0  # idle + iowait
+    idle: float = 0.0  # without iowait (recordings made before ktop kept iowait: with it)
     steal: float = 0.0
     ticks: int = 0  # the /proc/stat ticks these are shares of: what weighs them in a sum
+    iowait: float = 0.0  # idle while I/O was outstanding: vmstat's wa
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,36 @@ class LockAddress:
     contended: int
     total_wait_ns: int
     max_wait_ns: int = 0
+    # What the lock is, by kind: "&mm->mmap_lock", "&inode->i_rwsem", "runqueues.__lock",
+    # the kallsyms symbol...; "" when unknown. Rows of one name group in the names view.
+    name: str = ""
+    instance: str = ""  # which one: "pid 1234 (python3)", "CPU 1", "/tmp/dir"
+
+
+# LockOwnerWait.owner: who held the lock when the wait began.
+OWNER_TASK = "task"  # the task in the lock's owner field (mutex; rwsem held for write)
+OWNER_READERS = "readers"  # an rwsem held for read: no single owner
+OWNER_UNKNOWN = "unknown"  # the owner field empty (just released, changing hands)
+OWNER_UNTRACED = "untraced"  # owners not traced on this kernel (LockProfile.notes says why)
+
+
+@dataclass(frozen=True)
+class LockOwnerWait:
+    """Waits for one sleeping lock at one caller, charged to who held the lock when each
+    wait began (perf lock contention -o). Spinning locks record no owner: they have none."""
+
+    owner: str  # OWNER_*
+    pid: int  # the owner thread; 0 unless owner is OWNER_TASK
+    tgid: int
+    comm: str
+    frames: tuple[str, ...]  # the owner's kernel stack when it woke the waiter, innermost first
+    stack_note: str  # why frames is empty ("" when it is not)
+    caller: str  # the waiter's caller, as LockCaller.caller
+    type: str
+    address: str  # the lock, as LockAddress.address
+    contended: int
+    total_wait_ns: int
+    max_wait_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -291,6 +322,8 @@ class LockProfile:
     locks: tuple[LockAddress, ...]
     tasks: tuple[LockTask, ...]
     window_s: float = 0.0
+    owners: tuple[LockOwnerWait, ...] = ()  # by total wait, most first
+    notes: tuple[str, ...] = ()  # why owners or names are left out on this kernel
 
 
 @dataclass(frozen=True)
@@ -302,8 +335,9 @@ class DiskStats:
     writes: int
     read_bytes: int
     write_bytes: int
-    avg_lat_ms: float
-    hist_us: tuple[Bucket, ...] = ()  # completion latencies
+    avg_lat_ms: float  # of reads and writes
+    hist_us: tuple[Bucket, ...] = ()  # completion latencies, flushes included
+    flushes: int = 0  # cache flushes (fsync's), neither reads nor writes
 
 
 @dataclass(frozen=True)
@@ -321,7 +355,7 @@ class IoProcess:
     disk: str
     major: int
     minor: int
-    rw: str  # "R" or "W"
+    rw: str  # "R", "W" or "F" (a flush: an empty write that flushes the disk's cache)
     requests: int
     bytes: int
     avg_lat_ms: float
@@ -355,6 +389,46 @@ class BlockProfile:
 
 
 @dataclass(frozen=True)
+class DiskIo:
+    """One whole disk's /proc/diskstats counters, grown over a span: what iostat -x computes
+    its columns from (ktop.aggregate.diskstats does the same). Times are in ms as the kernel
+    counts them; sectors are 512 bytes."""
+
+    disk: str
+    major: int
+    minor: int
+    reads: int = 0  # completed
+    read_merges: int = 0
+    read_sectors: int = 0
+    read_ms: int = 0  # summed over the reads, queue included (r_await's)
+    writes: int = 0
+    write_merges: int = 0
+    write_sectors: int = 0
+    write_ms: int = 0
+    in_flight: int = 0  # at the span's end, not grown
+    busy_ms: int = 0  # with at least one request in flight (%util's)
+    queue_ms: int = 0  # requests x time in flight (aqu-sz's)
+    discards: int = 0
+    discard_merges: int = 0
+    discard_sectors: int = 0
+    discard_ms: int = 0
+    flushes: int = 0
+    flush_ms: int = 0
+
+
+@dataclass(frozen=True)
+class IostatProfile:
+    """Every whole disk's counters over span_s seconds (the disks view of the block pane)."""
+
+    span_s: float
+    disks: tuple[DiskIo, ...]
+
+    @property
+    def duration_s(self) -> float:  # as a window's interval is asked its length
+        return self.span_s
+
+
+@dataclass(frozen=True)
 class SelfCostRow:
     """What ktop itself cost over the last interval, in % of one CPU: its own process, and
     its BPF programs (charged by the kernel to the tasks they interrupted; None when the
@@ -382,6 +456,7 @@ class Snapshot:
     pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
     cgroup_pressure: Pressure | None = None  # the --cgroup's own, from its *.pressure files
     cgroup_pressure_of: str = ""  # that cgroup v2's path
+    iostat: IostatProfile | None = None  # /proc/diskstats over the window (needs no root)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now
     cost: SelfCostRow | None = None  # ktop's own, while live
@@ -389,6 +464,7 @@ class Snapshot:
     # The /proc/stat split (needs no root) when there is no CpuProfile to carry it.
     cpu_times: CpuTimes | None = None
     paused: bool = False
+    cumulative: bool = False  # the figures are since start (key c), not the last window
 
 
 # ---- waits (off-CPU): ktop/aggregate/waits.py builds these, ktop/waitviews.py queries them ----

@@ -391,7 +391,7 @@ PANES: list[PaneDef] = [
         name="locks", field="locks", title="Lock contention", key_label="Lock contention",
         short_label="Locks", drill_by="caller", widget=_locks_widget, build=_build_locks,
         merge=_merge_locks, figure=Figure("lock wait", "lock", _lock_wait_ms, "ms/s", True),
-        loss_prefix="lock", bpf_programs=("on_contention_",),
+        loss_prefix="lock", bpf_programs=("on_contention_", "on_lock_"),
         compare=Comparison(
             "wait ms/s", "ms/s", _compared_callers, key=lambda c: (c.caller, c.type),
             name=lambda c: f"{c.caller} {c.type}", amount=lambda c: c.total_wait_ns,

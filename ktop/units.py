@@ -46,3 +46,14 @@ def format_span(seconds: float) -> str:
     """A window's span for labels: whole seconds from 2 s up. Drains jitter by milliseconds,
     and a label flickering between '5.0s' and '5.1s' says nothing but costs a redraw."""
     return f"{seconds:.0f}s" if seconds >= 2 else f"{seconds:.1f}s"
+
+
+def format_scale(value: float, unit: str) -> str:
+    """A figure's scale as a sparkline's top says it: a share whole ('42%'), a time in ms
+    ('ms', or 'ms/s' per second of the interval) in the unit that keeps it short ('640us',
+    '12s/s'), never in exponents."""
+    if unit == "%":
+        return f"{value:.0f}%"
+    if unit.startswith("ms"):
+        return format_short_ns(value * 1e6).replace(" ", "") + unit[2:]
+    return f"{value:.3g}{unit}"

@@ -424,9 +424,12 @@ def test_btf_rejects_what_is_not_btf():
 def test_this_kernels_btf_gives_every_offset_the_program_needs():
     flags = struct_offset_flags(KernelBtf.load())
     macros = dict(flag[2:].split("=") for flag in flags)
-    assert set(macros) == set(STRUCT_FIELDS) | set(TRACEPOINT_ARGS)
+    assert set(macros) == set(STRUCT_FIELDS) | set(TRACEPOINT_ARGS) | {"REQ_PREFLUSH"}
     assert macros["BIO_COMPLETE_ARG"] == "1"  # block_bio_complete(q, bio)
     assert macros["RQ_COMPLETE_ARG"] == "0"  # block_rq_complete(rq, error, nr_bytes)
+    # One bit, above the 8 of the op (a C unsigned literal).
+    preflush = int(macros.pop("REQ_PREFLUSH").removesuffix("u"))
+    assert preflush >= 1 << 8 and preflush & (preflush - 1) == 0
     assert all(int(value) >= 0 for value in macros.values())
 
 

@@ -19,13 +19,16 @@ from ktop.model import (
     Bucket,
     CpuProfile,
     CpuTimes,
+    DiskIo,
     DiskStats,
     HotFunction,
     IoProcess,
     IoRequest,
+    IostatProfile,
     IoSubmitStack,
     LockAddress,
     LockCaller,
+    LockOwnerWait,
     LockProfile,
     LockStack,
     LockTask,
@@ -148,7 +151,7 @@ def full_snapshot() -> Snapshot:
             cgroup="/system.slice/app.service",
         ),),
         times=CpuTimes(user=20 + THIRD, kernel=70 + THIRD, idle=8 + THIRD, steal=1 + THIRD,
-                       ticks=600),
+                       ticks=600, iowait=1 - THIRD),
         line_info="file:line from /usr/lib/debug/boot/vmlinux",
     )
     locks = LockProfile(
@@ -162,12 +165,18 @@ def full_snapshot() -> Snapshot:
             user_stacks=(LockUserStack((frame,), 3, 3000),),
             task_stacks=(LockTaskStack(101, "rm", ("do_unlinkat+0x134",), (frame,), 3, 3000),),
         ),),
-        locks=(LockAddress("0xffff888003a1c0e8", "rename_lock", "rwsem:W", 3, 3000, 2000),),
+        locks=(LockAddress("0xffff888003a1c0e8", "rename_lock", "rwsem:W", 3, 3000, 2000,
+                           name="&inode->i_rwsem", instance="/tmp/d"),),
         tasks=(LockTask(101, "rm", 3, 3000, 2000, "/user.slice"),),
+        owners=(LockOwnerWait("task", 102, 100, "rm", ("up_write+0x49", "do_unlinkat+0x265"),
+                              "not seen", "do_unlinkat+0x134", "rwsem:W", "0xffff888003a1c0e8",
+                              3, 3000, 2000),),
+        notes=("lock names left out: a test",),
     )
     blockio = BlockProfile(
         lost={"unpaired": 1}, window_s=5 + THIRD,
-        disks=(DiskStats("vda", 253, 1, 4, 6, 16384, 24576, 1 + THIRD, (Bucket(128, 255, 10),)),),
+        disks=(DiskStats("vda", 253, 1, 4, 6, 16384, 24576, 1 + THIRD, (Bucket(128, 255, 10),),
+                         flushes=2),),
         processes=(IoProcess(
             pid=7, comm="dd", disk="vda", major=253, minor=1, rw="W", requests=6, bytes=24576,
             avg_lat_ms=1 + THIRD, avg_queue_ms=THIRD,
@@ -206,10 +215,11 @@ def full_snapshot() -> Snapshot:
         cgroup_pressure_of="/system.slice/web.service", unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD,
-                         bpf_panes={"waits": THIRD}), paused=True,
+                         bpf_panes={"waits": THIRD}), paused=True, cumulative=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
         cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
-                           ticks=300),
+                           ticks=300, iowait=10 - THIRD),
+        iostat=IostatProfile(1 + THIRD, (DiskIo("vda", 253, 1, *range(1, 18)),)),
     )
 
 

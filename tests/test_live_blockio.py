@@ -197,6 +197,36 @@ def test_bio_based_device_is_timed_from_its_bios(collector, zram_device):
     assert (row.pid, row.comm, row.requests) == (dd, "dd", 32)
 
 
+def test_fsyncs_cache_flushes_show_as_flushes_not_empty_writes(collector, scratch):
+    """dd oflag=dsync over a file's existing blocks: each write is followed by fdatasync's
+    cache flush, an empty write with REQ_PREFLUSH. biosnoop's rwbs calls it F; so does ktop,
+    instead of a write of 0 bytes at sector 0."""
+    path, disk = scratch
+    if open(f"/sys/block/{disk}/queue/write_cache").read().strip() != "write back":
+        pytest.skip(f"{disk} has no volatile write cache: the kernel sends it no flushes")
+    target = f"{path}/synced"
+    run(["dd", "if=/dev/zero", f"of={target}", "bs=4k", "count=50", "conv=fsync"])
+    aggregator = BlockAggregator(window_s=60.0)
+    collector.drain()
+    dd = run(["dd", "if=/dev/zero", f"of={target}", "bs=4k", "count=50", "oflag=dsync",
+              "conv=notrunc"])
+    drain = collector.drain()
+    aggregator.add(drain)
+    profile = aggregator.profile()
+    ours = [r for r in drain.requests if r.pid == dd]
+    kinds = sorted({(r.rw, r.bytes) for r in ours})
+    print(f"dd's requests by (T, bytes): {kinds}; disks {profile.disks}")
+    assert ("W", 0) not in kinds, "flushes still read as empty writes"
+    flushes = [r for r in ours if r.rw == "F"]
+    assert len(flushes) >= 40 or drain.lost["ringbuf_full"]  # one a write, some merged
+    assert all(r.bytes == 0 for r in flushes)
+    assert {r.bytes for r in ours if r.rw == "W"} == {4 * KIB}
+    rows = {p.rw: p for p in profile.processes if p.pid == dd}
+    assert rows["F"].requests >= 40 and rows["W"].requests >= 50
+    (stats,) = [d for d in profile.disks if d.disk == disk]
+    assert stats.flushes >= 40  # the disk's flushes, apart from its writes
+
+
 def test_counts_stay_exact_at_high_iops_while_the_request_stream_drops(collector, scratch):
     """Four O_DIRECT readers of one file, in step: ~40k requests/s here, many at the same
     sector at once. The ring buffer holds ~14k requests between drains and drops the rest;

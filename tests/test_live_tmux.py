@@ -160,10 +160,10 @@ def test_keys_reach_the_app_in_a_real_terminal_a_lone_esc_too(terminal):
     no escape sequence."""
     start_ktop(terminal)
     terminal.send("?")
-    terminal.wait_for("ktop: keys (Esc closes)", timeout=10)
+    terminal.wait_for("ktop: columns and keys (Esc closes)", timeout=10)
     terminal.send("Escape")
     deadline = time.monotonic() + 10
-    while "ktop: keys (Esc closes)" in terminal.screen():
+    while "ktop: columns and keys (Esc closes)" in terminal.screen():
         assert time.monotonic() < deadline, "Esc never closed the help screen"
         time.sleep(0.1)
     terminal.send("q")

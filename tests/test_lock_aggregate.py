@@ -454,8 +454,26 @@ def test_lock_names_are_remembered_within_a_bound(kallsyms, monkeypatch):
 
     monkeypatch.setattr(locks, "LOCK_NAMES_KEPT", 4)
     aggregator = LockAggregator(kallsyms)
-    first = aggregator._lock_symbol(0xFFFF888000000000)
+    first = aggregator._lock_name(0xFFFF888000000000)
     for i in range(1, 40):
-        aggregator._lock_symbol(0xFFFF888000000000 + 64 * i)
+        aggregator._lock_name(0xFFFF888000000000 + 64 * i)
     assert len(aggregator._lock_names) <= 5
-    assert aggregator._lock_symbol(0xFFFF888000000000) == first
+    assert aggregator._lock_name(0xFFFF888000000000) == first
+
+
+def test_a_kernel_whose_btf_lacks_a_field_leaves_out_that_part_with_a_note(monkeypatch, tmp_path):
+    """Owners and names each need every member they read; a BTF without one (or none at
+    all) leaves that part out, and says which and why in one line."""
+    from ktop.collectors import locks as collector  # noqa: PLC0415
+
+    flags, notes = collector.owner_name_flags(str(tmp_path / "missing"))
+    assert flags == [] and notes == [
+        f"lock owners and names left out: no kernel BTF ({tmp_path / 'missing'}: "
+        "No such file or directory)"]
+    if not os.access(collector.BTF_PATH, os.R_OK):
+        pytest.fail(f"{collector.BTF_PATH} unreadable: this kernel has no BTF to test with")
+    monkeypatch.setitem(collector.NAME_FIELDS, "INODE_X_OFF", ("inode", "i_no_such_field", 8))
+    flags, notes = collector.owner_name_flags()
+    assert "-DOWNERS=1" in flags and "-DNAMES=1" not in flags and "-DINODE_PATHS=1" not in flags
+    assert notes == ["lock names left out: struct inode has no i_no_such_field (kernel BTF)"]
+    assert any(flag.startswith("-DMUTEX_OWNER_OFF=") for flag in flags)

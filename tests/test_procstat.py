@@ -27,7 +27,8 @@ def test_categories_are_folded_as_top_does():
     ticks = parse_cpu_line(BEFORE)
     assert ticks.user == 10000 + 500  # user + nice (guest is already inside user)
     assert ticks.kernel == 4000 + 50 + 150  # system + irq + softirq
-    assert ticks.idle == 80000 + 300  # idle + iowait
+    assert ticks.idle == 80000  # iowait apart, as vmstat's wa
+    assert ticks.iowait == 300
     assert ticks.steal == 20
 
 
@@ -35,13 +36,14 @@ def test_shares_of_an_interval_sum_to_100():
     before = parse_cpu_line(BEFORE)
     after = parse_cpu_line(AFTER)
     times = (after - before).shares()
-    delta_user, delta_kernel, delta_idle, delta_steal = 60 + 20, 140 + 5 + 5, 100 + 10, 5
-    total = delta_user + delta_kernel + delta_idle + delta_steal
+    delta_user, delta_kernel, delta_idle, delta_steal, delta_iowait = 60 + 20, 140 + 5 + 5, 100, 5, 10
+    total = delta_user + delta_kernel + delta_idle + delta_steal + delta_iowait
     assert times.user == pytest.approx(100 * delta_user / total)
     assert times.kernel == pytest.approx(100 * delta_kernel / total)
     assert times.idle == pytest.approx(100 * delta_idle / total)
     assert times.steal == pytest.approx(100 * delta_steal / total)
-    assert times.user + times.kernel + times.idle + times.steal == pytest.approx(100)
+    assert times.iowait == pytest.approx(100 * delta_iowait / total)
+    assert times.user + times.kernel + times.idle + times.steal + times.iowait == pytest.approx(100)
 
 
 def test_guest_time_is_not_counted_twice():

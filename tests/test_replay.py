@@ -56,7 +56,11 @@ def test_replay_to_json_gives_back_the_same_data(tmp_path):
                 for c in d["locks"]["callers"]]
 
     assert callers(again) == callers(original)
-    assert again["blockio"]["disks"] == original["blockio"]["disks"]
+    # (a file written before flushes were counted apart reads back with none)
+    assert [{k: d[k] for k in o} for d, o in zip(again["blockio"]["disks"],
+                                                 original["blockio"]["disks"])] == \
+        original["blockio"]["disks"]
+    assert all(d["flushes"] == 0 for d in again["blockio"]["disks"])
     # A file written before the cgroup and disk columns reads back with them unknown.
     assert [{k: p[k] for k in o} for p, o in zip(again["processes"], original["processes"])] == \
         original["processes"]

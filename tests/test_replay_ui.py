@@ -115,6 +115,46 @@ def test_the_window_sums_the_records_as_live_would(replay):
     assert SPIKE_FUNCTION in seen["edge"] and SPIKE_FUNCTION not in seen["gone"]
 
 
+def test_a_drill_down_moves_in_time_with_the_timeline_keys(replay):
+    """Issue 31: inside a drill-down of a replay, [ ] Left Right move the window as on the
+    panes, the drill-down follows, and its title says the window's time (it said "in the
+    last 1.0s", and the keys did nothing)."""
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("g", *"11:52:25", "enter", "w", *"1", "enter")
+        await settle(pilot)
+        await pilot.press("slash", *"spike", "enter")
+        await pilot.pause(0.1)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        seen["screen"] = app.screen
+        seen["at"] = (replay.position, " ".join(screen_text(app).splitlines()[:2]))
+        for step, keys in (("on", ["right"]), ("back", ["left"]),
+                           ("minute back", ["left_square_bracket"]),
+                           ("minute on", ["right_square_bracket"])):
+            await pilot.press(*keys)
+            await settle(pilot)
+            seen[step] = (replay.position, " ".join(screen_text(app).splitlines()[:2]))
+        seen["still"] = app.screen
+
+    run_app(build_app(replay, interval_s=INTERVAL), scenario)
+    assert isinstance(seen["screen"], FunctionScreen) and seen["still"] is seen["screen"]
+    position, title = seen["at"]
+    assert position == SPIKE and "in 11:52:24-11:52:25 (1.0s)" in title  # the window's time
+    assert "5 samples" in title and "STALE" not in title and "NOT IN" not in title
+    position, title = seen["on"]
+    assert position == SPIKE + 1  # the timeline moved from inside the drill-down
+    # The function is not in the next second: said, with the time moved to.
+    assert "NOT IN THE WINDOW MOVED TO (11:52:26)" in title, title
+    position, title = seen["back"]
+    assert position == SPIKE and "NOT IN" not in title and "in 11:52:24-11:52:25" in title
+    assert seen["minute back"][0] == SPIKE - 60 and "NOT IN THE WINDOW MOVED TO (11:51:25)" in (
+        seen["minute back"][1])
+    assert seen["minute on"][0] == SPIKE and "NOT IN" not in seen["minute on"][1]
+
+
 def test_drill_down_sort_and_filter_in_the_past(replay):
     seen = {}
 
@@ -129,8 +169,6 @@ def test_drill_down_sort_and_filter_in_the_past(replay):
         await pilot.pause(0.3)
         seen["screen"] = app.screen
         seen["drill"] = screen_text(app)
-        await pilot.press("right")  # on a drill-down the arrows are its own: time stays
-        await pilot.pause(0.1)
         seen["position"] = replay.position
         await pilot.press("escape", "right")
         await settle(pilot)

@@ -244,7 +244,7 @@ def test_v_switches_views_in_the_locks_pane(recorded_snapshot):
 
     async def scenario(pilot):
         await pilot.press("2")
-        for _ in range(5):
+        for _ in range(7):
             pane = pilot.app.main_screen.pane("locks")
             views.append((pane.view, rows(pilot.app, "locks"), pane.border_subtitle))
             await pilot.press("v")
@@ -252,7 +252,8 @@ def test_v_switches_views_in_the_locks_pane(recorded_snapshot):
 
     run_app(app_for(recorded_snapshot), scenario)
     (_, callers, sub1), (_, addresses, _), (_, tasks, _), *_ = views
-    assert [v[0] for v in views] == ["callers", "addresses", "tasks", "commands", "callers"]
+    assert [v[0] for v in views] == ["callers", "addresses", "tasks", "commands", "owners",
+                                     "names", "callers"]
     assert {r[-1] for r in callers} == {c.caller for c in locks.callers}
     assert any("rename_lock" in r[-1] for r in addresses)
     assert {r[-1] for r in tasks} == {t.comm for t in locks.tasks}

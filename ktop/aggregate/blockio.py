@@ -266,8 +266,9 @@ def _disks(merged: _IoCounts, disk_name: Callable[[int], str]) -> tuple[DiskStat
     disks = []
     for dev, by_rw in per_disk.items():
         reads, writes = by_rw.get("R", _Totals()), by_rw.get("W", _Totals())
+        flushes = by_rw.get("F", _Totals()).requests
         requests = reads.requests + writes.requests
-        if not requests:
+        if not requests and not flushes:
             continue
         major, minor = split_dev(dev)
         disks.append(
@@ -279,8 +280,10 @@ def _disks(merged: _IoCounts, disk_name: Callable[[int], str]) -> tuple[DiskStat
                 writes=writes.requests,
                 read_bytes=reads.bytes,
                 write_bytes=writes.bytes,
-                avg_lat_ms=(reads.latency_ns + writes.latency_ns) / requests / 1e6,
+                avg_lat_ms=(reads.latency_ns + writes.latency_ns) / requests / 1e6 if requests
+                else 0.0,
                 hist_us=histogram(slots.get(dev, {})),
+                flushes=flushes,
             )
         )
     return tuple(sorted(disks, key=lambda d: (d.disk, d.major, d.minor)))

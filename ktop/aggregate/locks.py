@@ -10,12 +10,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
 from ktop.aggregate.window import Window
-from ktop.collectors.locks import HIST_SLOTS, LockDrain
+from ktop.collectors.locks import (
+    HIST_SLOTS,
+    OWNER_READERS,
+    OWNER_TASK,
+    OWNER_UNKNOWN,
+    LockDrain,
+)
 from ktop.model import (
     EXITED_PID,
+    OWNER_UNTRACED,
     Bucket,
     LockAddress,
     LockCaller,
+    LockOwnerWait,
     LockProfile,
     LockStack,
     LockTask,
@@ -23,8 +31,12 @@ from ktop.model import (
     LockUserStack,
     UserFrame,
 )
+from ktop.model import OWNER_READERS as READ_HELD
+from ktop.model import OWNER_TASK as HELD_BY_TASK
+from ktop.model import OWNER_UNKNOWN as OWNER_NOT_KNOWN
 from ktop.symbolize.frames import StackSymbolizer
 from ktop.symbolize.kernel import Kallsyms
+from ktop.symbolize.locknames import LockNamer
 
 if TYPE_CHECKING:
     from ktop.collectors.locks import LockCollector
@@ -117,6 +129,19 @@ class _Waits:
 K = TypeVar("K")
 TaskStackKey = tuple[int, str, tuple[str, ...], tuple[UserFrame, ...]]
 TaskKey = tuple[int, str, str]  # (tid, comm, cgroup)
+# (owner kind, tid, tgid, comm, owner's frames, why none, waiter's caller, type, lock address)
+OwnerKey = tuple[str, int, int, str, tuple[str, ...], str, str, str, int]
+
+_OWNER_KINDS = {OWNER_TASK: HELD_BY_TASK, OWNER_READERS: READ_HELD, OWNER_UNKNOWN: OWNER_NOT_KNOWN}
+# Why an owner's stack is missing, by bpf_get_stackid's -errno or the program's own codes.
+_MISSING_OWNER_STACK = {
+    -errno.ENODATA: "not seen: the owner did not wake this waiter",
+    -errno.ESTALE: "taken before a drain: left out",
+    -errno.EEXIST: "lost: stack map collision",
+    -errno.ENOMEM: "lost: stack map full",
+}
+# Owner rows the totals since start keep, as for stacks: the rarest merge past it.
+LOCK_OWNERS_KEPT = 2000
 
 
 def _forget_task_stack_addresses(key: TaskStackKey) -> TaskStackKey:
@@ -149,12 +174,14 @@ class _Contention:
     callers: dict[tuple[str, str], _CallerWaits] = field(default_factory=dict)
     locks: dict[tuple[int, str], _Waits] = field(default_factory=dict)
     tasks: dict[TaskKey, _Waits] = field(default_factory=dict)
+    owners: dict[OwnerKey, _Waits] = field(default_factory=dict)
 
     def merge(self, other: _Contention) -> None:
         for key, caller in other.callers.items():
             self.callers.setdefault(key, _CallerWaits()).merge(caller)
         _merge_into(self.locks, other.locks)
         _merge_into(self.tasks, other.tasks)
+        _merge_into(self.owners, other.owners)
 
 
 def _merged(into: _Waits, other: _Waits) -> _Waits:
@@ -202,11 +229,31 @@ class LockAggregator:
         # Waits cannot be taken back out of a sum (their min and max), so no subtract.
         self._window = Window(window_s, _Contention, _Contention.merge)
         self._lost: dict[str, int] = {}
-        self._lock_names: dict[int, str] = {}
+        self._lock_names: dict[int, tuple[str, str, str]] = {}  # address -> symbol, name, instance
+        self._namer = LockNamer()
+        self._notes: tuple[str, ...] = ()
 
     def add(self, drain: LockDrain) -> None:
+        self._name_locks(drain)
         self._window.add(drain.start, drain.end, self._fold(drain))
         self._lost = dict(drain.lost)
+        self._notes = drain.notes
+
+    def _name_locks(self, drain: LockDrain) -> None:
+        """Names for the drained locks, kept while they are seen (a lock in freed memory may
+        be something else next time: names found now replace older ones)."""
+        found = drain.names or {}
+        run_queues = drain.run_queues or {}
+        for row in drain.locks:
+            known = self._lock_names.get(row.address)
+            if known is not None and known[1] and row.address not in found:
+                continue
+            if len(self._lock_names) > LOCK_NAMES_KEPT:
+                self._lock_names.clear()
+            symbol = known[0] if known else self.symbolizer.lock_symbol(row.address)
+            name, instance = self._namer.name(row.address, found.get(row.address), run_queues,
+                                              symbol)
+            self._lock_names[row.address] = (symbol, name, instance)
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
         """Totals since start: one entry per command for tasks that have exited."""
@@ -226,6 +273,10 @@ class LockAggregator:
                 rekey(caller.task_stacks, _forget_task_stack_addresses, _merged,
                       only=lambda key: key[0] == EXITED_PID)
         _merge_rare_stacks(callers)
+        if crowded(total.owners):
+            fold_exited(total.owners, is_alive, lambda key: key[1],
+                        lambda key, tid: (key[0], tid, *key[2:]), _merged)
+        _merge_rare_owners(total.owners)
 
     def _fold(self, drain: LockDrain) -> _Contention:
         contention = _Contention()
@@ -253,6 +304,20 @@ class LockAggregator:
                     found.user_stacks.setdefault(user, _Waits()).add(*stats)
                 found.task_stacks.setdefault((task_row.tid, task_row.comm, frames, user),
                                              _Waits()).add(*stats)
+        for owner_row in drain.owners:
+            _, caller = self._stack(owner_row.kernel, owner_row.kernel_error)
+            owner_frames: tuple[str, ...] = ()
+            note = ""
+            if owner_row.owner_kernel:
+                owner_frames, _ = self.symbolizer.resolve(owner_row.owner_kernel)
+            elif owner_row.owner_kind == OWNER_TASK:
+                note = _MISSING_OWNER_STACK.get(owner_row.owner_kernel_error,
+                                                f"lost: {owner_row.owner_kernel_error}")
+            kind = _OWNER_KINDS.get(owner_row.owner_kind, OWNER_UNTRACED)
+            key = (kind, owner_row.owner_tid, owner_row.owner_tgid, owner_row.owner_comm,
+                   owner_frames, note, caller, lock_type_name(owner_row.flags), owner_row.address)
+            contention.owners.setdefault(key, _Waits()).add(
+                owner_row.contended, owner_row.total_ns, owner_row.max_ns, owner_row.min_ns)
         for lock_row in drain.locks:
             key = (lock_row.address, lock_type_name(lock_row.flags))
             contention.locks.setdefault(key, _Waits()).add(
@@ -265,22 +330,38 @@ class LockAggregator:
             return (), _MISSING_STACK.get(error, f"[no stack: {error}]")
         return self.symbolizer.resolve(kernel)
 
-    def _lock_symbol(self, address: int) -> str:
-        name = self._lock_names.get(address)
-        if name is None:
+    def _lock_name(self, address: int) -> tuple[str, str, str]:
+        """(kallsyms symbol, name, instance) of a lock address."""
+        known = self._lock_names.get(address)
+        if known is None:
             if len(self._lock_names) > LOCK_NAMES_KEPT:
                 self._lock_names.clear()
-            name = self._lock_names[address] = self.symbolizer.lock_symbol(address)
-        return name
+            symbol = self.symbolizer.lock_symbol(address)
+            known = self._lock_names[address] = (symbol, *self._namer.name(address, None, {},
+                                                                            symbol))
+        return known
 
     def profile(self, cumulative: bool = False, latest: bool = False) -> LockProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
         contention, window_s = self._window.latest() if latest else self._window.counts(cumulative)
-        return build_profile(contention, window_s, self._lost, self._lock_symbol)
+        return build_profile(contention, window_s, self._lost, self._lock_name, self._notes)
+
+
+def _merge_rare_owners(owners: dict[OwnerKey, _Waits]) -> None:
+    """Past LOCK_OWNERS_KEPT owner rows in the totals, the rarest lose their owner's stack
+    (and then merge with the rows that differ only by it)."""
+    if len(owners) <= LOCK_OWNERS_KEPT:
+        return
+    rare = sorted(owners, key=lambda key: owners[key].contended)
+    for key in rare[:len(owners) - LOCK_OWNERS_KEPT * 3 // 4]:
+        if key[4] != _RARE_KERNEL:
+            owners.setdefault((*key[:4], _RARE_KERNEL, "", *key[6:]), _Waits()).merge(
+                owners.pop(key))
 
 
 def build_profile(contention: _Contention, window_s: float, lost: Mapping[str, int],
-                  lock_symbol: Callable[[int], str]) -> LockProfile:
+                  lock_name: Callable[[int], tuple[str, str, str]],
+                  notes: tuple[str, ...] = ()) -> LockProfile:
     """The profile of waits counted over `window_s`: live, and for a replayed window."""
     callers = tuple(
         LockCaller(
@@ -312,16 +393,16 @@ def build_profile(contention: _Contention, window_s: float, lost: Mapping[str, i
             contention.callers.items(), key=lambda kv: (-kv[1].waits.total_ns, kv[0])
         )
     )
-    locks = tuple(
-        LockAddress(
-            address=f"{address:#x}",
-            symbol=lock_symbol(address),
-            type=lock_type,
-            contended=w.contended,
-            total_wait_ns=w.total_ns,
-            max_wait_ns=w.max_ns,
+    locks = tuple(_lock_address(address, lock_type, w, lock_name(address))
+                  for (address, lock_type), w in _by_total_wait(contention.locks))
+    owners = tuple(
+        LockOwnerWait(
+            owner=kind, pid=tid, tgid=tgid, comm=comm, frames=frames, stack_note=note,
+            caller=caller, type=lock_type, address=f"{address:#x}",
+            contended=w.contended, total_wait_ns=w.total_ns, max_wait_ns=w.max_ns,
         )
-        for (address, lock_type), w in _by_total_wait(contention.locks)
+        for (kind, tid, tgid, comm, frames, note, caller, lock_type, address), w in sorted(
+            contention.owners.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:4], kv[0][5:]))
     )
     return LockProfile(
         events=sum(c.contended for c in callers),
@@ -330,7 +411,17 @@ def build_profile(contention: _Contention, window_s: float, lost: Mapping[str, i
         locks=locks,
         tasks=_tasks(contention.tasks),
         window_s=window_s,
+        owners=owners,
+        notes=notes,
     )
+
+
+def _lock_address(address: int, lock_type: str, w: _Waits,
+                  named: tuple[str, str, str]) -> LockAddress:
+    symbol, name, instance = named
+    return LockAddress(address=f"{address:#x}", symbol=symbol, type=lock_type,
+                       contended=w.contended, total_wait_ns=w.total_ns, max_wait_ns=w.max_ns,
+                       name=name, instance=instance)
 
 
 def _counted(profile: LockProfile) -> _Contention:
@@ -353,6 +444,10 @@ def _counted(profile: LockProfile) -> _Contention:
                         for lock in profile.locks}
     contention.tasks = {(t.pid, t.comm, t.cgroup): _Waits(t.contended, t.total_wait_ns, t.max_wait_ns)
                         for t in profile.tasks}
+    contention.owners = {(o.owner, o.pid, o.tgid, o.comm, o.frames, o.stack_note, o.caller, o.type,
+                          _recorded_address(o.address)):
+                         _Waits(o.contended, o.total_wait_ns, o.max_wait_ns)
+                         for o in profile.owners}
     return contention
 
 
@@ -371,9 +466,10 @@ def merge_profiles(profiles: Sequence[LockProfile]) -> LockProfile:
     merged = _Contention()
     for profile in profiles:
         merged.merge(_counted(profile))
-    names = {_recorded_address(lock.address): lock.symbol for p in profiles for lock in p.locks}
+    names = {_recorded_address(lock.address): (lock.symbol, lock.name, lock.instance)
+             for p in profiles for lock in p.locks}
     return build_profile(merged, sum(p.window_s for p in profiles), profiles[-1].lost,
-                         lambda address: names.get(address, ""))
+                         lambda address: names.get(address, ("", "", "")), profiles[-1].notes)
 
 
 def _tasks(waits: dict[TaskKey, _Waits]) -> tuple[LockTask, ...]:

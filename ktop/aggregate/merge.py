@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ktop.aggregate.diskstats import merge_profiles as merge_iostat
 from ktop.collectors.procstat import merge_times
 from ktop.model import Snapshot
 from ktop.panes import PANES
@@ -36,5 +37,6 @@ def merge_snapshots(snapshots: Sequence[Snapshot]) -> Snapshot:
         newest,
         **profiles,
         cpu_times=merge_times(*zip(*split)) if split else None,
+        iostat=merged("iostat", merge_iostat),
         duration_s=cpu_profile.window_s if cpu_profile else sum(s.duration_s for s in snapshots),
     )

@@ -48,7 +48,7 @@ LOST_NAMES = (  # enum blk_lost in bpf/ktop.h, in order
     "ustack_map_full",
     "ringbuf_full",
 )
-RW_NAMES = ("R", "W")  # enum blk_rw: BLK_RW_READ, BLK_RW_WRITE
+RW_NAMES = ("R", "W", "F")  # enum blk_rw: BLK_RW_READ, BLK_RW_WRITE, BLK_RW_FLUSH
 
 REQUIRED_TRACEPOINTS = [
     "block:block_rq_insert",
@@ -95,6 +95,8 @@ def struct_offset_flags(btf: KernelBtf) -> list[str]:
         if actual != size:
             raise BtfError(f"{struct_name}.{path} is {actual} bytes, not {size}")
         flags.append(f"-D{macro}={offset}")
+    # A flush is an empty write with this flag (its bit has moved between kernels).
+    flags.append(f"-DREQ_PREFLUSH={1 << btf.enumerator('__REQ_PREFLUSH')}u")
     # Which argument is the request (bio): before 5.11 most of these took the queue first.
     for macro, (tracepoint, struct_name) in TRACEPOINT_ARGS.items():
         flags.append(f"-D{macro}={btf.tracepoint_arg(tracepoint, struct_name)}")
@@ -128,7 +130,7 @@ class IoTotal:
     pid: int
     comm: str
     dev: int  # kernel dev_t: major << 20 | minor
-    rw: str  # "R" or "W"
+    rw: str  # "R", "W" or "F"
     requests: int
     bytes: int
     latency_ns: int  # summed: issue (or submission, if never issued) to completion

@@ -131,6 +131,24 @@ class KernelBtf:
                 return vlen - 1  # the first parameter is the probe's own data pointer
         raise BtfError(f"tracepoint {tracepoint} is not a function pointer in BTF")
 
+    def enumerator(self, name: str) -> int:
+        """The value of the enum constant `name` ("__REQ_PREFLUSH"), in whichever enum holds it."""
+        data = self._data
+        for pos in self._types[1:]:
+            _name, info = struct.unpack_from("<II", data, pos)
+            kind, vlen = info >> 24 & 0x1F, info & 0xFFFF
+            if kind not in (_ENUM, _ENUM64):
+                continue
+            step = 8 if kind == _ENUM else 12
+            for i in range(vlen):
+                item = pos + 12 + step * i
+                if self._name(struct.unpack_from("<I", data, item)[0]) == name:
+                    if kind == _ENUM:
+                        return struct.unpack_from("<i", data, item + 4)[0]
+                    low, high = struct.unpack_from("<II", data, item + 4)
+                    return high << 32 | low
+        raise BtfError(f"no enum constant {name}")
+
     def tracepoint_arg(self, tracepoint: str, struct_name: str) -> int:
         """Index among a raw tracepoint's arguments of the first `struct struct_name *`."""
         typedef = self._typedefs.get(f"btf_trace_{tracepoint}")

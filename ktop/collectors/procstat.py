@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from ktop.model import CpuTimes
 
@@ -16,25 +16,16 @@ class CpuTicks:
     kernel: int = 0
     idle: int = 0
     steal: int = 0
+    iowait: int = 0  # idle with I/O outstanding (vmstat's wa)
 
     def __sub__(self, other: CpuTicks) -> CpuTicks:
-        return CpuTicks(
-            self.user - other.user,
-            self.kernel - other.kernel,
-            self.idle - other.idle,
-            self.steal - other.steal,
-        )
+        return CpuTicks(*(a - b for a, b in zip(astuple(self), astuple(other))))
 
     def __add__(self, other: CpuTicks) -> CpuTicks:
-        return CpuTicks(
-            self.user + other.user,
-            self.kernel + other.kernel,
-            self.idle + other.idle,
-            self.steal + other.steal,
-        )
+        return CpuTicks(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     def shares(self) -> CpuTimes:
-        total = self.user + self.kernel + self.idle + self.steal
+        total = sum(astuple(self))
         if total <= 0:
             return CpuTimes()
         return CpuTimes(
@@ -43,13 +34,16 @@ class CpuTicks:
             idle=100.0 * self.idle / total,
             steal=100.0 * self.steal / total,
             ticks=total,
+            iowait=100.0 * self.iowait / total,
         )
+
+
+CATEGORIES = ("user", "kernel", "idle", "steal", "iowait")
 
 
 def ticks_of(times: CpuTimes) -> CpuTicks:
     """The ticks a split was made of, from its shares and their total (as a record keeps it)."""
-    return CpuTicks(*(round(share * times.ticks / 100.0)
-                      for share in (times.user, times.kernel, times.idle, times.steal)))
+    return CpuTicks(*(round(getattr(times, name) * times.ticks / 100.0) for name in CATEGORIES))
 
 
 def merge_times(times: Sequence[CpuTimes], spans: Sequence[float]) -> CpuTimes:
@@ -57,10 +51,9 @@ def merge_times(times: Sequence[CpuTimes], spans: Sequence[float]) -> CpuTimes:
     weighed by its span instead, for records made before the ticks were kept)."""
     if all(t.ticks for t in times):
         return sum((ticks_of(t) for t in times), CpuTicks()).shares()
-    categories = ("user", "kernel", "idle", "steal")
-    totals = dict.fromkeys(categories, 0.0)
+    totals = dict.fromkeys(CATEGORIES, 0.0)
     for share, span in zip(times, spans):
-        for name in categories:
+        for name in CATEGORIES:
             totals[name] += getattr(share, name) * span / 100.0
     total = sum(totals.values())
     if total <= 0:
@@ -75,7 +68,7 @@ def parse_cpu_line(text: str) -> CpuTicks:
             fields = [int(v) for v in line.split()[1:]] + [0] * 10
             user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
             # guest time is already included in user time, as top and htop assume.
-            return CpuTicks(user + nice, system + irq + softirq, idle + iowait, steal)
+            return CpuTicks(user + nice, system + irq + softirq, idle, steal, iowait)
     raise ValueError("no aggregate cpu line in /proc/stat")
 
 

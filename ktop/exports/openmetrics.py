@@ -32,6 +32,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ktop.cgroups import short_name
+from ktop.lockviews import UNNAMED
 from ktop.model import Bucket, ProcessRow, Snapshot
 from ktop.panes import bpf_panes
 from ktop.text import printable
@@ -180,7 +181,7 @@ class SnapshotMetrics:
         machine_s = cpu.window_s * cpu.cpus
         times = cpu.times
         for mode, share in (("kernel", times.kernel), ("user", times.user), ("idle", times.idle),
-                            ("steal", times.steal)):
+                            ("steal", times.steal), ("iowait", times.iowait)):
             value = round(share / 100 * machine_s, 3)
             seconds.add_metric([mode], self._monotonic(f"cpu_seconds/{mode}", value))
         samples = CounterMetricFamily(
@@ -239,6 +240,25 @@ class SnapshotMetrics:
         rows.append(((OTHER, OTHER), other))
         _add_rows(wait, [(labels, values[0]) for labels, values in rows])
         _add_rows(contentions, [(labels, values[1]) for labels, values in rows])
+        # By what the locks are (their names, never an instance: no pid or path in a label).
+        by_name: dict[tuple[str, str], tuple[float, float]] = {}
+        for lock in locks.locks:
+            key = (lock.type, lock.name or UNNAMED)
+            seconds, count = by_name.get(key, (0.0, 0.0))
+            by_name[key] = (seconds + lock.total_wait_ns / 1e9, count + lock.contended)
+        named, other_named = self._top("lock_names", by_name, 2)
+        name_wait = CounterMetricFamily(
+            "ktop_lock_name_wait_seconds", "time tasks waited for contended kernel locks, by "
+            "lock type and what the lock is (&mm->mmap_lock, &inode->i_rwsem, a global...; "
+            "top N by wait, the rest as lock=\"other\")", labels=["lock_type", "lock"])
+        name_contentions = CounterMetricFamily(
+            "ktop_lock_name_contentions", "contended kernel lock acquisitions, by lock type "
+            "and what the lock is", labels=["lock_type", "lock"])
+        name_rows = [((label_value(kind), label_value(name)), values)
+                     for (kind, name), values in named]
+        name_rows.append(((OTHER, OTHER), other_named))
+        _add_rows(name_wait, [(labels, values[0]) for labels, values in name_rows])
+        _add_rows(name_contentions, [(labels, values[1]) for labels, values in name_rows])
         by_type: dict[str, list[Bucket]] = {}
         sums: dict[str, float] = {}
         for caller in locks.callers:
@@ -254,7 +274,7 @@ class SnapshotMetrics:
                                    "by reason", labels=["reason"])
         for reason, count in sorted(locks.lost.items()):
             lost.add_metric([label_value(reason)], float(count))
-        return [wait, contentions, histogram, lost]
+        return [wait, contentions, name_wait, name_contentions, histogram, lost]
 
     def _waits(self, snapshot: Snapshot) -> list[Metric]:
         waits = snapshot.waits
@@ -305,7 +325,7 @@ class SnapshotMetrics:
         totals: dict[tuple[str, str], list[float]] = {}
         histograms: dict[tuple[str, str], _Histogram] = {}
         for process in blockio.processes:
-            key = (process.disk, "read" if process.rw == "R" else "write")
+            key = (process.disk, {"R": "read", "W": "write", "F": "flush"}.get(process.rw, "write"))
             row = totals.setdefault(key, [0.0, 0.0])
             row[0] += process.bytes
             row[1] += process.requests

@@ -15,7 +15,8 @@ stack before the first lock wait). PROFILES names each one's value types:
                                                    under one "[run queue]" frame
 
 Labels: pid and comm on every sample that has them, lock_type and lock_caller on lock
-stacks, disk and op (read/write) on I/O stacks, state (S/D/other) and reason on off-CPU
+stacks (and lock, the lock's name, where all of a caller's waits were for locks of one name:
+known for sleeping locks, through their owner records), disk and op (read/write) on I/O stacks, state (S/D/other) and reason on off-CPU
 stacks.
 
 The message classes come from a descriptor built here from SCHEMA (the fields of
@@ -36,7 +37,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from ktop.codec import MAX_INT
 from ktop.exports.folded import io_stack_shares
-from ktop.model import Snapshot, UserFrame
+from ktop.model import LockProfile, Snapshot, UserFrame
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
 from ktop.text import printable
 from ktop.writer import SnapshotError
@@ -298,9 +299,23 @@ def build_profile(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu
     return profile
 
 
+def caller_lock_names(locks: LockProfile) -> dict[tuple[str, str], str]:
+    """(caller, type) -> the name of the locks it waited for, where its owner records
+    (sleeping locks only) show one name alone; spinning waits keep no lock per stack."""
+    names = {lock.address: lock.name for lock in locks.locks}
+    seen: dict[tuple[str, str], set[str]] = {}
+    for owner in locks.owners:
+        seen.setdefault((owner.caller, owner.type), set()).add(names.get(owner.address, ""))
+    return {key: next(iter(found)) for key, found in seen.items()
+            if len(found) == 1 and "" not in found}
+
+
 def _add_locks(tables: _Tables, snapshot: Snapshot) -> None:
+    named = caller_lock_names(snapshot.locks)
     for caller in snapshot.locks.callers:
         where = {"lock_type": caller.type, "lock_caller": caller.caller}
+        if (caller.caller, caller.type) in named:
+            where["lock"] = named[caller.caller, caller.type]
         if caller.task_stacks:
             for stack in caller.task_stacks:
                 locations = tables.kernel_stack(stack.frames) + tables.user_stack(stack.user_frames)
@@ -333,7 +348,7 @@ def _add_io(tables: _Tables, snapshot: Snapshot) -> None:
         shares = zip(process.stacks, io_stack_shares(process, process.bytes),
                      io_stack_shares(process, latency_ns))
         labels = {"pid": process.pid, "comm": process.comm, "disk": process.disk,
-                  "op": "read" if process.rw == "R" else "write"}
+                  "op": {"R": "read", "W": "write", "F": "flush"}.get(process.rw, "write")}
         for stack, bytes_share, latency_share in shares:
             tables.sample(tables.kernel_stack(stack.frames),
                           {"io_requests": stack.requests, "io": bytes_share,

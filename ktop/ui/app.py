@@ -203,9 +203,17 @@ class KtopApp(App[None]):
             return
         first = self.snapshot is None
         self.snapshot = message.snapshot
-        self.main_screen.refresh_panes()
+        # Only the screen on top is drawn with the new data: one under an overlay (help, L)
+        # or a drill-down would be repainted whole, overlay included, for nothing seen.
+        # The others catch up when they are on top again (on_screen_resume).
+        stack = self.screen_stack  # (empty while a headless picture is made or shut down)
+        top = stack[-1] if stack else self.main_screen
+        if top is self.main_screen:
+            self.main_screen.refresh_panes()
+        else:
+            self.main_screen.behind = True
         for screen in _drill_screens(self.screen_stack):  # they follow the data as panes do
-            screen.follow(message.snapshot)
+            screen.follow(message.snapshot, drawn=screen is top)
         if first:  # drawn at the next frame: the compile can have the CPU now
             self.call_after_refresh(self.source.hurry_loading)
 
@@ -285,6 +293,13 @@ class KtopApp(App[None]):
             self.recorder = None
         self.notify(message.recorder.error, severity="error", markup=False, timeout=15)
         self.main_screen.show_header()
+
+    def move_timeline(self, how: str, amount: int) -> None:
+        """A drill-down's [ ] Left Right Home End: the replay's window moves as the panes'
+        keys move it; the drill-downs follow the new window."""
+        main = self.main_screen
+        {"step": main.action_timeline_step, "seconds": main.action_timeline_seconds,
+         "edge": main.action_timeline_edge}[how](amount)
 
     @work(thread=True, exclusive=True, group="timeline")
     def collect_timeline(self) -> None:

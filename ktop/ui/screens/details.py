@@ -1,5 +1,6 @@
-"""The drill-downs into a lock caller (its stacks, wait histogram, tasks) and into a process
-doing block I/O (its submitting stacks, latency histogram, newest requests)."""
+"""The drill-downs into a lock caller (its stacks, wait histogram, tasks, owners), a lock
+(what it is, its owners and their stacks) and a process doing block I/O (its submitting
+stacks, latency histogram, newest requests)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,20 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from ktop.lockviews import (
+    NO_OWNER_FIELD,
+    OWNED_TYPES,
+    LockOwner,
+    lock_label,
+    owners_of_caller,
+    owners_of_lock,
+)
 from ktop.model import (
+    OWNER_TASK,
     Bucket,
     IoProcess,
     IoRequest,
+    LockAddress,
     LockCaller,
     Snapshot,
 )
@@ -93,8 +104,11 @@ class LockCallerScreen(DetailScreen):
             lines.append(Text("  no kernel stacks kept for this caller", style="dim"))
         lines.append(Text(""))
         lines.extend(self._user_stack_lines(c))
+        owners = (owners_of_caller(self.snapshot.locks, c.caller, c.type)
+                  if self.snapshot.locks else [])
         self.query_one("#stack-list-text", Static).update(
-            Group(*lines, _histogram_table("wait time distribution", c.hist_ns, 1), _lock_tasks_table(c))
+            Group(*lines, _histogram_table("wait time distribution", c.hist_ns, 1),
+                  _lock_tasks_table(c), Text(""), _owners_group(owners, c.type))
         )
 
     def _user_stack_lines(self, c: LockCaller) -> list[Text]:
@@ -124,6 +138,90 @@ def _lock_tasks_table(c: LockCaller) -> Group:
     for t in sorted(c.tasks, key=lambda t: -t.total_wait_ns):
         tasks.add_row(format_pid(t.pid), escaped(t.comm), str(t.contended), format_ns(t.total_wait_ns))
     return Group(heading("tasks that waited"), tasks)
+
+
+OWNER_STACKS_SHOWN = 5  # per owner, most wait first
+
+
+def _owners_group(owners: list[LockOwner], lock_type: str) -> Group:
+    """Who held the lock when the waits began, the waits charged to each, and each owner's
+    stack when it woke a waiter (its unlock path); locks that keep no owner say so."""
+    parts: list[Text | Table] = [heading("lock owners when the waits began (perf lock contention -o)")]
+    if lock_type not in OWNED_TYPES:
+        parts.append(Text(f"  {NO_OWNER_FIELD} ({printable(lock_type)})", style="dim"))
+        return Group(*parts)
+    if not owners:
+        parts.append(Text("  none recorded for these waits", style="dim"))
+        return Group(*parts)
+    table = Table(box=None)
+    for name, right in (("pid", True), ("owner", False), ("contended", True),
+                        ("total wait", True), ("max wait", True)):
+        table.add_column(name, justify="right" if right else "left")
+    for o in owners:
+        table.add_row(format_pid(o.pid) if o.owner == OWNER_TASK else "", escaped(o.comm),
+                      str(o.contended), format_ns(o.total_wait_ns), format_ns(o.max_wait_ns))
+    parts.append(table)
+    for o in owners:
+        if o.owner != OWNER_TASK:
+            continue
+        parts.append(Text(""))
+        parts.append(Text(f"  owner {format_pid(o.pid)} {printable(o.comm)}: its stack when it "
+                          "woke a waiter (the unlock path)", style="bold"))
+        for st in o.stacks[:OWNER_STACKS_SHOWN]:
+            head = Text(f"  {count_of(st.contended, 'wait')}, total {format_ns(st.total_wait_ns)}",
+                        style="bold")
+            if not st.frames:
+                head.append(f"  stack {printable(st.note)}", style="dim")
+            parts.append(head)
+            parts.extend(frame_line(frame) for frame in st.frames)
+        if len(o.stacks) > OWNER_STACKS_SHOWN:
+            parts.append(Text(f"  ... {len(o.stacks) - OWNER_STACKS_SHOWN} more stacks", style="dim"))
+    return Group(*parts)
+
+
+class LockAddressScreen(DetailScreen):
+    """One lock: what it is, and who held it while others waited (sleeping locks)."""
+
+    TITLE = "Lock: name, owners"
+
+    def __init__(self, lock: LockAddress, snapshot: Snapshot, host: DrillHost) -> None:
+        super().__init__(snapshot, host)
+        self.row = lock
+
+    def still_present(self, snapshot: Snapshot) -> bool:
+        found = next((lock for lock in (snapshot.locks.locks if snapshot.locks else ())
+                      if lock.address == self.row.address and lock.type == self.row.type), None)
+        if found is not None:
+            self.row = found
+        return found is not None
+
+    def shown(self) -> object:
+        window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
+        return self.row, self.window_label(window)
+
+    def header(self) -> Text:
+        lock = self.row
+        text = Text()
+        text.append("lock ", style="bold")
+        text.append(printable(lock_label(lock) or "[unnamed]"), style="bold cyan")
+        window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
+        text.append(
+            f"  {printable(lock.address)} ({printable(lock.type)})   "
+            f"{count_of(lock.contended, 'wait')} {self.window_label(window)},"
+            f" total {format_ns(lock.total_wait_ns)}, max {format_ns(lock.max_wait_ns)}"
+        )
+        text.append_text(self.stale_text())
+        return text
+
+    def rebuild(self) -> None:
+        self.header_widget().update(self.header())
+        locks = self.snapshot.locks
+        owners = owners_of_lock(locks, self.row.address, self.row.type) if locks else []
+        parts: list[Text | Group] = []
+        if locks is not None and locks.notes:
+            parts.extend(Text(f"  {printable(note)}", style="dim") for note in locks.notes)
+        parts.append(_owners_group(owners, self.row.type))
+        self.query_one("#stack-list-text", Static).update(Group(*parts))
 
 
 def _histogram_table(what: str, buckets: tuple[Bucket, ...], ns_per_unit: int) -> Group:

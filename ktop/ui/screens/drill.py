@@ -6,6 +6,7 @@ them): ktop.stackmerge.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from rich.text import Text
@@ -13,12 +14,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ktop.model import (
     Snapshot,
 )
 from ktop.text import printable
+from ktop.ui.widgets.footer import KeysFooter
 from ktop.units import format_span
 
 
@@ -31,6 +33,11 @@ class DrillHost(Protocol):
     def paused(self) -> bool: ...
     @property
     def cumulative(self) -> bool: ...  # the figures are since start (key c)
+    @property
+    def timeline(self) -> object | None: ...  # a replay's (the app's Timeline), else None
+    # A replay's window moved from a drill-down: "step" (records), "seconds", "edge" (0 first,
+    # 1 last), as the panes' keys move it.
+    def move_timeline(self, how: str, amount: int) -> None: ...
 
 COMMON_BINDINGS = [
     Binding("escape,backspace", "back", "Back"),
@@ -41,6 +48,15 @@ COMMON_BINDINGS = [
     Binding("s", "app.save", "Save SVG", show=False),
     Binding("question_mark,f1", "help", "Help"),
     Binding("q", "app.quit", "Quit", show=False),
+    # A replay's window moves here as on the panes, and the drill-down follows it.
+    Binding("left", "timeline('step', -1)", "replay: one interval back", show=False, priority=True),
+    Binding("right", "timeline('step', 1)", "replay: one interval on", show=False, priority=True),
+    Binding("left_square_bracket", "timeline('seconds', -60)", "replay: a minute back",
+            show=False),
+    Binding("right_square_bracket", "timeline('seconds', 60)", "replay: a minute on",
+            show=False),
+    Binding("home", "timeline('edge', 0)", "replay: the first record", show=False),
+    Binding("end", "timeline('edge', 1)", "replay: the last record", show=False),
 ]
 
 
@@ -93,20 +109,53 @@ class DrillScreen(Screen[None]):
     def rebuild(self) -> None:
         raise NotImplementedError
 
-    def follow(self, snapshot: Snapshot) -> None:
+    def follow(self, snapshot: Snapshot, drawn: bool = True) -> None:
         """A new snapshot, as the panes get each refresh: redrawn only if what this screen
-        shows changed; a row gone from it keeps its last figures, marked stale."""
-        before, was_stale = self.shown(), self.stale
+        shows changed; a row gone from it keeps its last figures, marked stale. In a replay
+        the window moved: the title says its time. Not drawn: an overlay is on top (help),
+        and the snapshot waits until this screen is on top again."""
+        if not drawn:
+            self._behind = snapshot
+            return
+        self._behind = None
+        before, was_stale = (self.shown(), self._window()), self.stale
         if self.still_present(snapshot):
             self.snapshot, self.stale = snapshot, False
         else:
             self.stale = True
-        if self.stale != was_stale or self.shown() != before:
+            self._moved_to = snapshot
+        if self.stale != was_stale or (self.shown(), self._window()) != before:
             self.rebuild()
 
+    def on_screen_resume(self) -> None:
+        behind = getattr(self, "_behind", None)
+        if behind is not None:
+            self.follow(behind)
+
+    def _window(self) -> tuple[float, float] | None:
+        """The replayed window shown (its end and span); None live, where it always moves."""
+        if self.host.timeline is None:
+            return None
+        return self.snapshot.taken_at, self.snapshot.duration_s
+
     def window_label(self, window_s: float) -> str:
-        """Over what time the figures are: the pane's window, or since start (key c)."""
+        """Over what time the figures are: the pane's window, or since start (key c); in a
+        replay, the window's own time ("in 19:53:00-19:53:30 (30s)")."""
+        if self.host.timeline is not None:
+            end = self.snapshot.taken_at
+            clock = "%H:%M:%S"
+            return (f"in {time.strftime(clock, time.localtime(end - window_s))}-"
+                    f"{time.strftime(clock, time.localtime(end))} ({format_span(window_s)})")
         return "since start" if self.host.cumulative else f"in the last {format_span(window_s)}"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The timeline keys move a replay only (live, the arrows are the body's)."""
+        if action == "timeline":
+            return self.host.timeline is not None
+        return True
+
+    def action_timeline(self, how: str, amount: int) -> None:
+        self.host.move_timeline(how, amount)
 
     def action_back(self) -> None:
         self.dismiss(None)
@@ -147,7 +196,13 @@ class DrillScreen(Screen[None]):
         text = Text()
         if self.host.paused:
             text.append("  PAUSED (space resumes)", style="bold reverse")
-        if self.stale:
+        if self.stale and self.host.timeline is not None:
+            moved = getattr(self, "_moved_to", None)
+            where = (f" ({time.strftime('%H:%M:%S', time.localtime(moved.taken_at))})"
+                     if moved is not None else "")
+            text.append(f"  NOT IN THE WINDOW MOVED TO{where}: showing the last that had it",
+                        style="bold reverse yellow")
+        elif self.stale:
             text.append("  STALE: no longer in the latest data", style="bold reverse yellow")
         return text
 
@@ -161,7 +216,7 @@ class DetailScreen(DrillScreen):
         yield Static(id="stack-header")
         with VerticalScroll(id="stack-list"):
             yield Static(id="stack-list-text")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.rebuild()

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Static, Tree
+from textual.widgets import DataTable, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from ktop.model import (
@@ -35,6 +35,7 @@ from ktop.ui.screens.drill import (
     frame_line,
     merged_note,
 )
+from ktop.ui.widgets.footer import KeysFooter
 
 
 class FunctionScreen(DrillScreen):
@@ -65,7 +66,7 @@ class FunctionScreen(DrillScreen):
             with VerticalScroll(id="stack-list"):
                 yield Static(id="stack-list-text")
             yield DataTable(id="stack-processes", cursor_type="row")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#stack-processes", DataTable)
@@ -100,7 +101,8 @@ class FunctionScreen(DrillScreen):
         # and the stacks view has no branches to open.
         if action == "toggle_offsets":
             return self.view == "stacks"
-        return self.view != "stacks" if action in self._TREE_ACTIONS else True
+        return self.view != "stacks" if action in self._TREE_ACTIONS else super().check_action(
+            action, parameters)
 
     def header(self) -> Text:
         cpu = self.snapshot.cpu

@@ -1,6 +1,9 @@
-"""`?` / F1: every key of the screen the user came from, read from its bindings."""
+"""`?` / F1: what each column of the focused pane is, and every key of the screen the user
+came from, read from its bindings."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from rich.table import Table
 from rich.text import Text
@@ -12,24 +15,56 @@ from textual.widgets import Static
 
 
 class HelpScreen(ModalScreen[None]):
+    """The keys, and what each column of the focused pane's view is (as htop's F1); the box
+    scrolls, and says so while there is more than it shows."""
+
     BINDINGS = [
         Binding("escape,q,question_mark,f1,backspace", "dismiss", "close help"),
     ]
 
-    def __init__(self, title: str, keys: list[tuple[str, str]]) -> None:
+    def __init__(self, title: str, keys: list[tuple[str, str]],
+                 columns: list[tuple[str, str, bool]] | None = None, columns_title: str = "") -> None:
         super().__init__()
         self._title = title
         self._keys = keys
+        self._columns = columns or []
+        self._columns_title = columns_title
 
     def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box") as box:
+            what = "columns and keys" if self._columns else "keys"
+            box.border_title = f"{self._title}: {what} (Esc closes)"
+            if self._columns:
+                yield Static(Text(self._columns_title, style="bold"), classes="help-heading")
+                yield Static(self._table(
+                    (label, what if shown else f"{what} (not shown at this width: z zooms)")
+                    for label, what, shown in self._columns))
+                yield Static(Text("keys", style="bold"), classes="help-heading")
+            yield Static(self._table(self._keys))
+
+    @staticmethod
+    def _table(rows: Iterable[tuple[str, str]]) -> Table:
         table = Table(box=None, show_header=False, padding=(0, 2))
         table.add_column(style="bold cyan", no_wrap=True)
         table.add_column()
-        for keys, description in self._keys:
-            table.add_row(Text(keys), Text(description))
-        with VerticalScroll(id="help-box") as box:
-            box.border_title = f"{self._title}: keys (Esc closes)"
-            yield Static(table)
+        for name, description in rows:
+            table.add_row(Text(name), Text(description))
+        return table
+
+    def on_mount(self) -> None:
+        box = self.query_one("#help-box", VerticalScroll)
+        box.focus()  # the arrows and PgUp/PgDn scroll it
+        self.watch(box, "scroll_y", self._say_more, init=False)
+        self.call_after_refresh(self._say_more)
+
+    def _say_more(self, _scrolled: float | None = None) -> None:
+        """The box's bottom line says how far the text goes on, while it goes on."""
+        box = self.query_one("#help-box", VerticalScroll)
+        below = max(0, round(box.max_scroll_y - box.scroll_y))
+        subtitle = f"{below} more lines: Down PgDn" if below else (
+            "Up PgUp: back to the top" if box.scroll_y else "")
+        if box.border_subtitle != subtitle:
+            box.border_subtitle = subtitle
 
     def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

@@ -39,11 +39,13 @@ class LossesScreen(ModalScreen[None]):
         self.set_interval(self._interval_s, self._update)
 
     def _update(self) -> None:
-        losses = self._latest()
+        rows, window, bpf_panes = self._latest()
+        # Compared as shown: a run time that moved in a digit not printed is no change.
+        bpf_panes = tuple((pane, round(percent, 2)) for pane, percent in bpf_panes)
+        losses = rows, window, bpf_panes
         if losses == self._shown:
             return
         self._shown = losses
-        rows, window, bpf_panes = losses
         # Two columns: the count, then the name and pane over the reason (readable at 80).
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
         table.add_column(justify="right", style="bold yellow", no_wrap=True)

@@ -13,12 +13,13 @@ from textual.binding import Binding
 from textual.containers import Grid
 from textual.css.query import NoMatches
 from textual.dom import DOMNode
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from ktop import cgroups
 from ktop.panes import PANES
 from ktop.text import printable
 from ktop.ui.widgets.compositor import ChangedRowsScreen
+from ktop.ui.widgets.footer import KeysFooter
 from ktop.ui.widgets.header import Badge, HeaderBar, loss_lines
 from ktop.ui.widgets.pane import CgroupFilter, Display, Pane
 from ktop.ui.widgets.table import KeyedTable
@@ -88,6 +89,7 @@ class MainScreen(ChangedRowsScreen):
         self._filter_target: Pane | None = None
         self._prompt_for = ""
         self._prompt_return: Pane | None = None
+        self.behind = False  # data came while another screen was on top: not shown yet
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -108,7 +110,7 @@ class MainScreen(ChangedRowsScreen):
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
         if self.timeline is not None:
             yield Input(id="timeline-prompt")
-        yield Footer()
+        yield KeysFooter()
 
     def ready(self) -> None:
         """Once the app is mounted (the panes' own widgets with it): layout and focus."""
@@ -169,7 +171,13 @@ class MainScreen(ChangedRowsScreen):
 
     # ---- what the panes and the header show -----------------------------------------------
 
+    def on_screen_resume(self) -> None:
+        """On top again (an overlay or a drill-down closed): the data that came meanwhile."""
+        if self.behind:
+            self.refresh_panes()
+
     def refresh_panes(self) -> None:
+        self.behind = False
         snapshot = self.ktop.snapshot
         try:
             self.show_header()
@@ -391,7 +399,12 @@ class MainScreen(ChangedRowsScreen):
             ("Esc Backspace", "show all processes (or cgroups) again / leave the zoom"),
             ("mouse", "click a row to select it, click it again to drill down"),
         ]
-        self.ktop.push_screen(HelpScreen("ktop", keys))
+        pane = self.focused_pane()
+        view = f", {pane.view} view (v: the others)" if len(pane.VIEWS) > 1 else ""
+        if pane.comparing:
+            view = ", compared with the baseline (B: back to the views)"
+        self.ktop.push_screen(HelpScreen("ktop", keys, pane.column_help(),
+                                         f"the columns of {pane.spec.numbered_title}{view}"))
 
     # ---- drill-down ---------------------------------------------------------------------
 

@@ -8,9 +8,8 @@ from functools import partial
 
 from ktop.model import PANE_FUNCTIONS, HotFunction, Snapshot
 from ktop.stacktree import comm_functions, hot_functions, user_functions
-from ktop.ui.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View
+from ktop.ui.widgets.pane import WIDE, Display, Drill, Pane, PaneRow, View, in_window, window_label
 from ktop.ui.widgets.table import Cell, Column, num
-from ktop.units import format_span
 
 _SHARES = (
     Column("children", "Children", 8, right=True, priority=8),
@@ -30,6 +29,16 @@ _VIEW_TITLES = {"kernel": "Hot kernel functions", "user": "Hot user functions",
 
 class FunctionsPane(Pane):
     PANE = PANE_FUNCTIONS
+    COLUMN_HELP = {
+        "Children": "share of the machine's CPU time in samples whose stack holds the function "
+                    "anywhere (perf's Children)",
+        "Self": "share of the machine's CPU time in the function itself (perf top's Overhead): "
+                "samples / (Hz x seconds x CPUs)",
+        "Samples": "cpu-clock samples that landed in the function",
+        "Symbol": "the function (kernel or user-space, as the view says)",
+        "Module": "where it is: [kernel.kallsyms], a kernel module, a program or a library",
+        "Command": "the command of the processes the samples were taken in",
+    }
     VIEWS = (
         View("kernel", (*_SHARES, *_NAMES), "overhead"),
         View("user", (*_SHARES, *_NAMES), "overhead"),
@@ -64,10 +73,9 @@ class FunctionsPane(Pane):
             return [], "waiting for the first samples...", ""
         expected = cpu.sample_hz * cpu.window_s * cpu.cpus
         made, self._made = self._made, {}
-        mode = "cumulative" if cpu.cumulative else "last"
         hidden = "" if display.show_idle else "  idle hidden (i)"
-        window = format_span(snapshot.duration_s)  # the one window label the header shows too
-        subtitle = f"{self.view} (v)  {mode} {window}{hidden}"
+        # (the one window label the header and the other panes show too)
+        subtitle = f"{self.view} (v)  {window_label(snapshot)}{hidden}"
         if self.view == "kernel":
             functions = cpu.functions
             # A file written before Children was counted: derive them from its stacks.
@@ -76,16 +84,16 @@ class FunctionsPane(Pane):
                 functions = hot_functions(
                     (s for s in cpu.stacks if display.shows(s.pid, s.cgroup)), expected)
             rows = self._function_rows(functions, display, made)
-            empty = f"no kernel samples in the {mode} {window}"
+            empty = f"no kernel samples {in_window(snapshot)}"
         else:
             # Read from the whole stacks: built only while one of these views is shown.
             stacks = [s for s in cpu.stacks if display.shows(s.pid, s.cgroup)]
             if self.view == "user":
                 rows = self._function_rows(user_functions(stacks, expected), display, made)
-                empty = f"no user-space stacks in the {mode} {window}"
+                empty = f"no user-space stacks {in_window(snapshot)}"
             else:
                 rows = self._function_rows(comm_functions(stacks, expected), display, made)
-                empty = f"no samples in the {mode} {window}"
+                empty = f"no samples {in_window(snapshot)}"
         return rows, empty, subtitle
 
     def _function_rows(self, functions, display: Display,

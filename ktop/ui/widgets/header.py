@@ -16,6 +16,7 @@ from textual.widget import Widget
 from ktop.model import PANE_FUNCTIONS, Pressure, Snapshot
 from ktop.panes import PANES
 from ktop.text import printable
+from ktop.ui.widgets.fit import MUST, Item, fit_items, item
 from ktop.units import format_span
 
 
@@ -43,6 +44,10 @@ LOSS_REASONS = {
     "stacks_map_full": "the per-stack map was full: the wait is missing from the caller view",
     "locks_map_full": "the per-lock map was full: the wait is missing from the address view",
     "tasks_map_full": "the per-task map was full: the wait is missing from the task view",
+    "owners_map_full": "the per-owner map was full: the wait is missing from the owner view "
+                       "and the drill-downs' owners",
+    "owner_stack_stale": "a lock owner's stack was taken just before a drain: the wait is "
+                         "charged to its owner without that stack",
     "unpaired_complete": "a request completed that was not seen submitted: not counted",
     "complete_missed": "a request's address was reused while in flight: one completion lost",
     "inflight_full": "the map of requests in flight was full: the request is not counted",
@@ -67,7 +72,7 @@ LOSS_REASONS = {
 }
 # Losses that cost no count (what they dropped is counted all the same): told apart from
 # those that do, or a busy disk's dropped list entries read as thousands of lost samples.
-COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread"})
+COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread", "lock.owner_stack_stale"})
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:
@@ -102,76 +107,97 @@ def header_text(
     *,
     filtered: bool = False,
     idle_hidden: bool = True,
+    width: int | None = None,
 ) -> Text:
     """badges: first on the top line. filtered: the panes show one process or cgroup, while
-    the CPU split and samples here are the whole machine's (said so)."""
-    text = Text()
-    text.append("ktop ", style="bold")
+    the CPU split and samples here are the whole machine's (said so). width: each line fits
+    it by dropping whole items, the least useful first (ktop.ui.widgets.fit)."""
+    return Text("\n").join(fit_items(line, width) for line in header_items(
+        snapshot, badges, filtered=filtered, idle_hidden=idle_hidden))
+
+
+def header_items(
+    snapshot: Snapshot | None,
+    badges: Sequence[Badge] = (),
+    *,
+    filtered: bool = False,
+    idle_hidden: bool = True,
+) -> list[list[Item]]:
+    """The header's three lines as items, each with its worth (see header_text)."""
+    top = [item("ktop", MUST, "bold", gap="")]
     for badge in badges:
-        text.append(f" {printable(badge.text)} ", style=badge.style)
-        text.append(" ")
+        top.append(item(f" {printable(badge.text)} ", MUST, badge.style, gap=" "))
     if snapshot is None:
-        text.append(" starting collectors...", style="bold")
-        return text
-    text.append(printable(snapshot.hostname), style="bold cyan")
-    text.append("  ")
+        top.append(item("starting collectors...", MUST, "bold", gap=" "))
+        return [top]
+    top.append(item(printable(snapshot.hostname), 8, "bold cyan", gap=" "))
     cpu = snapshot.cpu
     if cpu:
-        text.append(f"{cpu.cpus} CPUs  {cpu.sample_hz} Hz  ")
-    text.append(time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at)))
+        top.append(item(f"{cpu.cpus} CPUs", 4))
+        top.append(item(f"{cpu.sample_hz} Hz", 4))
+    top.append(item(time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at)), 9))
     cost = snapshot.cost
     if cost is not None:  # what the observer costs, so the user can judge it
         bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
-        text.append(f"   ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", style="dim")
+        top.append(item(f"ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", 6, "dim", gap="   "))
         if cost.bpf_panes:
             shown = "  ".join(f"{printable(pane)} {percent:.1f}"
                               for pane, percent in cost.bpf_panes.items())
-            text.append(f" ({shown})", style="dim")
-    text.append(f"  v{printable(snapshot.ktop_version)}", style="dim")
-    text.append("\n")
+            top.append(item(f"({shown})", 1, "dim", gap=" "))
+    top.append(item(f"v{printable(snapshot.ktop_version)}", 2, "dim"))
+
+    split: list[Item] = []
     times = cpu.times if cpu else snapshot.cpu_times
     if times is not None:
-        text.append("machine " if filtered else "CPU ", style="bold yellow" if filtered else "")
-        text.append(f"kernel {times.kernel:5.1f}%", style="bold red")
-        text.append(f"  user {times.user:5.1f}%", style="green")
-        text.append(f"  idle {times.idle:5.1f}%", style="dim")
+        label = Text("machine " if filtered else "CPU ", style="bold yellow" if filtered else "")
+        label.append(f"kernel {times.kernel:5.1f}%", style="bold red")
+        split.append(Item(label, 10, gap=""))
+        split.append(item(f"user {times.user:5.1f}%", 9, "green"))
+        split.append(item(f"idle {times.idle:5.1f}%", 8, "dim"))
+        # (none to speak of: the first to go on a narrow screen)
+        split.append(item(f"iowait {times.iowait:4.1f}%", 7 if times.iowait >= 0.05 else 3,
+                          "bold yellow" if times.iowait >= 10 else "dim"))
         if times.steal >= 0.05:
-            text.append(f"  steal {times.steal:.1f}%")
+            split.append(item(f"steal {times.steal:.1f}%", 5))
     if cpu:
         # "idle-task", not "idle": beside the idle % above, a count of 0 read as a contradiction
         # (the cpu-clock event rarely fires on a tickless idle CPU).
         hidden = " hidden (i)" if idle_hidden else ""
-        text.append(
-            f"   samples {cpu.total_samples}/{cpu.expected_samples} expected"
-            f" in {format_span(snapshot.duration_s)}{' (cumulative)' if cpu.cumulative else ''}:"
-            f"  kernel {cpu.kernel_samples}  user {cpu.user_samples}"
-            f"  idle-task {cpu.idle_samples}{hidden}"
-        )
+        counted = f"samples {cpu.total_samples}/{cpu.expected_samples}"
+        span = f"in {format_span(snapshot.duration_s)}{' (cumulative)' if cpu.cumulative else ''}"
+        split.append(item(f"{counted} expected {span}", 6, short=counted, gap="   "))
+        split.append(item(f"kernel {cpu.kernel_samples}", 3, gap=":  "))
+        split.append(item(f"user {cpu.user_samples}", 3))
+        split.append(item(f"idle-task {cpu.idle_samples}{hidden}", 2))
     elif PANE_FUNCTIONS in snapshot.loading:
-        text.append(f"   CPU sampling: {printable(snapshot.loading[PANE_FUNCTIONS])}", style="dim")
+        split.append(item(f"CPU sampling: {printable(snapshot.loading[PANE_FUNCTIONS])}", 5,
+                          "dim", short="CPU sampling: loading", gap="   "))
     elif PANE_FUNCTIONS in snapshot.unavailable:
-        text.append("   CPU sampling unavailable", style="yellow")
+        split.append(item("CPU sampling unavailable", 5, "yellow", gap="   "))
     else:  # attached, its first drain not yet in
-        text.append("   CPU sampling: waiting for the first samples", style="dim")
-    text.append("\n")
+        split.append(item("CPU sampling: waiting for the first samples", 5, "dim",
+                          short="CPU sampling: waiting", gap="   "))
+
+    bottom: list[Item] = []
     lost = losses(snapshot)
     intact = sum(count for key, count in lost.items() if key in COUNTS_INTACT)
     total = sum(lost.values()) - intact
     if total:
-        text.append(f"lost {total} (L lists)", style="bold yellow")
+        bottom.append(item(f"lost {total} (L lists)", 10, "bold yellow"))
     else:
-        text.append("lost none", style="dim")
+        bottom.append(item("lost none", 10, "dim"))
     if intact:
-        text.append(f"  {intact} not in recent requests, counts intact"
-                    f"{'' if total else ' (L lists)'}", style="dim")
-    for pressure, of in ((snapshot.pressure, ""),
-                         (snapshot.cgroup_pressure, snapshot.cgroup_pressure_of)):
-        if pressure is not None:
-            text.append("   ")
-            text.append_text(pressure_text(pressure, of))
-    text.append(f"   kernel {printable(snapshot.kernel)}  headers: {printable(snapshot.headers)}",
-                style="dim")
-    return text
+        bottom.append(item(f"{intact} not in recent requests, counts intact"
+                           f"{'' if total else ' (L lists)'}", 4, "dim",
+                           short=f"{intact} not listed"))
+    if snapshot.pressure is not None:
+        bottom.append(Item(pressure_text(snapshot.pressure), 6, gap="   "))
+    if snapshot.cgroup_pressure is not None:  # --cgroup's own: what its user came for
+        bottom.append(Item(pressure_text(snapshot.cgroup_pressure, snapshot.cgroup_pressure_of),
+                           7, gap="   "))
+    bottom.append(item(f"kernel {printable(snapshot.kernel)}", 2, "dim", gap="   "))
+    bottom.append(item(f"headers: {printable(snapshot.headers)}", 1, "dim"))
+    return [top, split, bottom]
 
 
 def pressure_text(p: Pressure, of: str = "") -> Text:
@@ -196,6 +222,7 @@ class HeaderBar(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._lines: list[Text] = []
+        self._shown: tuple | None = None  # what show() was given: fitted again on a resize
         self._strips: dict[int, tuple[tuple, Strip]] = {}
 
     def render_line(self, y: int) -> Strip:
@@ -211,6 +238,11 @@ class HeaderBar(Widget):
             cached = self._strips[y] = (key, strip.adjust_cell_length(width, fill))
         return cached[1]
 
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            snapshot, badges, filtered, idle_hidden = self._shown
+            self.show(snapshot, badges, filtered=filtered, idle_hidden=idle_hidden)
+
     def show(
         self,
         snapshot: Snapshot | None,
@@ -219,7 +251,9 @@ class HeaderBar(Widget):
         filtered: bool = False,
         idle_hidden: bool = True,
     ) -> None:
-        text = header_text(snapshot, badges, filtered=filtered, idle_hidden=idle_hidden)
+        self._shown = (snapshot, tuple(badges), filtered, idle_hidden)
+        text = header_text(snapshot, badges, filtered=filtered, idle_hidden=idle_hidden,
+                           width=self.size.width or None)
         lines = list(text.split("\n"))
         for y in range(max(len(lines), len(self._lines))):
             old = self._lines[y] if y < len(self._lines) else None

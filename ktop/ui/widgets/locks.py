@@ -1,4 +1,5 @@
-"""Lock contention, as `perf lock contention` prints it, by caller, lock address or task."""
+"""Lock contention, as `perf lock contention` prints it, by caller, lock address, task,
+owner (-o) or lock name."""
 
 from __future__ import annotations
 
@@ -6,12 +7,20 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from ktop.cgroups import short_name
-from ktop.model import PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
+from ktop.lockviews import (
+    UNNAMED,
+    LockName,
+    LockOwner,
+    lock_label,
+    locks_by_name,
+    owners_by_task,
+)
+from ktop.model import OWNER_TASK, PANE_LOCKS, LockAddress, LockCaller, LockTask, Snapshot
 from ktop.stacktree import function_name
-from ktop.text import format_pid
-from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View
+from ktop.text import format_pid, printable
+from ktop.ui.widgets.pane import WIDER, Display, Drill, Pane, PaneRow, View, in_window, window_label
 from ktop.ui.widgets.table import Cell, Column, num
-from ktop.units import format_ns, format_span
+from ktop.units import format_ns
 
 _WAIT_COLUMNS = (
     Column("contended", "contended", 9, right=True, priority=7),
@@ -35,6 +44,20 @@ def _wait_cells(contended: int, total: int, max_ns: int, type_: str) -> tuple[Ce
 
 class LocksPane(Pane):
     PANE = PANE_LOCKS
+    COLUMN_HELP = {
+        "contended": "waits for the lock, as perf lock contention counts them",
+        "total wait": "time spent waiting, summed over the waits",
+        "max wait": "the longest single wait",
+        "avg wait": "total wait / contended",
+        "type": "the lock's kind: spinlock, mutex, rwsem:R or :W, rwlock, ...",
+        "caller": "who took the lock: the first function outside the lock and scheduler code",
+        "address / symbol": "the lock's address, and its name when the kernel's symbols "
+                            "have one (a global lock)",
+        "pid": "the process of the task that waited",
+        "cgroup": "the cgroup of the task that waited",
+        "comm": "the command of the tasks that waited",
+        "tasks": "the tasks of that command that waited",
+    }
     VIEWS = (
         View("callers", (*_WAIT_COLUMNS, Column("caller", "caller", None, descending=False, priority=9, min_width=20)), "total"),
         View(
@@ -59,6 +82,24 @@ class LocksPane(Pane):
                 *_WAIT_COLUMNS[:4],
                 Column("tasks", "tasks", 5, right=True),
                 Column("comm", "comm", None, descending=False),
+            ),
+            "total",
+        ),
+        View(  # perf lock contention -o: the waits each lock owner caused
+            "owners",
+            (
+                *_WAIT_COLUMNS[:4],
+                Column("pid", "pid", 7, right=True, descending=False, priority=8),
+                Column("owner", "owner", None, descending=False, priority=9, min_width=15),
+            ),
+            "total",
+        ),
+        View(
+            "names",
+            (
+                *_WAIT_COLUMNS,
+                Column("locks", "locks", 5, right=True, priority=2),
+                Column("name", "lock name", None, descending=False, priority=9, min_width=20),
             ),
             "total",
         ),
@@ -87,11 +128,38 @@ class LocksPane(Pane):
                     lock.address,
                     (
                         *_wait_cells(lock.contended, lock.total_wait_ns, lock.max_wait_ns, lock.type),
-                        Cell(f"{lock.symbol} ({lock.address})" if lock.symbol else lock.address),
+                        Cell(f"{label} ({lock.address})" if (label := lock_label(lock))
+                             else lock.address),
                     ),
                     lock,
                 )
                 for lock in locks.locks
+            ]
+        elif self.view == "owners":
+            rows = [
+                (
+                    f"{o.owner}|{o.pid}|{o.comm}",
+                    (
+                        *_wait_cells(o.contended, o.total_wait_ns, o.max_wait_ns, "")[:4],
+                        num(format_pid(o.pid) if o.owner == OWNER_TASK else "", o.pid),
+                        Cell(o.comm),
+                    ),
+                    o,
+                )
+                for o in owners_by_task(locks)
+            ]
+        elif self.view == "names":
+            rows = [
+                (
+                    f"{n.name}|{n.type}",
+                    (
+                        *_wait_cells(n.contended, n.total_wait_ns, n.max_wait_ns, n.type),
+                        num(str(n.locks), n.locks),
+                        Cell(n.name),
+                    ),
+                    n,
+                )
+                for n in locks_by_name(locks)
             ]
         elif self.view == "commands":
             tasks = tuple(t for t in locks.tasks if display.shows(t.pid, t.cgroup))
@@ -127,18 +195,21 @@ class LocksPane(Pane):
         # The count the rows add up to, and the machine's when that differs (a filter, or a
         # wait no view could keep): a title must not promise rows that are not there.
         shown = sum(row[2].contended for row in rows)
-        window = format_span(snapshot.duration_s)
         waits = f"{shown} waits" + (f" of {locks.events}" if shown != locks.events else "")
-        scope = "  all processes" if display.filtered and self.view == "addresses" else ""
-        subtitle = f"by {self.view} (v)  {waits} in {window}{scope}"
+        whole = ("addresses", "owners", "names")
+        scope = "  all processes" if display.filtered and self.view in whole else ""
+        subtitle = f"by {self.view} (v)  {waits}, {window_label(snapshot)}{scope}"
         lost = sum(locks.lost.values())
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no lock contention in the last {window}", subtitle
+        if locks.notes:  # owners or names this kernel cannot give: said once, briefly
+            subtitle += "  " + printable("; ".join(locks.notes))
+        return rows, f"no lock contention {in_window(snapshot)}", subtitle
 
     def view_description(self) -> str:
         return {"callers": "by caller", "addresses": "by lock address",
-                "tasks": "by waiting task", "commands": "by command"}.get(self.view, self.view)
+                "tasks": "by waiting task", "commands": "by command",
+                "owners": "by lock owner", "names": "by lock name"}.get(self.view, self.view)
 
     def row_named(self, what: str) -> str | None:
         """`--drill locks:do_unlinkat` names the caller with or without its `+0x...` offset:
@@ -149,18 +220,41 @@ class LocksPane(Pane):
         return next((key for key, row in self._shown.items()
                      if isinstance(row, LockCaller) and function_name(row.caller) == what), None)
 
-    def drill_row(self, row: LockCaller | LockAddress | LockTask) -> Drill:
-        if isinstance(row, LockCaller):
-            from ktop.ui.screens.details import LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
+    def drill_row(self, row: LockCaller | LockAddress | LockTask | LockOwner | LockName) -> Drill:
+        snapshot = self._snapshot
+        if isinstance(row, (LockCaller, LockAddress)):
+            from ktop.ui.screens.details import LockAddressScreen, LockCallerScreen  # noqa: PLC0415  (loaded when first opened)
 
-            snapshot = self._snapshot
             if snapshot is None:  # no rows shown yet: nothing to open
                 return None
+            if isinstance(row, LockAddress):
+                return partial(LockAddressScreen, row, snapshot)
             return partial(LockCallerScreen, row, snapshot)
         if isinstance(row, LockTask):
             return row.pid  # every pane shows this pid alone
-        self.notify("stacks are kept per caller: switch to the caller view (v)")
+        if isinstance(row, LockOwner) and row.owner == OWNER_TASK:
+            return row.pid
+        if isinstance(row, LockName):
+            if row.name == UNNAMED:
+                self.notify("these locks have no name: the address view lists them")
+                return None
+            self.show_locks_named(row.name)
+            return None
+        self.notify("no single task owns these locks")
         return None
+
+
+    def show_locks_named(self, name: str) -> None:
+        """The address view, filtered to the locks of one name (Enter on the names view)."""
+        had_focus = self.table.has_focus
+        self.table.display = False
+        self.view = "addresses"
+        self.table.display = True
+        if had_focus:
+            self.table.focus()
+        self.table.set_filter(name)
+        if self._snapshot is not None:
+            self.show(self._snapshot, getattr(self.screen, "display_settings", Display()))
 
 
 @dataclass(frozen=True)

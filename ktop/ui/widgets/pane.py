@@ -19,6 +19,7 @@ from ktop.cgroups import in_subtree
 from ktop.compare import Baseline
 from ktop.model import Snapshot
 from ktop.ui.widgets.table import Cell, Column, KeyedTable
+from ktop.units import format_span
 
 # A row as a pane makes it: its key (opaque outside the pane), its cells, the model row behind.
 PaneRow = tuple[str, Sequence[Cell], Any]
@@ -44,6 +45,24 @@ if TYPE_CHECKING:  # the drill-down screens' module loads when the first one ope
 else:
     Drill = object
 
+def _cumulative(snapshot: Snapshot) -> bool:
+    # (files written before the snapshot said so: their CPU profile does)
+    return snapshot.cumulative or bool(snapshot.cpu and snapshot.cpu.cumulative)
+
+
+def window_label(snapshot: Snapshot) -> str:
+    """Over what time a pane's figures are, as every pane says it: "last 5s", or "cumulative
+    463s" since start (key c)."""
+    mode = "cumulative" if _cumulative(snapshot) else "last"
+    return f"{mode} {format_span(snapshot.duration_s)}"
+
+
+def in_window(snapshot: Snapshot) -> str:
+    """The same, after "no such rows": "in the last 5s", "in 463s since start"."""
+    span = format_span(snapshot.duration_s)
+    return f"in {span} since start" if _cumulative(snapshot) else f"in the last {span}"
+
+
 # Columns that only a zoomed (or very wide) pane has room for.
 WIDE = 100
 WIDER = 120
@@ -54,6 +73,9 @@ class View:
     name: str
     columns: tuple[Column, ...]
     sort: str
+    # The Snapshot field it reads when not its pane's (the block pane's disks view reads
+    # /proc/diskstats' figures: shown where the pane's BPF program is unavailable too).
+    field: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +104,9 @@ class Display:
 class Pane(Vertical):
     PANE: ClassVar[str]
     VIEWS: ClassVar[tuple[View, ...]]
+    # What each column of its views is, by the column's label, a line each: `?` on the pane
+    # lists those of the view shown, as htop's F1 does.
+    COLUMN_HELP: ClassVar[dict[str, str]]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
@@ -134,6 +159,21 @@ class Pane(Vertical):
         else:
             self.border_title = self._view_title
 
+    def column_help(self) -> list[tuple[str, str, bool]]:
+        """(label, what it is, whether the table shows it now) for the current view's columns
+        (the compare table's, while a baseline is set)."""
+        table = self.table
+        described = self.COLUMN_HELP
+        if self.comparing and self.spec.compare is not None:
+            described = {
+                self.spec.compare.label: "the figure a second in this window",
+                "baseline": "the same a second in the baseline window (new: not in it)",
+                "change": "this window's minus the baseline's (gone: not in this window)",
+                "name": "the row compared",
+            }
+        return [(c.label, described[c.label], table.is_mounted and table.shows(c))
+                for c in table.table_columns]
+
     def view_description(self) -> str:
         """What the current view shows, said when `v` switches to it."""
         return self.view
@@ -155,6 +195,10 @@ class Pane(Vertical):
             self.show(snapshot, display)
         return self.view_description()
 
+    @property
+    def current_view(self) -> View:
+        return next(v for v in self.VIEWS if v.name == self.view)
+
     def _cycle_compared(self, snapshot: Snapshot | None, display: Display) -> str:
         """v while comparing: rows of processes by process or by command, where the pane
         lists processes; B leaves for the pane's own views."""
@@ -174,6 +218,14 @@ class Pane(Vertical):
 
     def show(self, snapshot: Snapshot, display: Display) -> None:
         self._snapshot = snapshot
+        own_field = self.current_view.field
+        if own_field:  # a view of other data than the pane's program collects
+            if display.recorded and getattr(snapshot, own_field) is None:
+                self._show_rows([])
+                self._set_chrome("not in this file (written by a ktop without this view)", "")
+                return
+            self._show_rows_and_chrome(snapshot, display)
+            return
         reason = snapshot.unavailable.get(self.PANE)
         if reason:
             self._show_rows([])
@@ -189,7 +241,12 @@ class Pane(Vertical):
             self._set_chrome("not in this file (written by a ktop without this pane, or before "
                              "it attached)", "")
             return
-        self._set_comparing(display.baseline is not None and self.spec.compare is not None)
+        self._show_rows_and_chrome(snapshot, display)
+
+    def _show_rows_and_chrome(self, snapshot: Snapshot, display: Display) -> None:
+        # (a view of other data than the pane's, the disks view, is not compared)
+        self._set_comparing(display.baseline is not None and self.spec.compare is not None
+                            and not self.current_view.field)
         if self.comparing:
             from ktop.ui.widgets.comparing import compared, row_key  # noqa: PLC0415
 

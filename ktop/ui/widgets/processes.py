@@ -46,6 +46,24 @@ class CommandRow:
 
 class ProcessesPane(Pane):
     PANE = PANE_PROCESSES
+    COLUMN_HELP = {
+        "PID": "the process id (exited: processes that ended, folded by command)",
+        "USER": "its owner",
+        "S": "its state: R running, S sleeping, D uninterruptible (mostly disk I/O), "
+             "Z zombie, T stopped, I idle kernel thread, X exited",
+        "CPU%": "CPU time, user and kernel, 100 = one CPU",
+        "USR%": "CPU time in user mode",
+        "SYS%": "CPU time in the kernel",
+        "RUNQ%": "time its threads waited for a CPU (schedstat), 100 = one thread all along",
+        "THR": "its threads",
+        "RES": "resident memory",
+        "DISK R/s": "bytes a second read from storage for it (/proc/PID/io)",
+        "DISK W/s": "bytes a second it caused to be written (counted as it dirtied pages)",
+        "CGROUP": "its cgroup v2",
+        "COMMAND": "its command line (the commands view: its command)",
+        "NAME": "the cgroup's short name (a unit, a container)",
+        "TASKS": "processes in it",
+    }
     VIEWS = (
         View(
             "processes",

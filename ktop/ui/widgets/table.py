@@ -312,8 +312,8 @@ class KeyedTable(ScrollView, can_focus=True):
         self.sort_descending = self._column(self.sort_column).descending
         self._header_cache = None
         self.show_rows(self._all_rows)
-        # The arrow moves in the same frame as the rows (show_rows repaints rows alone).
-        self.refresh(Region(0, 0, self.size.width, 1))
+        # The arrow moves in the same frame as the rows; the sort column may widen for it.
+        self.refresh()
         return self._column(self.sort_column).label
 
     def set_filter(self, text: str) -> None:
@@ -324,6 +324,10 @@ class KeyedTable(ScrollView, can_focus=True):
         self.show_rows(self._all_rows)
 
     # ---- geometry ---------------------------------------------------------------------------
+
+    def shows(self, column: Column) -> bool:
+        """Whether the table has room for this column at its width now."""
+        return self._is_shown(column)
 
     def _is_shown(self, column: Column) -> bool:
         return self._widths(self.size.width)[self.table_columns.index(column)] is not None
@@ -355,16 +359,24 @@ class KeyedTable(ScrollView, can_focus=True):
     def _fit(self, total: int, shown: list[bool], squeeze: bool = False) -> list[int | None] | None:
         """The widths of the shown columns in `total` cells; None if they do not fit."""
         columns = self.table_columns
-        used = sum(c.width + 2 * _PAD for c, on in zip(columns, shown) if on and c.width is not None)
+        fixed = [self._fixed_width(c) for c in columns]
+        used = sum(w + 2 * _PAD for w, on in zip(fixed, shown) if on and w is not None)
         flexible = [i for i, (c, on) in enumerate(zip(columns, shown)) if on and c.width is None]
         share = (total - used) // len(flexible) - 2 * _PAD if flexible else 0
         fits = used <= total and all(share >= (columns[i].min_width or 1) for i in flexible)
         if not fits and not squeeze:
             return None
-        widths: list[int | None] = [c.width if on else None for c, on in zip(columns, shown)]
+        widths: list[int | None] = [w if on else None for w, on in zip(fixed, shown)]
         for i in flexible:
             widths[i] = max(_MIN_FLEX, share)
         return widths
+
+    def _fixed_width(self, column: Column) -> int | None:
+        """A column's width; the sort column's is wide enough for its name and the arrow
+        beside it (`contended▼`, `S▼`), never the name cut for the arrow."""
+        if column.width is None or column.key != self.sort_column:
+            return column.width
+        return max(column.width, cell_len(column.label) + 1)
 
     def on_resize(self, event: events.Resize) -> None:
         self._size_to_rows(event.size)
@@ -509,7 +521,7 @@ class KeyedTable(ScrollView, can_focus=True):
             return Strip.blank(width, self._style("base"))
         key, cells = self._rows[index]
         cursor = index == self.cursor_row
-        cache_key = (_drawn((key, cells)), width, cursor, cursor and self.has_focus)
+        cache_key = (_drawn((key, cells)), width, self.sort_column, cursor, cursor and self.has_focus)
         cached = self._row_cache.get(key)
         if cached is None or cached[0] != cache_key:
             base = self._style("keyed-table--cursor" if cursor else "base")

@@ -12,6 +12,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ktop.ui.widgets.fit import MUST, Item, fit_items, item
+
 
 class PaneTabs(Widget):
     """One line, drawn with the line API: it changes only when the user switches panes."""
@@ -36,18 +38,22 @@ class PaneTabs(Widget):
             self.refresh()
 
     def tabs_text(self, short: bool | None = None) -> Text:
-        if short is None:  # the long labels if the tabs fit the width (the hint may not)
+        """The tabs, long labels if they fit the width, then the key hint if it fits too."""
+        width = self.size.width or None
+        if short is None:
             long = sum(len(label) + 3 for _, label, _ in self._labels)
-            short = long > (self.size.width or 1000)
-        text = Text()
+            short = width is not None and long > width
+        items = [Item(Text(f" {short_label if short else label} ",
+                           style="bold reverse" if name == self.active else ""), MUST, gap=" ")
+                 for name, label, short_label in self._labels]
+        items.append(item(f"Tab/1-{len(self._labels)} switch", 1, "dim", gap="  "))
+        text = fit_items(items, width)
         self._spans = []  # (first cell, end, pane) of each tab, for clicks
+        start = 0
         for name, label, short_label in self._labels:
-            start = text.cell_len
-            text.append(f" {short_label if short else label} ",
-                        style="bold reverse" if name == self.active else "")
-            self._spans.append((start, text.cell_len, name))
-            text.append(" ")
-        text.append(f" Tab/1-{len(self._labels)} switch", style="dim")
+            end = start + len(short_label if short else label) + 2
+            self._spans.append((start, end, name))
+            start = end + 1
         return text
 
     def render_line(self, y: int) -> Strip:

@@ -18,7 +18,8 @@ from textual.widget import Widget
 from ktop.panes import figured_panes
 from ktop.record.fileformat import FIGURES, RecordIndex
 from ktop.record.replay import TimelineView
-from ktop.units import format_span
+from ktop.ui.widgets.fit import MUST, fit_items, item
+from ktop.units import format_scale, format_span
 
 SPARKS = "▁▂▃▄▅▆▇█"
 KEYS_HINT = "←/→ interval  [ ] minute  Home/End  g time  w window"
@@ -68,30 +69,28 @@ def timeline_text(view: TimelineView, width: int) -> Text:
     current = records[view.position]
     first = records[view.first]
     start = records[0].taken_at - records[0].duration_s
-    text = Text()
-    text.append("replay ", style="bold reverse")
-    text.append(" " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(current.taken_at)),
-                style="bold")
-    text.append(f"  record {view.position + 1}/{len(records)}")
     span = current.taken_at - (first.taken_at - first.duration_s)
     shown = view.position - view.first + 1  # fewer than asked at the recording's start
-    # In the order they matter: what does not fit the width is left out.
-    parts = [
-        (f"  window {shown} record{'s' if shown > 1 else ''} ({format_span(span)})", "bold"),
-        (f"  {view.note}" if view.note else "", "yellow"),
-        (f"  {_clock(current.taken_at - start)} of {_clock(records[-1].taken_at - start)}", ""),
-        (f"   {KEYS_HINT}", "dim"),
+    # What does not fit the width is left out, the least useful first.
+    items = [
+        item("replay ", MUST, "bold reverse", gap=""),
+        item(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(current.taken_at)), MUST,
+             "bold", gap=" "),
+        item(f"record {view.position + 1}/{len(records)}", 9),
+        item(f"window {shown} record{'s' if shown > 1 else ''} ({format_span(span)})", 8, "bold",
+             short=f"window {format_span(span)}"),
+        *([item(view.note, 7, "yellow")] if view.note else []),
+        item(f"{_clock(current.taken_at - start)} of {_clock(records[-1].taken_at - start)}", 4),
+        item(KEYS_HINT, 1, "dim", gap="   "),
     ]
-    for part, style in parts:
-        if part and text.cell_len + len(part) <= width:
-            text.append(part, style=style)
+    text = fit_items(items, width)
     text.append("\n")
 
     narrow = width < 120
     series = [
         (figure.short if narrow else figure.label,
          _series(records, index, figure.per_second),
-         (lambda top, unit=figure.unit: f"{top:.0f}{unit}" if unit == "%" else f"{top:.3g}{unit}"))
+         (lambda top, unit=figure.unit: format_scale(top, unit)))
         for index, figure in enumerate(spec.figure for spec in figured_panes()[:FIGURES]
                                        if spec.figure)
     ]

@@ -3,14 +3,25 @@ cgroup. Percentages are of one thread's wall time over the window, summed over t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from ktop.cgroups import short_name
 from ktop.model import PANE_WAITS, Snapshot
 from ktop.text import format_pid, printable
-from ktop.ui.widgets.pane import WIDE, WIDER, Display, Drill, Pane, PaneRow, View
+from ktop.ui.widgets.pane import (
+    WIDE,
+    WIDER,
+    Display,
+    Drill,
+    Pane,
+    PaneRow,
+    View,
+    in_window,
+    window_label,
+)
 from ktop.ui.widgets.table import Cell, Column, num
-from ktop.units import format_ns, format_span
+from ktop.units import format_ns
 from ktop.waitviews import (
     WaitGroup,
     WaitReason,
@@ -59,6 +70,27 @@ def _split_cells(g: WaitGroup, window_s: float, cpu: tuple[float, float] | None)
 
 class WaitsPane(Pane):
     PANE = PANE_WAITS
+    COLUMN_HELP = {
+        "PID": "the process, its threads summed",
+        "CPU%": "time on a CPU, 100 = one thread all along",
+        "USR%": "of that, in user mode (as /proc/PID/stat splits it)",
+        "SYS%": "of that, in the kernel",
+        "RUNQ%": "time runnable, waiting for a CPU",
+        "D%": "time blocked uninterruptibly (D: disk I/O, some locks)",
+        "S%": "time asleep (S: waiting for an event, a timer, input)",
+        "OTHER%": "time off CPU in another state (stopped, idle kernel threads)",
+        "waits": "blocked waits counted",
+        "COMMAND": "its command",
+        "top reason": "the blocking function its threads spent most blocked time in",
+        "total": "blocked time summed",
+        "%": "the share of all blocked time",
+        "max": "the longest single wait",
+        "S": "the state the threads blocked in: S (asleep) or D (uninterruptible)",
+        "procs": "processes that waited",
+        "blocking function": "where the threads blocked: the first meaningful function "
+                             "below the scheduler",
+        "cgroup": "the cgroup v2",
+    }
     VIEWS = (
         View("processes", (
             Column("pid", "PID", 7, right=True, descending=False, priority=8),
@@ -145,11 +177,12 @@ class WaitsPane(Pane):
                 )
                 for g in by_cgroup(waits, shows)
             ]
-        subtitle = f"by {self.view} (v)  % of a thread's time in {format_span(window)}"
+        label = window_label(replace(snapshot, duration_s=window))
+        subtitle = f"by {self.view} (v)  % of a thread's time, {label}"
         lost = sum(waits.lost.values())
         if lost:
             subtitle += f"  lost {lost}"
-        return rows, f"no waits in the last {format_span(window)}", subtitle
+        return rows, f"no waits {in_window(replace(snapshot, duration_s=window))}", subtitle
 
     def note(self, snapshot: Snapshot, display: Display) -> str:
         """Where the pressure the header shows comes from, in one line."""

@@ -1,0 +1,126 @@
+"""The block pane's disks view on the real kernel, while dd writes: its iostat figures are the
+ones /proc/diskstats gives over the same seconds, and the header's iowait is /proc/stat's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+from conftest import run_app
+
+from ktop.collectors.disks import DiskNames, kernel_dev
+from ktop.engine import LiveSource, Options, RecordedSource
+from ktop.ui.app import build_app
+
+pytestmark = pytest.mark.live
+
+SCRATCH_PARENT = "/var/tmp"  # on a real disk here (ext4 on vda), unlike /tmp
+
+
+def kernel_counters(name: str) -> list[int]:
+    with open("/proc/diskstats") as f:
+        for line in f:
+            fields = line.split()
+            if fields[2] == name:
+                return [int(v) for v in fields[3:]]
+    raise LookupError(name)
+
+
+def disks_view(snapshot) -> dict[str, dict[str, str]]:
+    """The disks view as shown (3, then v to it): per device, each column's text."""
+    shown: dict[str, dict[str, str]] = {}
+
+    async def scenario(pilot):
+        await pilot.press("3")
+        pane = pilot.app.main_screen.pane("blockio")
+        while pane.view != "disks":
+            await pilot.press("v")
+        await pilot.pause()
+        table = pane.table
+        labels = [c.label for c in table.table_columns]
+        for i in range(table.row_count):
+            cells = [cell.text for cell in table.get_row_at(i)]
+            shown[cells[0]] = dict(zip(labels, cells))
+
+    run_app(build_app(RecordedSource([snapshot]), interval_s=0.2), scenario, size=(200, 50))
+    return shown
+
+
+def test_the_disks_view_shows_what_proc_diskstats_counted_while_dd_wrote():
+    with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-live-") as path:
+        st_dev = os.stat(path).st_dev
+        major, minor = os.major(st_dev), os.minor(st_dev)
+        disk = DiskNames()(kernel_dev(major, minor))
+        if not os.path.isdir(f"/sys/block/{disk}"):
+            pytest.skip(f"{SCRATCH_PARENT} is on {disk}, a partition or no whole disk")
+        # A long window: the view's figures cover every second since the source started.
+        source = LiveSource(Options(panes=frozenset(), window_s=600))
+        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={path}/direct", "bs=64k",
+                               "count=1000000", "oflag=direct"], stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.3)  # dd is writing
+            before, started = kernel_counters(disk), time.monotonic()
+            source.start()
+            time.sleep(3)
+            snapshot = source.collect()
+            after, ended = kernel_counters(disk), time.monotonic()
+        finally:
+            dd.kill()
+            dd.wait()
+            source.close()
+    grown = [a - b for a, b in zip(after, before)]
+    seconds = ended - started
+    reads, writes, write_sectors, write_ms, busy_ms = (grown[0], grown[4], grown[6], grown[7],
+                                                       grown[9])
+    print(f"{disk} over {seconds:.3f} s: {writes} writes, {write_sectors} sectors, "
+          f"{write_ms} ms, busy {busy_ms} ms; shown {snapshot.iostat}")
+    assert writes >= 100, "dd wrote too little to compare"
+    row = disks_view(snapshot)[disk]
+    # Both sides count the same seconds but for the few milliseconds between the test's
+    # reads and the source's: what dd (and the machine's other writers) did meanwhile.
+    assert float(row["w/s"]) == pytest.approx(writes / seconds, rel=0.05)
+    assert float(row["wMB/s"]) == pytest.approx(write_sectors * 512 / 2**20 / seconds, rel=0.05)
+    assert float(row["r/s"]) == pytest.approx(reads / seconds, rel=0.3, abs=3)
+    assert float(row["w_await"]) == pytest.approx(write_ms / writes, rel=0.1, abs=0.02)
+    assert float(row["%util"]) == pytest.approx(min(100.0, busy_ms / seconds / 10), abs=5)
+    assert float(row["aqu-sz"]) == pytest.approx(grown[10] / seconds / 1000, rel=0.1, abs=0.02)
+
+
+def test_the_header_shows_iowait_as_proc_stat_counts_it():
+    def cpu_line() -> list[int]:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:9]]
+
+    source = LiveSource(Options(panes=frozenset()))
+    with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-live-") as path:
+        # Synchronous writes leave the CPUs idle waiting for the disk: iowait.
+        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={path}/sync", "bs=4k",
+                               "count=1000000", "oflag=dsync"], stderr=subprocess.DEVNULL)
+        try:
+            source.start()
+            before = cpu_line()
+            time.sleep(2)
+            snapshot = source.collect()
+            after = cpu_line()
+        finally:
+            dd.kill()
+            dd.wait()
+            source.close()
+    grown = [a - b for a, b in zip(after, before)]
+    iowait = 100 * grown[4] / sum(grown)
+    times = snapshot.cpu_times
+    print(f"/proc/stat iowait {iowait:.1f}%, shown {times}")
+    assert times.iowait == pytest.approx(iowait, abs=3)
+    assert times.idle == pytest.approx(100 * grown[3] / sum(grown), abs=3)
+
+    text = {}
+
+    async def scenario(pilot):
+        await pilot.pause()
+        text["header"] = "\n".join(line.plain for line in pilot.app.main_screen.header_bar()._lines)
+
+    run_app(build_app(RecordedSource([snapshot]), interval_s=0.2), scenario, size=(200, 50))
+    assert f"iowait {times.iowait:4.1f}%" in text["header"]
