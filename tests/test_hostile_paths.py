@@ -99,8 +99,10 @@ def run_in_terminal(code: str, steps: list[tuple[str, str]], cwd: str,
     pending = list(steps)
     waiting_for = "Processes"  # the screen is up
     status = None
+    poller = select.poll()  # not select: it refuses descriptors above 1024
+    poller.register(fd, select.POLLIN)
     while time.monotonic() < deadline:
-        if select.select([fd], [], [], 0.1)[0]:
+        if poller.poll(100):
             try:
                 output += os.read(fd, 65536)
             except OSError:  # the child closed the terminal
@@ -114,7 +116,7 @@ def run_in_terminal(code: str, steps: list[tuple[str, str]], cwd: str,
         done, wait_status = os.waitpid(pid, os.WNOHANG)
         if done:
             status = os.waitstatus_to_exitcode(wait_status)
-            while select.select([fd], [], [], 0.2)[0]:
+            while poller.poll(200):
                 try:
                     chunk = os.read(fd, 65536)
                 except OSError:

@@ -25,9 +25,12 @@ LEAVE_S = 10
 
 def read_until_drawn(master: int, deadline: float) -> bytes:
     seen = b""
+    # poll, not select: select refuses descriptors above 1024, which a long test session
+    # can reach (and a pytest run's descriptors are not this test's to count).
+    poller = select.poll()
+    poller.register(master, select.POLLIN)
     while time.monotonic() < deadline and b"replay of" not in seen:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
+        if poller.poll(500):
             try:
                 seen += os.read(master, 65536)
             except OSError:

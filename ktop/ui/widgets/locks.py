@@ -51,9 +51,13 @@ class LocksPane(Pane):
         "avg wait": "total wait / contended",
         "type": "the lock's kind: spinlock, mutex, rwsem:R or :W, rwlock, ...",
         "caller": "who took the lock: the first function outside the lock and scheduler code",
-        "address / symbol": "the lock's address, and its name when the kernel's symbols "
-                            "have one (a global lock)",
-        "pid": "the process of the task that waited",
+        "address / symbol": "the lock's address, and what it is when ktop can tell "
+                            "(&mm->mmap_lock of a pid, a directory's i_rwsem, a CPU's run queue)",
+        "pid": "the process of the task that waited; in the owners view, of the owner",
+        "owner": "the task holding the lock when the wait began (mutexes and rwsems held "
+                 "for write record it; others say why there is none), and its command",
+        "locks": "how many lock instances carry that name",
+        "lock name": "what the lock is (&inode->i_rwsem summed over inodes); Enter lists them",
         "cgroup": "the cgroup of the task that waited",
         "comm": "the command of the tasks that waited",
         "tasks": "the tasks of that command that waited",
