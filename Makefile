@@ -9,7 +9,7 @@ APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
              tmux librsvg2-bin sudo gcc binutils e2fsprogs golang-go
 KTOP_LINK := /usr/local/bin/ktop
 
-.PHONY: all setup deps link bytecode run test lint bench bench-waits bench-soak screenshots clean
+.PHONY: all setup deps link bytecode run test lint bench bench-waits bench-idle bench-soak screenshots clean
 
 all: setup
 
@@ -53,9 +53,15 @@ bench: setup
 	$(PY) bench/overhead.py
 	$(PY) bench/waits_cost.py
 
-# The waits pane's part alone: a pipe ping-pong's throughput with and without it.
+# The waits pane's part alone: a pipe ping-pong's throughput with and without it (and over
+# empty programs: the floor), then its losses under churn.
 bench-waits: setup
 	$(PY) bench/waits_cost.py
+	$(PY) bench/waits_churn.py
+
+# ktop -d 2 (all panes) beside perf top at its default refresh, idle: CPU, BPF, memory.
+bench-idle: setup
+	$(PY) bench/overhead.py --idle-only
 
 # Ten minutes of the screen under heavy mixed load: RSS and losses every 30 s (not in `bench`).
 bench-soak: setup

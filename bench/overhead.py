@@ -27,8 +27,11 @@ Then, under churn (bench/churn.py: a urandom reader, four loops creating and unl
 the samples taken, beside ktop's CPU% and its BPF programs' over the same run (from --warmup
 to 5 s before its end; the headless run drains every interval as the screen does).
 
+First, on the idle machine, both tools refreshing every 2 s (perf top's default; `ktop -d 2`
+with all its panes): CPU%, ktop's BPF run time, and memory (--idle-only: that alone).
+
 Usage (root): python bench/overhead.py [--runs 3] [--seconds 30] [--warmup 10] [--quick]
-              [--churn-seconds 600] [--churn-only]
+              [--churn-seconds 600] [--churn-only] [--idle-only]
 `make bench` runs it with the defaults (about 17 minutes on 2 CPUs, and 20 of churn).
 """
 
@@ -64,6 +67,7 @@ POLL = 0.1
 # (each read costs tmux ~3 ms of CPU, on the CPU the starting tool needs).
 STARTUP_POLL = 0.05
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+PERF_TOP_REFRESH_S = 2.0  # perf top's default -d: the idle comparison runs both at it
 URANDOM = ["dd", "if=/dev/urandom", "of=/dev/null", "bs=1M", "status=none"]
 # ktop's CPU sampler alone, drained every second, until killed: the kernel's side of sampling
 # at a rate (interrupts, BPF) without ktop's user-space work on the samples.
@@ -323,10 +327,12 @@ def stop(process: psutil.Process, timeout: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def launched(tmux: Tmux, tool: Tool, hz: int) -> Iterator[tuple[str, psutil.Process, float]]:
-    """(tmux session, main process, launch time) of the tool running at hz; stopped after."""
+def launched(tmux: Tmux, tool: Tool, hz: int,
+             refresh_s: float | None = None) -> Iterator[tuple[str, psutil.Process, float]]:
+    """(tmux session, main process, launch time) of the tool running at hz (and refreshing
+    every refresh_s: both take -d); stopped after."""
     started = time.monotonic()
-    session = tmux.start(tool.argv(hz))
+    session = tmux.start(tool.argv(hz) + (["-d", f"{refresh_s:g}"] if refresh_s else []))
     process = None
     try:
         process = find_process(tmux, session, tool)
@@ -412,6 +418,32 @@ def measure(
             sleep_until(started + args.warmup)
             figures["floor"], _ = busy_cpu(tmux, session, tool, process.pid, args.seconds)
     return figures
+
+
+def measure_idle(tool: Tool, tmux: Tmux, args: argparse.Namespace) -> dict[str, float | None]:
+    """The tool on an idle machine refreshing every PERF_TOP_REFRESH_S seconds (perf top's
+    default): its CPU%, its BPF programs', and its memory at the end."""
+    figures: dict[str, float | None] = {}
+    time.sleep(QUIET)
+    with launched(tmux, tool, args.hz, PERF_TOP_REFRESH_S) as (_session, process, started):
+        sleep_until(started + max(args.warmup, SETTLE))
+        figures["idle"], figures["idle_bpf"] = measure_cpu(process.pid, args.seconds)
+        figures.update(memory_mib(process.pid))
+    return figures
+
+
+def idle_report(args: argparse.Namespace, results: dict[Tool, list[dict]]) -> None:
+    print(f"\nidle machine, both refreshing every {PERF_TOP_REFRESH_S:g} s (perf top's default;"
+          f" ktop -d {PERF_TOP_REFRESH_S:g}, all its panes), {args.hz} Hz, {args.seconds:g} s "
+          f"after {max(args.warmup, SETTLE):g} s, {args.runs} run(s) interleaved; load average "
+          f"{os.getloadavg()[0]:.1f}; median (min-max)")
+    print_table("idle", [
+        ("CPU %", lambda tool, run: run.get("idle")),
+        ("BPF %", lambda tool, run: run.get("idle_bpf") if tool.owns_bpf else None),
+        ("CPU+BPF %", lambda tool, run: with_bpf(run, "idle") if tool.owns_bpf else None),
+        ("RSS MiB", lambda tool, run: run.get("rss")),
+        ("PSS MiB", lambda tool, run: run.get("pss")),
+    ], results)
 
 
 def dd_alone(run: dict[str, float | None]) -> float | None:
@@ -607,6 +639,8 @@ def parse_args() -> argparse.Namespace:
                         help="seconds of each headless run under churn")
     parser.add_argument("--churn-only", action="store_true",
                         help="only the runs under churn (losses, ktop's CPU and BPF)")
+    parser.add_argument("--idle-only", action="store_true",
+                        help=f"only the idle machine at perf top's refresh ({PERF_TOP_REFRESH_S:g} s)")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.seconds, args.warmup = 1, 5.0, 5.0
@@ -637,17 +671,24 @@ def main() -> int:
         signal.signal(signum, leave_on_signal)
     tmux = Tmux()
     results: dict[Tool, list[dict]] = {KTOP: [], PERF: []}
+    idle: dict[Tool, list[dict]] = {KTOP: [], PERF: []}
     churned: dict[int, dict[str, float]] = {}
     dd_mib = 0
     try:
         with bpf_stats():
             if not args.churn_only:
+                for run in range(1, args.runs + 1):
+                    for tool in (KTOP, PERF):
+                        print(f"bench: idle run {run}/{args.runs}: {tool.name} -d "
+                              f"{PERF_TOP_REFRESH_S:g}...", file=sys.stderr)
+                        idle[tool].append(measure_idle(tool, tmux, args))
+            if not args.churn_only and not args.idle_only:
                 dd_mib = workload_size()
                 for run in range(1, args.runs + 1):
                     for tool in (KTOP, PERF):
                         print(f"bench: run {run}/{args.runs}: {tool.name}...", file=sys.stderr)
                         results[tool].append(measure(tool, tmux, args, dd_mib))
-            for hz in (args.hz, args.high_hz):
+            for hz in (args.hz, args.high_hz) if not args.idle_only else ():
                 print(f"bench: under churn at {hz} Hz ({args.churn_seconds:g} s)...",
                       file=sys.stderr)
                 churned[hz] = churn_run(hz, args.churn_seconds, max(args.warmup, CHURN_WARMUP))
@@ -663,8 +704,11 @@ def main() -> int:
     finally:
         tmux.close()
     if not args.churn_only:
+        idle_report(args, idle)
+    if not args.churn_only and not args.idle_only:
         report(args, results, dd_mib)
-    churn_report(args, churned)
+    if not args.idle_only:
+        churn_report(args, churned)
     return 0
 
 

@@ -1,9 +1,11 @@
 """What the waits pane costs where it costs most: a pipe ping-pong between two processes on
 two CPUs switches ~10^5 times a second, every switch and wake-up running the waits program.
 
-Prints the round trips a second without any tracer, with the waits collector at several
-stack-walk minimums (--offcpu-min), and beside `perf top` for comparison; and the BPF run
-time per event. Run as root: `python bench/waits_cost.py` (--seconds, --runs)."""
+Prints the round trips a second on two CPUs, and the CPU time a round trip costs with both
+processes on one CPU, without any tracer, under empty programs on the same raw tracepoints
+(the floor), with the waits collector at several stack-walk minimums (--offcpu-min), and
+beside `perf top` for comparison; the BPF run time per event, and by program. Run as
+root: `python bench/waits_cost.py` (--seconds, --runs, --minimums, --no-perf)."""
 
 from __future__ import annotations
 
@@ -19,38 +21,55 @@ from collections.abc import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ktop.collectors.bpfsys import enable_stats, program_info  # noqa: E402
-from ktop.collectors.waits import WaitCollector  # noqa: E402
+from ktop.collectors.bpfsys import (  # noqa: E402
+    attach_raw_tracepoint,
+    enable_stats,
+    program_info,
+)
+from ktop.collectors.waits import FLIP, FUNCTIONS, WaitCollector  # noqa: E402
 
 PING_PONG = r"""
 import os, sys, time
 seconds = float(sys.argv[1])
+parent_cpu, child_cpu = int(sys.argv[2]), int(sys.argv[3])
 a_r, a_w = os.pipe(); b_r, b_w = os.pipe()
 child = os.fork()
 if child == 0:
     os.close(a_w); os.close(b_r)
-    os.sched_setaffinity(0, {1})
+    os.sched_setaffinity(0, {child_cpu})
     while os.read(a_r, 1):
         os.write(b_w, b"x")
     os._exit(0)
 os.close(a_r); os.close(b_w)
-os.sched_setaffinity(0, {0})
+os.sched_setaffinity(0, {parent_cpu})
 n = 0
+cpu = time.process_time()
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     for _ in range(200):
         os.write(a_w, b"x"); os.read(b_r, 1)
     n += 200
+cpu = time.process_time() - cpu
 os.close(a_w); os.waitpid(child, 0)
-print(n / seconds)
+times = os.times()
+print(n / seconds, 1e9 * (cpu + times.children_user + times.children_system) / n)
 """
 
 
 def ping_pong(seconds: float) -> float:
     """Round trips a second (each is two wake-ups and four context switches)."""
-    out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds)],
+    out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds), "0", "1"],
                          capture_output=True, text=True, check=True)
-    return float(out.stdout)
+    return float(out.stdout.split()[0])
+
+
+def ping_pong_cpu_ns(seconds: float) -> float:
+    """CPU time a round trip costs with both processes on CPU 0, in ns: every switch and
+    wake-up then runs in one of the two, so the tracer's cost is charged to them, whatever
+    else the machine runs (round trips a second on a shared machine vary by 2x)."""
+    out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds), "0", "0"],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[1])
 
 
 @contextlib.contextmanager
@@ -79,53 +98,108 @@ def perf_top() -> Iterator[None]:
             process.wait()
 
 
+@contextlib.contextmanager
+def empty_programs(tracepoints: tuple[str, ...]) -> Iterator[dict[str, int]]:
+    """bench/floor.bpf.c's empty program on these raw tracepoints: what running any program
+    there costs (the floor under the waits program's cost)."""
+    from ktop.collectors.bpfload import kernel_headers  # noqa: PLC0415
+    from ktop.collectors.loader import load_in_child  # noqa: PLC0415
+
+    source = kernel_headers().source
+    program = load_in_child("floor.bpf.c", os.path.dirname(os.path.abspath(__file__)), [],
+                            {"empty": "RAW_TRACEPOINT"},
+                            {"BCC_KERNEL_SOURCE": source} if source else {})
+    try:
+        for tracepoint in tracepoints:
+            program.keep(attach_raw_tracepoint(program.programs["empty"], tracepoint))
+        yield dict(program.programs)
+    finally:
+        program.close()
+
+
 def run_time(programs: dict[str, int]) -> tuple[int, int]:
     total = count = 0
-    for fd in programs.values():
+    for name, fd in programs.items():
         info = program_info(fd)
-        if info is not None:
+        if info is not None and name != FLIP:
             total += info.run_time_ns
             count += info.run_cnt
     return total, count
+
+
+def by_program(programs: dict[str, int]) -> dict[str, tuple[int, int]]:
+    found = {}
+    for name, fd in programs.items():
+        info = program_info(fd)
+        if info is not None:
+            found[name] = (info.run_time_ns, info.run_cnt)
+    return found
+
+
+def measure(args: argparse.Namespace, rows: dict[str, dict[str, list[float]]], name: str,
+            programs: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
+    """One run of both ping-pongs under a tracer: round trips a second on two CPUs, CPU ns
+    a round trip on one, and BPF ns an event; what each program ran (delta)."""
+    row = rows.setdefault(name, {"rate": [], "cpu": [], "event": []})
+    before = by_program(programs or {})
+    row["rate"].append(ping_pong(args.seconds))
+    row["cpu"].append(ping_pong_cpu_ns(args.seconds))
+    after = by_program(programs or {})
+    delta = {p: (after[p][0] - before[p][0], after[p][1] - before[p][1])
+             for p in after if p in before and p != FLIP}
+    ns, count = sum(d[0] for d in delta.values()), sum(d[1] for d in delta.values())
+    if count:
+        row["event"].append(ns / count)
+    return delta
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--minimums", default="0,100,1000",
+    parser.add_argument("--minimums", default="10,1000",
                         help="stack-walk minimums to measure, in µs")
+    parser.add_argument("--no-perf", action="store_true", help="leave perf top out")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("waits_cost: run as root (it loads BPF programs)")
     minimums = [int(m) for m in args.minimums.split(",")]
     stats = enable_stats()
-    rows: dict[str, list[float]] = {"none": []}
-    per_event: dict[str, list[float]] = {}
+    rows: dict[str, dict[str, list[float]]] = {}
+    programs: dict[str, dict[str, list[float]]] = {}  # minimum -> program -> ns/event
     for _ in range(args.runs):  # interleaved, so drift hits every figure alike
-        rows["none"].append(ping_pong(args.seconds))
+        measure(args, rows, "none")
+        with empty_programs(("sched_switch",)) as floor:
+            measure(args, rows, "empty program, sched_switch", floor)
+        with empty_programs(tuple(FUNCTIONS.values())) as floor:
+            measure(args, rows, "empty program, all four", floor)
         for minimum in minimums:
             name = f"waits, stacks past {minimum} µs"
             with waits_collector(minimum) as collector:
                 collector.drain()
-                before = run_time(collector.programs)
-                rows.setdefault(name, []).append(ping_pong(args.seconds))
-                after = run_time(collector.programs)
+                delta = measure(args, rows, name, collector.programs)
                 collector.drain()
-            if stats is not None and after[1] > before[1]:
-                per_event.setdefault(name, []).append(
-                    (after[0] - before[0]) / (after[1] - before[1]))
-        with perf_top():
-            rows.setdefault("perf top -d 2", []).append(ping_pong(args.seconds))
-    base = statistics.median(rows["none"])
-    print(f"pipe ping-pong, two processes on CPUs 0 and 1, {args.seconds:g} s x {args.runs} runs "
-          "(median)")
-    print(f"{'tracer':32} {'round trips/s':>14} {'vs none':>8} {'BPF ns/event':>13}")
-    for name, values in rows.items():
-        median = statistics.median(values)
-        event = per_event.get(name)
-        event_text = f"{statistics.median(event):13.0f}" if event else f"{'-':>13}"
-        print(f"{name:32} {median:14.0f} {100 * (median / base - 1):+7.1f}% {event_text}")
+            for program, (ns, count) in delta.items():
+                if count:
+                    programs.setdefault(name, {}).setdefault(program, []).append(ns / count)
+        if not args.no_perf:
+            with perf_top():
+                measure(args, rows, "perf top -d 2")
+    base = rows["none"]
+    base_rate, base_cpu = statistics.median(base["rate"]), statistics.median(base["cpu"])
+    print(f"pipe ping-pong, {args.seconds:g} s x {args.runs} runs (median); load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"{'tracer':32} {'trips/s, 2 CPUs':>16} {'vs none':>8} {'ns/trip, 1 CPU':>15} "
+          f"{'vs none':>8} {'BPF ns/event':>13}")
+    for name, row in rows.items():
+        rate, cpu = statistics.median(row["rate"]), statistics.median(row["cpu"])
+        event = f"{statistics.median(row['event']):13.0f}" if row["event"] else f"{'-':>13}"
+        print(f"{name:32} {rate:16.0f} {100 * (rate / base_rate - 1):+7.1f}% {cpu:15.0f} "
+              f"{100 * (cpu / base_cpu - 1):+7.1f}% {event}")
+    for name, by_name in programs.items():
+        shown = "  ".join(f"{program} {statistics.median(values):.0f}"
+                          for program, values in by_name.items())
+        print(f"{name}: ns/event by program: {shown}")
     if stats is not None:
         os.close(stats)
 

@@ -1,18 +1,24 @@
-/* Waits: where a thread's time goes when it is not on a CPU, counted in the kernel from
- * sched:sched_switch, sched_waking, sched_wakeup and sched_wakeup_new.
+/* Waits: where a thread's time goes when it is not on a CPU, counted in the kernel from the
+ * raw tracepoints sched_switch, sched_waking, sched_wakeup and sched_wakeup_new.
  *
  * Each wait is split in two, as offcputime and runqlat together would: blocked (switch-out
  * to the wake-up, by the state at switch-out) and run queue (wake-up, preemption or
  * creation to switch-in). Every wait's time is added to per-process totals whatever its
  * length; blocked waits are also added per (process, state, stacks, cgroup, waker).
  *
- * sched_switch fires ~10^5 times a second on a busy machine and a kernel stack walk costs
- * microseconds, so stacks are walked only for waits that matter: a blocking thread's stacks
- * at switch-out only when its previous blocked wait lasted at least MIN_WALK_NS (or it has
- * none yet), the waker's only for a wait that did. The length of a wait is known only when
- * it ends, and by then the stack cannot be walked from a tracepoint (bpf_get_task_stack
- * needs a BTF task pointer, and fentry/tp_btf programs are refused on this kernel); a
- * thread's waits tend to repeat, so the last one predicts the next. Long waits that were
+ * A wait is added to the interval it ends in, but only its time since that interval began:
+ * at each interval's end user space runs waits_flip over every thread, which adds each
+ * phase in progress up to then (a thread asleep for 3 s reads 100% asleep in each 1 s
+ * interval, not 0% then 300%).
+ *
+ * sched_switch fires ~10^5 times a second on a busy machine, so: raw tracepoints (no trace
+ * record is built, and no perf event walked after the program); one thread lookup per
+ * task an event; stacks walked only for waits that matter: a blocking thread's stacks at
+ * switch-out only when its previous blocked wait lasted at least MIN_WALK_NS (or it has none
+ * yet), the waker's only for a wait that did. The length of a wait is known only when it
+ * ends, and by then the stack cannot be walked from a tracepoint (bpf_get_task_stack needs
+ * a BTF task pointer, and fentry/tp_btf programs are refused on this kernel); a thread's
+ * waits tend to repeat, so the last one predicts the next. Long waits that were
  * mispredicted are counted (WAIT_LOST_LONG_UNWALKED), never guessed. */
 #include <uapi/linux/ptrace.h>
 #include "waits.h"
@@ -38,58 +44,51 @@
 #ifndef MIN_WALK_NS
 #define MIN_WALK_NS 10000ULL
 #endif
-/* What a tracepoint program returns decides whether the kernel hands the event on to the
- * tracepoint's other perf users: 0 would blind a `perf sched record` running beside ktop. */
-#ifndef PASS_ON
-#define PASS_ON 1
+/* Offsets in struct task_struct, from the kernel's BTF (collectors/waits.py). */
+#ifndef TASK_PID
+#error "TASK_PID: the offset of task_struct.pid, from BTF"
 #endif
 #define WAIT_STACK_DEPTH 48
+#define FLIP_THREADS 11		/* thread ids a waits_flip run takes: args[1..11] */
 
-/* prev_state as sched_switch reports it (__trace_sched_switch_state): one TASK_REPORT bit,
- * or TASK_REPORT_MAX (0x100) for a preemption, 0 for a runnable task that yielded. */
-#define REPORT_S	0x01
-#define REPORT_D	0x02
-#define REPORT_DEAD	(0x10 | 0x20)	/* EXIT_DEAD, EXIT_ZOMBIE: the last switch-out */
-#define REPORT_MASK	0xff
-
-/* Fixed layouts of the tracepoints' records (checked against tracefs before loading). */
-struct sched_switch_args {
-	u64 common;
-	char prev_comm[16];
-	s32 prev_pid;
-	s32 prev_prio;
-	s64 prev_state;
-	char next_comm[16];
-	s32 next_pid;
-	s32 next_prio;
-};
-
-struct sched_wakeup_args {
-	u64 common;
-	char comm[16];
-	s32 pid;
-	s32 prio;
-	s32 target_cpu;
-};
+/* The raw task state at switch-out (prev_state, include/linux/sched.h): stable since 4.14. */
+#define KTOP_TASK_INTERRUPTIBLE		0x0001
+#define KTOP_TASK_UNINTERRUPTIBLE	0x0002
+#define KTOP_TASK_REPORT		0x007f	/* what ps reports; the rest are modifiers */
+#define KTOP_TASK_DEAD			0x0080	/* the last switch-out */
+#define KTOP_TASK_NOLOAD		0x0400	/* with UNINTERRUPTIBLE: idle kernel threads (I) */
+#define KTOP_TASK_RTLOCK_WAIT		0x1000	/* a sleeping spinlock on PREEMPT_RT: D, as ps says */
 
 struct wait_kstack {
 	u64 ip[WAIT_STACK_DEPTH];
 };
 
 BPF_ARRAY(generation, u32, 1);
-BPF_HASH(threads, u32, struct wait_thread, THREAD_ENTRIES);
+/* Allocated as threads come: room for many, memory for those that live. */
+BPF_F_TABLE("hash", u32, struct wait_thread, threads, THREAD_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_HASH(procs_0, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
 BPF_HASH(procs_1, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
 BPF_HASH(wait_stacks_0, struct wait_stack_key, struct wait_stack, WAIT_STACK_ENTRIES);
 BPF_HASH(wait_stacks_1, struct wait_stack_key, struct wait_stack, WAIT_STACK_ENTRIES);
-BPF_TABLE("stacktrace", int, struct wait_kstack, stacks_0, STACK_ENTRIES);
-BPF_TABLE("stacktrace", int, struct wait_kstack, stacks_1, STACK_ENTRIES);
-BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_0, USER_STACK_ENTRIES);
-BPF_TABLE("stacktrace", int, struct user_stack, user_stacks_1, USER_STACK_ENTRIES);
+/* Stacks keyed by a hash of their frames, as bpf/cpu.bpf.c keeps them: a stack map loses a
+ * new stack whose bucket another holds, and a key names the same frames for as long as a
+ * blocked thread holds it, however many intervals later its wait ends. User space reads and
+ * empties these after each drain and remembers what it read. */
+BPF_F_TABLE("hash", s64, struct wait_kstack, stacks, STACK_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", s64, struct user_stack, user_stacks, USER_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(lost, u64, WAIT_LOST_NR);
 /* Zeroed values for new entries: too big for the BPF stack. */
+BPF_PERCPU_ARRAY(zero_thread, struct wait_thread, 1);
 BPF_PERCPU_ARRAY(zero_proc, struct wait_proc, 1);
 BPF_PERCPU_ARRAY(zero_stack, struct wait_stack, 1);
+/* Where each CPU walks a stack, and the hash's seed (user space writes a random one, so no
+ * process can choose frames that hash alike). */
+#define WALK_SLOTS 128	/* a power of two above either depth: an index masked stays inside */
+struct stack_walk {
+	u64 ip[WALK_SLOTS];
+};
+BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
+BPF_ARRAY(hash_seed, u64, 1);
 
 static __always_inline void count_lost(int reason)
 {
@@ -102,6 +101,13 @@ static __always_inline u32 current_generation(void)
 {
 	u32 zero = 0, *g = generation.lookup(&zero);
 	return g ? *g : 0;
+}
+
+static __always_inline u32 read_u32(u64 base, u32 offset)
+{
+	u32 value = 0;
+	bpf_probe_read_kernel(&value, sizeof(value), (const void *)(base + offset));
+	return value;
 }
 
 /* floor(log2(v)), 0 for v <= 1 */
@@ -129,211 +135,338 @@ static __always_inline u32 hist_slot(u64 ns)
 	return slot & (WAIT_HIST_SLOTS - 1);
 }
 
-/* Written out per map: bcc rewrites map references only in method-call form. */
-static __always_inline s32 kernel_stack(void *ctx, u32 g)
+/* A 63-bit hash of the first `depth` frames (a key is >= 0; an error is -errno). */
+static __always_inline s64 frames_hash(const u64 *ip, u32 depth, u32 max_depth)
 {
-	s32 id = g ? stacks_1.get_stackid(ctx, 0) : stacks_0.get_stackid(ctx, 0);
-	/* A stack whose bucket is taken would lose its stack in every interval: store it
-	 * again without its innermost frame (tracing code), which hashes elsewhere. */
-	if (id == -EEXIST)
-		id = g ? stacks_1.get_stackid(ctx, 1) : stacks_0.get_stackid(ctx, 1);
-	count_lost(stack_loss(id, WAIT_LOST_KSTACK_COLLISION, WAIT_LOST_KSTACK_FULL));
-	return id;
+	u32 zero = 0;
+	u64 *seed = hash_seed.lookup(&zero);
+	u64 h = (seed ? *seed : 0) ^ depth;
+
+	for (u32 i = 0; i < max_depth; i++) {
+		if (i >= depth)
+			break;
+		/* Masked out of clang's sight: it folds the two bounds into one count, and walks
+		 * a pointer the verifier cannot bound. */
+		u32 slot = i;
+		asm volatile("" : "+r"(slot));
+		h = (h ^ ip[slot & (WALK_SLOTS - 1)]) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 31;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (s64)(h >> 1);
 }
 
-static __always_inline s32 user_stack(void *ctx, u32 g, u32 tgid)
+/* Written out per map: bcc rewrites map references only in method-call form. */
+static __always_inline s64 kernel_stack(void *ctx)
 {
+	u32 zero = 0;
+	struct stack_walk *walk = stack_walk.lookup(&zero);
+	long bytes;
+	u32 depth;
+	s64 key;
+
+	if (!walk)
+		return -ENOMEM;
+	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct wait_kstack), 0);
+	if (bytes < 0)
+		return bytes;
+	depth = (u32)bytes >> 3;
+	if (depth == 0)
+		return -EFAULT;
+	walk->ip[depth & (WALK_SLOTS - 1)] = 0;	/* readers stop at 0; past it, an older walk's */
+	key = frames_hash(walk->ip, depth, WAIT_STACK_DEPTH);
+	if (stacks.lookup(&key))
+		return key;
+	if (stacks.insert(&key, (struct wait_kstack *)walk) == -E2BIG) {
+		count_lost(WAIT_LOST_KSTACK_FULL);
+		return -ENOMEM;
+	}
+	return key;
+}
+
+static __always_inline s64 user_stack(void *ctx, u32 tgid)
+{
+	u32 zero = 0;
+	struct stack_walk *walk;
+	long bytes;
+	u32 depth;
+	s64 key;
+
 	if (!USER_STACKS || !tgid)
 		return -EFAULT;
-	s32 id = g ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK)
-		   : user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK);
-	if (id == -EEXIST)
-		id = g ? user_stacks_1.get_stackid(ctx, BPF_F_USER_STACK | 1)
-		       : user_stacks_0.get_stackid(ctx, BPF_F_USER_STACK | 1);
-	count_lost(stack_loss(id, WAIT_LOST_USTACK_COLLISION, WAIT_LOST_USTACK_FULL));
-	return id;
+	walk = stack_walk.lookup(&zero);
+	if (!walk)
+		return -ENOMEM;
+	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack), BPF_F_USER_STACK);
+	if (bytes < 0)
+		return bytes;
+	depth = (u32)bytes >> 3;
+	if (depth == 0)
+		return -EFAULT;
+	walk->ip[depth & (WALK_SLOTS - 1)] = 0;
+	key = frames_hash(walk->ip, depth, KTOP_USER_STACK_DEPTH);
+	if (user_stacks.lookup(&key))
+		return key;
+	if (user_stacks.insert(&key, (struct user_stack *)walk) == -E2BIG) {
+		count_lost(WAIT_LOST_USTACK_FULL);
+		return -ENOMEM;
+	}
+	return key;
 }
 
-static __always_inline u32 state_of(s64 report)
+/* The time of the thread's phase from where it was charged up to `until`, claimed for the
+ * caller to add (0: nothing left, or another CPU claimed it first). */
+static __always_inline u64 claim(struct wait_thread *t, u64 until)
 {
-	if (report & REPORT_S)
-		return WAIT_STATE_S;
-	if (report & REPORT_D)
-		return WAIT_STATE_D;
-	return WAIT_STATE_OTHER;
+#pragma unroll
+	for (int i = 0; i < 3; i++) {
+		u64 from = t->charged;
+		if (from >= until)
+			return 0;
+		if (__sync_val_compare_and_swap(&t->charged, from, until) == from)
+			return until - from;
+	}
+	return 0;
+}
+
+/* What a switch-out leaves the thread as: (prev_state as the kernel passes it). */
+enum switched_out { OUT_RUNNABLE, OUT_S, OUT_D, OUT_OTHER, OUT_DEAD };
+
+static __always_inline u32 switched_out(u64 preempt, u64 state)
+{
+	if (preempt & 1)
+		return OUT_RUNNABLE;
+	if (state & KTOP_TASK_DEAD)
+		return OUT_DEAD;
+	if (state & KTOP_TASK_RTLOCK_WAIT)
+		return OUT_D;
+	state &= KTOP_TASK_REPORT | KTOP_TASK_NOLOAD;
+	if (state == 0)
+		return OUT_RUNNABLE;	/* yielded while runnable */
+	if (state & KTOP_TASK_INTERRUPTIBLE)
+		return OUT_S;
+	if ((state & KTOP_TASK_UNINTERRUPTIBLE) && !(state & KTOP_TASK_NOLOAD))
+		return OUT_D;
+	return OUT_OTHER;
 }
 
 static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 now)
 {
-	struct wait_thread fresh = {};
+	u32 zero = 0;
+	struct wait_thread *fresh = zero_thread.lookup(&zero);
+	struct wait_thread *t;
 
-	fresh.phase = phase;
-	fresh.since = now;
-	fresh.kstack = -ENOENT;
-	fresh.ustack = -ENOENT;
-	threads.update(&tid, &fresh);
-	struct wait_thread *t = threads.lookup(&tid);
-	if (!t)
+	if (!fresh)
+		return 0;
+	threads.update(&tid, fresh);
+	t = threads.lookup(&tid);
+	if (!t) {
 		count_lost(WAIT_LOST_THREADS_FULL);
+		return 0;
+	}
+	t->phase = phase;
+	t->since = now;
+	t->charged = now;
+	t->kstack = -ENOENT;
+	t->ustack = -ENOENT;
 	return t;
 }
 
-/* A blocked wait, ended by a wake-up (or, unseen, by the switch-in). */
-static __always_inline void account_blocked(void *ctx, struct wait_thread *t, u64 wait_ns,
-					    u32 g, bool woken)
+static __always_inline struct wait_stack *stack_entry(struct wait_thread *t, u32 g,
+						      bool woken, bool ended)
 {
-	u32 zero = 0;
-	struct wait_stack *init = zero_stack.lookup(&zero);
 	struct wait_stack_key key = {};
 	struct wait_stack *w;
 
-	if (!init)
-		return;
 	key.pid = t->tgid;
 	key.state = t->state;
 	key.kstack = t->kstack;
 	key.ustack = t->ustack;
-	key.stack_generation = t->stack_generation;
 	key.cgroup = t->cgroup;
 	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
-	key.waker_kstack = -ENOENT;
-	if (woken) {
+	if (!ended) {
+		key.waker_kstack = -EINPROGRESS;
+	} else if (woken) {
 		key.waker_pid = t->waker_pid;
 		key.waker_kstack = t->waker_kstack;
-		key.waker_generation = t->waker_generation;
 		__builtin_memcpy(key.waker_comm, t->waker_comm, sizeof(key.waker_comm));
+	} else {
+		key.waker_kstack = -ENOENT;
 	}
-	if (wait_ns >= MIN_WALK_NS && t->kstack == -ENOENT)
-		count_lost(WAIT_LOST_LONG_UNWALKED);
-	w = g ? wait_stacks_1.lookup_or_try_init(&key, init)
-	      : wait_stacks_0.lookup_or_try_init(&key, init);
+	w = g ? wait_stacks_1.lookup(&key) : wait_stacks_0.lookup(&key);
 	if (!w) {
-		count_lost(WAIT_LOST_STACKS_FULL);
-		return;
+		u32 zero = 0;
+		struct wait_stack *init = zero_stack.lookup(&zero);
+		if (!init)
+			return 0;
+		w = g ? wait_stacks_1.lookup_or_try_init(&key, init)
+		      : wait_stacks_0.lookup_or_try_init(&key, init);
+		if (!w)
+			count_lost(WAIT_LOST_STACKS_FULL);
 	}
-	__sync_fetch_and_add(&w->total_ns, wait_ns);
-	__sync_fetch_and_add(&w->count, 1);
-	if (wait_ns > w->max_ns)
-		w->max_ns = wait_ns;
-	__sync_fetch_and_add(&w->hist[hist_slot(wait_ns)], 1);
+	return w;
+}
+
+/* The totals of the process with this identity, in generation g. */
+static __always_inline struct wait_proc *proc_entry(struct wait_proc_key *key, u32 g)
+{
+	struct wait_proc *p = g ? procs_1.lookup(key) : procs_0.lookup(key);
+
+	if (!p) {
+		u32 zero = 0;
+		struct wait_proc *init = zero_proc.lookup(&zero);
+		if (!init)
+			return 0;
+		p = g ? procs_1.lookup_or_try_init(key, init) : procs_0.lookup_or_try_init(key, init);
+		if (!p)
+			count_lost(WAIT_LOST_PROCS_FULL);
+	}
+	return p;
 }
 
 /* The totals of the thread's process as of its last switch-out. */
 static __always_inline struct wait_proc *thread_proc(struct wait_thread *t, u32 g)
 {
-	u32 zero = 0;
-	struct wait_proc *init = zero_proc.lookup(&zero);
 	struct wait_proc_key key = {};
-	struct wait_proc *p;
 
-	if (!init)
-		return 0;
 	key.pid = t->tgid;
 	key.cgroup = t->cgroup;
 	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
-	p = g ? procs_1.lookup_or_try_init(&key, init) : procs_0.lookup_or_try_init(&key, init);
-	if (!p)
-		count_lost(WAIT_LOST_PROCS_FULL);
-	return p;
-}
-
-static __always_inline void add_runq(struct wait_proc *p, u64 wait_ns)
-{
-	__sync_fetch_and_add(&p->runq_ns, wait_ns);
-	__sync_fetch_and_add(&p->runq_count, 1);
-	__sync_fetch_and_add(&p->runq_hist[hist_slot(wait_ns)], 1);
+	return proc_entry(&key, g);
 }
 
 /* Constant indexes: the verifier cannot bound one read from the map. */
-static __always_inline void add_blocked(struct wait_proc *p, u32 state, u64 wait_ns)
+static __always_inline void add_blocked(u64 *ns_by_state, u64 *count_by_state, u32 state,
+					u64 ns, u64 count)
 {
 	if (state == WAIT_STATE_S) {
-		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_S], wait_ns);
-		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_S], 1);
+		__sync_fetch_and_add(&ns_by_state[WAIT_STATE_S], ns);
+		__sync_fetch_and_add(&count_by_state[WAIT_STATE_S], count);
 	} else if (state == WAIT_STATE_D) {
-		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_D], wait_ns);
-		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_D], 1);
+		__sync_fetch_and_add(&ns_by_state[WAIT_STATE_D], ns);
+		__sync_fetch_and_add(&count_by_state[WAIT_STATE_D], count);
 	} else {
-		__sync_fetch_and_add(&p->blocked_ns[WAIT_STATE_OTHER], wait_ns);
-		__sync_fetch_and_add(&p->blocked_count[WAIT_STATE_OTHER], 1);
+		__sync_fetch_and_add(&ns_by_state[WAIT_STATE_OTHER], ns);
+		__sync_fetch_and_add(&count_by_state[WAIT_STATE_OTHER], count);
 	}
 }
 
-/* A wait is added to its process's totals when it ends, as schedstat adds run_delay: a
- * thread blocked has switched out, so its process is known. */
-static __always_inline void end_blocked(void *ctx, struct wait_thread *t, u64 now, u32 g,
-					bool woken)
+/* Moves what the thread added since the last time to its process's totals. */
+static __always_inline void flush(struct wait_thread *t, struct wait_proc *p)
+{
+	u64 v;
+
+	if (!(t->on_cpu_ns | t->runq_ns | t->runq_count | t->blocked_ns[0] | t->blocked_ns[1] |
+	      t->blocked_ns[2] | t->blocked_count[0] | t->blocked_count[1] | t->blocked_count[2]))
+		return;
+	if ((v = __sync_lock_test_and_set(&t->on_cpu_ns, 0)))
+		__sync_fetch_and_add(&p->on_cpu_ns, v);
+	if ((v = __sync_lock_test_and_set(&t->runq_ns, 0)))
+		__sync_fetch_and_add(&p->runq_ns, v);
+	if ((v = __sync_lock_test_and_set(&t->runq_count, 0)))
+		__sync_fetch_and_add(&p->runq_count, v);
+#pragma unroll
+	for (int i = 0; i < WAIT_STATE_NR; i++) {
+		if ((v = __sync_lock_test_and_set(&t->blocked_ns[i], 0)))
+			__sync_fetch_and_add(&p->blocked_ns[i], v);
+		if ((v = __sync_lock_test_and_set(&t->blocked_count[i], 0)))
+			__sync_fetch_and_add(&p->blocked_count[i], v);
+	}
+#pragma unroll
+	for (int i = 0; i < WAIT_HIST_SLOTS; i++) {
+		if (t->runq_hist[i]) {
+			u64 n = __sync_lock_test_and_set(&t->runq_hist[i], 0);
+			__sync_fetch_and_add(&p->runq_hist[i], n);
+		}
+	}
+}
+
+static __always_inline void flush_thread(struct wait_thread *t, u32 g)
+{
+	struct wait_proc *p;
+
+	if (!t->tgid)
+		return;	/* its name is known at its first switch-out: kept until then */
+	p = thread_proc(t, g);
+	if (p)
+		flush(t, p);
+}
+
+/* A blocked wait ends, by a wake-up (or, unseen, by the switch-in): its time since the
+ * last interval's end, and its count and whole length. */
+static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, bool woken)
 {
 	u64 wait_ns = now > t->since ? now - t->since : 0;
-	struct wait_proc *p = thread_proc(t, g);
+	u64 ns = claim(t, now);
+	struct wait_stack *w = t->tgid ? stack_entry(t, g, woken, true) : 0;
 
-	account_blocked(ctx, t, wait_ns, g, woken);
-	if (p)
-		add_blocked(p, t->state, wait_ns);
+	if (wait_ns >= MIN_WALK_NS && t->kstack == -ENOENT)
+		count_lost(WAIT_LOST_LONG_UNWALKED);
+	add_blocked(t->blocked_ns, t->blocked_count, t->state, ns, 1);
+	if (w) {
+		__sync_fetch_and_add(&w->total_ns, ns);
+		__sync_fetch_and_add(&w->count, 1);
+		if (wait_ns > w->max_ns)
+			w->max_ns = wait_ns;
+		__sync_fetch_and_add(&w->hist[hist_slot(wait_ns)], 1);
+	}
 	t->last_blocked_ns = wait_ns;
 	t->flags |= WAIT_THREAD_SEEN_BLOCKED;
 }
 
-/* The switch-out of the current thread: its on-CPU time and the waits parked since its
- * last switch-out go to its process's totals; then its new wait begins. */
-static __always_inline void switch_out(struct sched_switch_args *args, u32 tid, u64 now, u32 g)
+/* The switch-out of the current thread: its on-CPU time is added, under its name now
+ * (what it added before goes to its process under its old name if that changed: exec,
+ * another cgroup); then its new wait begins. */
+static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tid, u32 tgid,
+				       u32 out, u64 now, u32 g)
 {
-	s64 report = args->prev_state;
 	struct wait_thread *t = threads.lookup(&tid);
-	bool first = !t;
-	u32 zero = 0;
+	u64 comm[2] = {};
+	u64 cgroup;
 
 	if (!t) {
+		/* On the CPU since before ktop looked: that time is not counted. */
 		t = new_thread(tid, PHASE_ON_CPU, now);
 		if (!t)
 			return;
 	}
-	struct wait_proc_key key = {};
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	key.pid = pid_tgid >> 32;
-	key.cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-
-	struct wait_proc *init = zero_proc.lookup(&zero);
-	struct wait_proc *p = 0;
-	if (init)
-		p = g ? procs_1.lookup_or_try_init(&key, init) : procs_0.lookup_or_try_init(&key, init);
-	if (p) {
-		/* A thread first seen here was on the CPU since before ktop looked. */
-		if (!first && t->phase == PHASE_ON_CPU && now > t->since)
-			__sync_fetch_and_add(&p->on_cpu_ns, now - t->since);
-		if (t->flags & WAIT_THREAD_RUNQ_PENDING)
-			add_runq(p, t->runq_ns);
-	} else {
-		count_lost(WAIT_LOST_PROCS_FULL);
+	cgroup = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(comm, sizeof(comm));
+	if (t->tgid != tgid || t->cgroup != cgroup || ((u64 *)t->comm)[0] != comm[0] ||
+	    ((u64 *)t->comm)[1] != comm[1]) {
+		flush_thread(t, g);
+		t->tgid = tgid;
+		t->cgroup = cgroup;
+		__builtin_memcpy(t->comm, comm, sizeof(t->comm));
 	}
-	t->flags &= ~WAIT_THREAD_RUNQ_PENDING;
-
-	if (report & REPORT_DEAD) {
+	/* Any other phase: its switch-in was missed (a run skipped): that time is unknown. */
+	u64 ns = claim(t, now);
+	if (ns && t->phase == PHASE_ON_CPU)
+		__sync_fetch_and_add(&t->on_cpu_ns, ns);
+	if (out == OUT_DEAD) {
+		flush_thread(t, g);
 		threads.delete(&tid);
 		return;
 	}
-	t->tgid = key.pid;
-	t->cgroup = key.cgroup;
-	__builtin_memcpy(t->comm, key.comm, sizeof(t->comm));
 	t->since = now;
-	if ((report & REPORT_MASK) == 0) {	/* preempted, or yielded while runnable */
+	if (out == OUT_RUNNABLE) {	/* preempted, or yielded while runnable */
 		t->phase = PHASE_RUNQ;
 		return;
 	}
 	t->phase = PHASE_BLOCKED;
-	t->state = state_of(report);
-	t->stack_generation = g;
+	t->state = out == OUT_S ? WAIT_STATE_S : out == OUT_D ? WAIT_STATE_D : WAIT_STATE_OTHER;
 	if (!(t->flags & WAIT_THREAD_SEEN_BLOCKED) || t->last_blocked_ns >= MIN_WALK_NS) {
-		t->kstack = kernel_stack(args, g);
-		t->ustack = user_stack(args, g, key.pid);
+		t->kstack = kernel_stack(ctx);
+		t->ustack = user_stack(ctx, tgid);
 	} else {
 		t->kstack = -ENOENT;
 		t->ustack = -ENOENT;
 	}
 }
 
-static __always_inline void switch_in(void *ctx, u32 tid, u64 now, u32 g)
+static __always_inline void switch_in(u32 tid, u64 now, u32 g)
 {
 	struct wait_thread *t = threads.lookup(&tid);
 
@@ -346,82 +479,130 @@ static __always_inline void switch_in(void *ctx, u32 tid, u64 now, u32 g)
 	}
 	if (t->phase == PHASE_RUNQ) {
 		u64 wait_ns = now > t->since ? now - t->since : 0;
-		if (t->tgid) {
-			struct wait_proc *p = thread_proc(t, g);
-			if (p)
-				add_runq(p, wait_ns);
-		} else {	/* new, never switched out: added under its name at its first */
-			t->runq_ns = wait_ns;
-			t->flags |= WAIT_THREAD_RUNQ_PENDING;
-		}
+		u64 ns = claim(t, now);
+		__sync_fetch_and_add(&t->runq_ns, ns);
+		__sync_fetch_and_add(&t->runq_count, 1);
+		__sync_fetch_and_add(&t->runq_hist[hist_slot(wait_ns)], 1);
 	} else if (t->phase == PHASE_WAKING) {	/* its sched_wakeup was missed */
-		end_blocked(ctx, t, now, g, true);
+		end_blocked(t, now, g, true);
 	} else if (t->phase == PHASE_BLOCKED) {
 		count_lost(WAIT_LOST_NO_WAKEUP);
-		end_blocked(ctx, t, now, g, false);
+		end_blocked(t, now, g, false);
+	} else {	/* on the CPU: its switch-out was missed, that time is unknown */
+		claim(t, now);
 	}
 	t->phase = PHASE_ON_CPU;
 	t->since = now;
 }
 
-int on_sched_switch(struct sched_switch_args *args)
+/* (bool preempt, struct task_struct *prev, struct task_struct *next[, prev_state]), in the
+ * context of prev. */
+int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
 	u32 g = current_generation();
-	u32 prev = args->prev_pid, next = args->next_pid;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 prev = (u32)pid_tgid, next = read_u32(ctx->args[2], TASK_PID);
 
 	/* pid 0 is each CPU's idle task: never a waiter. */
-	if (prev)
-		switch_out(args, prev, now, g);
+	if (prev) {
+#ifdef SWITCH_STATE_ARG
+		u64 state = ctx->args[SWITCH_STATE_ARG];
+#else	/* before Linux 5.18: the state as the tracepoint fires */
+		u64 state = read_u32(ctx->args[1], TASK_STATE);
+#endif
+		switch_out(ctx, prev, pid_tgid >> 32, switched_out(ctx->args[0], state), now, g);
+	}
 	if (next)
-		switch_in(args, next, now, g);
-	return PASS_ON;
+		switch_in(next, now, g);
+	return 0;
 }
 
-/* In the waker's context: who woke it, and the waker's stack if the wait was long. In an
- * interrupt this is the task it interrupted; user space tells that case by the walked stack
- * (the records' common_flags are written only after BPF programs ran). */
-int on_sched_waking(struct sched_wakeup_args *args)
+/* (struct task_struct *p), in the waker's context: who woke it, and the waker's stack if
+ * the wait was long. In an interrupt this is the task it interrupted; user space tells that
+ * case by the walked stack. */
+int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 {
-	u64 now = bpf_ktime_get_ns();
-	u32 tid = args->pid;
+	u32 tid = read_u32(ctx->args[0], TASK_PID);
 	struct wait_thread *t = threads.lookup(&tid);
 
 	if (!t) {
+		u64 now = bpf_ktime_get_ns();
 		count_lost(WAIT_LOST_UNSEEN_START);
 		new_thread(tid, PHASE_RUNQ, now);
-		return PASS_ON;
+		return 0;
 	}
 	if (t->phase != PHASE_BLOCKED)
-		return PASS_ON;	/* woken before it left the CPU, or already runnable */
-	u32 g = current_generation();
+		return 0;	/* woken before it left the CPU, or already runnable */
 	t->phase = PHASE_WAKING;
 	t->waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
-	t->waker_generation = g;
-	t->waker_kstack = now - t->since >= MIN_WALK_NS ? kernel_stack(args, g) : -ENOENT;
-	return PASS_ON;
+	t->waker_kstack = -ENOENT;
+	if (t->kstack != -ENOENT && bpf_ktime_get_ns() - t->since >= MIN_WALK_NS)
+		t->waker_kstack = kernel_stack(ctx);
+	return 0;
 }
 
 /* The woken thread is on a run queue now (on its CPU, maybe from an IPI): its blocked
  * wait ends and its run-queue wait starts, where delay accounting and schedstat's
  * run_delay switch too. */
-int on_sched_wakeup(struct sched_wakeup_args *args)
+int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 {
-	u32 tid = args->pid;
+	u32 tid = read_u32(ctx->args[0], TASK_PID);
 	struct wait_thread *t = threads.lookup(&tid);
 
 	if (!t || t->phase != PHASE_WAKING)
-		return PASS_ON;
+		return 0;
 	u64 now = bpf_ktime_get_ns();
-	end_blocked(args, t, now, current_generation(), true);
+	end_blocked(t, now, current_generation(), true);
 	t->phase = PHASE_RUNQ;
 	t->since = now;
-	return PASS_ON;
+	return 0;
 }
 
-int on_sched_wakeup_new(struct sched_wakeup_args *args)
+int on_sched_wakeup_new(struct bpf_raw_tracepoint_args *ctx)
 {
-	new_thread(args->pid, PHASE_RUNQ, bpf_ktime_get_ns());
-	return PASS_ON;
+	new_thread(read_u32(ctx->args[0], TASK_PID), PHASE_RUNQ, bpf_ktime_get_ns());
+	return 0;
+}
+
+/* Run by user space (BPF_PROG_TEST_RUN) as it ends an interval, before it points the
+ * programs at the other generation: args[0] is the interval's end, args[1..] thread ids
+ * (0 ends the list). Each thread's phase in progress is added up to the end, with what the
+ * thread added since the last time, to the generation ending: a wait spanning intervals is
+ * spread over them. */
+int waits_flip(struct bpf_raw_tracepoint_args *ctx)
+{
+	u64 end = ctx->args[0];
+	u32 g = current_generation();
+
+#pragma unroll
+	for (int i = 1; i <= FLIP_THREADS; i++) {
+		u32 tid = ctx->args[i];
+		if (!tid)
+			break;
+		struct wait_thread *t = threads.lookup(&tid);
+		/* tgid 0: never switched out, its name unknown: added at its switch-out */
+		if (!t || !t->tgid)
+			continue;
+		struct wait_proc *p = thread_proc(t, g);
+		if (!p)
+			continue;
+		u32 phase = t->phase;
+		u64 ns = claim(t, end);
+		if (ns) {
+			if (phase == PHASE_ON_CPU) {
+				__sync_fetch_and_add(&p->on_cpu_ns, ns);
+			} else if (phase == PHASE_RUNQ) {
+				__sync_fetch_and_add(&p->runq_ns, ns);
+			} else {
+				add_blocked(p->blocked_ns, p->blocked_count, t->state, ns, 0);
+				struct wait_stack *w = stack_entry(t, g, false, false);
+				if (w)
+					__sync_fetch_and_add(&w->total_ns, ns);
+			}
+		}
+		flush(t, p);
+	}
+	return 0;
 }

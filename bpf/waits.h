@@ -28,29 +28,37 @@ enum wait_phase {
 
 /* One thread, kept from its first sighting to its exit, with its identity as of its last
  * switch-out: waits end in another thread's context (the waker's, or whoever switches it
- * in). A new thread's first run-queue wait is parked here until its first switch-out. */
+ * in). Its time is added here as it comes (one lookup an event, no per-process one), and
+ * moved to its process's totals at each interval's end (waits_flip), when its identity
+ * changes (exec, another cgroup) and at its exit. */
 struct wait_thread {
-	u64 since;			/* bpf_ktime_get_ns() of the phase's start */
-	u64 runq_ns;			/* a new thread's first run-queue wait, not yet added */
+	u64 since;			/* bpf_ktime_get_ns() of the phase's start: its length */
+	/* How far the phase's time has been added: up to the end of each interval it spans
+	 * (waits_flip, as user space ends the interval), then the rest when it ends. Advanced
+	 * by compare-and-swap: whoever moves it adds that time. */
+	u64 charged;
 	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
 	u64 cgroup;			/* as of the last switch-out */
-	u32 tgid;
+	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
+	s64 ustack;
+	s64 waker_kstack;
+	u32 tgid;			/* 0 until its first switch-out */
 	u32 phase;			/* enum wait_phase */
 	u32 state;			/* enum wait_state of the blocked phase */
-	u32 pad0;
-	s32 kstack;			/* blocked phase: kernel stack id, or -errno (-ENOENT: not walked) */
-	s32 ustack;
-	u32 stack_generation;		/* the stack maps kstack and ustack are in */
 	u32 flags;			/* WAIT_THREAD_* */
 	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
-	s32 waker_kstack;
-	u32 waker_generation;
 	u32 pad;
 	char comm[KTOP_COMM_LEN];
 	char waker_comm[KTOP_COMM_LEN];
+	/* Not yet in its process's totals (taken with an atomic exchange). */
+	u64 on_cpu_ns;
+	u64 runq_ns;
+	u64 runq_count;
+	u64 blocked_ns[WAIT_STATE_NR];
+	u64 blocked_count[WAIT_STATE_NR];
+	u64 runq_hist[WAIT_HIST_SLOTS];
 };
 
-#define WAIT_THREAD_RUNQ_PENDING	1	/* runq_ns holds a wait */
 #define WAIT_THREAD_SEEN_BLOCKED	4	/* last_blocked_ns is known */
 
 /* Time per (process, command, cgroup), every wait counted whatever its length. */
@@ -72,16 +80,18 @@ struct wait_proc {
 
 /* Blocked time per (process, state, stacks, cgroup, waker): the off-CPU stacks and who
  * ended each wait (offwaketime's one hop). Stacks are walked only for waits predicted long
- * (see waits.bpf.c); the others are counted here with kstack = ustack = -ENOENT. */
+ * (see waits.bpf.c); the others are counted here with kstack = ustack = -ENOENT. A wait
+ * still going at an interval's end adds its time so far under waker -EINPROGRESS, and its
+ * count, length and the rest under its waker when it ends. */
 struct wait_stack_key {
 	u32 pid;
 	u32 state;			/* enum wait_state */
-	s32 kstack;
-	s32 ustack;
-	u32 stack_generation;		/* the stack maps kstack and ustack are in */
+	s64 kstack;			/* a key in `stacks`, or -errno */
+	s64 ustack;			/* a key in `user_stacks`, or -errno */
+	s64 waker_kstack;		/* a key in `stacks`, or -errno (-EINPROGRESS: still waiting
+					   at an interval's end, its time up to there) */
 	u32 waker_pid;			/* tgid of the waker (0: no wake-up seen) */
-	s32 waker_kstack;		/* in waker_generation's map, or -errno */
-	u32 waker_generation;
+	u32 pad;
 	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 	char waker_comm[KTOP_COMM_LEN];
@@ -89,17 +99,17 @@ struct wait_stack_key {
 
 struct wait_stack {
 	u64 total_ns;
-	u64 count;
+	u64 count;			/* waits ended */
 	u64 max_ns;
 	u64 hist[WAIT_HIST_SLOTS];
 };
 
 /* Index into the `lost` per-CPU array: every wait not counted whole. */
 enum wait_lost {
-	WAIT_LOST_THREADS_FULL,		/* thread map full: the thread's waits go uncounted */
+	WAIT_LOST_THREADS_FULL,		/* thread map full (or no memory for a record): its waits go uncounted */
 	WAIT_LOST_PROCS_FULL,		/* per-process map full: a switch-out's times are lost */
 	WAIT_LOST_STACKS_FULL,		/* per-stack map full: a blocked wait is not in the stack views */
-	WAIT_LOST_KSTACK_COLLISION,
+	WAIT_LOST_KSTACK_COLLISION,	/* none since stacks are keyed by a hash of their frames */
 	WAIT_LOST_KSTACK_FULL,
 	WAIT_LOST_USTACK_COLLISION,
 	WAIT_LOST_USTACK_FULL,

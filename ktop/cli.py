@@ -322,6 +322,7 @@ def _options(args: argparse.Namespace) -> Options:
         cumulative=args.cumulative,
         vmlinux=args.vmlinux,
         offcpu_min_us=args.offcpu_min,
+        cgroup=args.cgroup,
     )
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ktop import __version__
 from ktop.aggregate.diskstats import IostatWindow
+from ktop.cgroups import cgroup2_mount
 from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.diskstats import DiskStatsReader
@@ -49,6 +50,7 @@ class Options:
     cumulative: bool = False
     vmlinux: str | None = None  # debug ELF of the kernel for file:line (default: distro path)
     offcpu_min_us: int = DEFAULT_MIN_WALK_US  # waits pane: stacks of waits predicted this long
+    cgroup: str | None = None  # --cgroup, as resolved: the header shows its own PSI too
     panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
 
 
@@ -136,6 +138,9 @@ class LiveSource:
         self.headers = "looking for them" if self._specs else "not needed (no BPF pane)"
         self._processes = ProcessCollector()
         self._pressure = PressureReader()
+        mount = cgroup2_mount() if options.cgroup else None
+        self._cgroup_pressure = (PressureReader.of_cgroup(options.cgroup, mount)
+                                 if options.cgroup and mount else None)
         self._diskstats = DiskStatsReader()  # the block pane's disks view: needs no root
         self._iostat = IostatWindow(options.window_s)
         self._self_cost = SelfCost()
@@ -333,6 +338,8 @@ class LiveSource:
             tasks=self._processes.tasks,
             cpu_times=cpu_times,
             pressure=self._pressure.read(),
+            cgroup_pressure=self._cgroup_pressure.read() if self._cgroup_pressure else None,
+            cgroup_pressure_of=(self.options.cgroup or "") if self._cgroup_pressure else "",
             iostat=self._iostat.profile(self.cumulative, latest),
             cumulative=self.cumulative and not latest,
         )
@@ -451,6 +458,8 @@ class LiveSource:
             collector.close()
         self._processes.close()
         self._pressure.close()
+        if self._cgroup_pressure:
+            self._cgroup_pressure.close()
         self._diskstats.close()
         self._self_cost.close()
 

@@ -454,6 +454,8 @@ class Snapshot:
     blockio: BlockProfile | None = None
     waits: WaitProfile | None = None
     pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
+    cgroup_pressure: Pressure | None = None  # the --cgroup's own, from its *.pressure files
+    cgroup_pressure_of: str = ""  # that cgroup v2's path
     iostat: IostatProfile | None = None  # /proc/diskstats over the window (needs no root)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # pane -> one-line reason
     loading: Mapping[str, str] = field(default_factory=dict)  # pane -> what it is doing now

@@ -427,7 +427,7 @@ PANES: list[PaneDef] = [
         name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
         short_label="Waits", drill_by="key", widget=_waits_widget, build=_build_waits,
         merge=_merge_waits, figure=Figure("run queue", "runq", _runq_ms, "ms/s", True),
-        loss_prefix="wait", bpf_programs=("on_sched_",),
+        loss_prefix="wait", bpf_programs=("on_sched_", "waits_"),
         # Every wait a process's threads made (run queue and blocked), as the pane orders them.
         compare=Comparison(
             "wait%", "%", _compared_waits, key=lambda g: (g.pid, g.comm),

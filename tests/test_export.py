@@ -209,7 +209,10 @@ def full_snapshot() -> Snapshot:
                               parent=1, runq_percent=3 + THIRD),),  # parent: as on exited rows
         locks=locks, blockio=blockio, waits=waits,
         pressure=Pressure(cpu_some=1 + THIRD, cpu_full=THIRD, io_some=2 + THIRD, io_full=THIRD,
-                          memory_some=THIRD, memory_full=THIRD / 2), unavailable={"processes": "just to say why"},
+                          memory_some=THIRD, memory_full=THIRD / 2),
+        cgroup_pressure=Pressure(cpu_some=THIRD, cpu_full=THIRD, io_some=THIRD, io_full=THIRD,
+                                 memory_some=THIRD, memory_full=THIRD),
+        cgroup_pressure_of="/system.slice/web.service", unavailable={"processes": "just to say why"},
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD,
                          bpf_panes={"waits": THIRD}), paused=True, cumulative=True,

@@ -321,3 +321,79 @@ def test_a_thread_whose_exit_was_missed_is_forgotten_and_counted(collector) -> N
         drain = collector.drain()
     assert drain.lost["exited_unseen"] >= before + 1
     assert gone not in {key.value for key in threads.keys()}
+
+
+def intervals(collector: WaitCollector, kallsyms: Kallsyms, pid: int,
+              count: int) -> list[tuple[WaitProcess, float]]:
+    """`count` intervals of 1 s as ktop refreshes them: each one's row for `pid` and its
+    length in ns."""
+    time.sleep(0.5)  # the workload's threads are seen
+    collector.drain()
+    rows = []
+    for _ in range(count):
+        time.sleep(1.0)
+        drain = collector.drain()
+        aggregator = WaitAggregator(kallsyms)
+        aggregator.add(drain)
+        rows.append((process(aggregator.profile(latest=True), pid), (drain.end - drain.start) * 1e9))
+    return rows
+
+
+def test_a_long_sleep_is_spread_over_the_intervals_it_spans(collector, kallsyms) -> None:
+    """A thread asleep 3 s at a time, ktop refreshing every second: asleep all of each
+    interval, never 0% in two and 300% in the third."""
+    with started("import time\nwhile True: time.sleep(3)\n") as sleeper:
+        rows = intervals(collector, kallsyms, sleeper.pid, 4)
+    for row, wall_ns in rows:
+        assert abs(row.blocked_s_ns - wall_ns) <= 0.05 * wall_ns, [
+            round(100 * r.blocked_s_ns / w, 1) for r, w in rows]
+
+
+def test_single_thread_time_adds_up_to_wall_time_in_every_interval(collector, kallsyms) -> None:
+    """On the CPU 0.5 s, asleep 1.5 s: phases that cross the intervals' ends are split
+    there, so each interval's on-CPU + run queue + blocked is its length."""
+    code = (
+        "import time\n"
+        "while True:\n"
+        "    end = time.perf_counter() + 0.5\n"
+        "    while time.perf_counter() < end: pass\n"
+        "    time.sleep(1.5)\n"
+    )
+    with started(code) as mixed:
+        rows = intervals(collector, kallsyms, mixed.pid, 4)
+    shares = [(round(100 * r.on_cpu_ns / w), round(100 * r.runq_ns / w),
+               round(100 * r.blocked_s_ns / w)) for r, w in rows]
+    for row, wall_ns in rows:
+        total = (row.on_cpu_ns + row.runq_ns + row.blocked_s_ns + row.blocked_d_ns
+                 + row.blocked_other_ns)
+        assert abs(total - wall_ns) <= 0.05 * wall_ns, shares
+
+
+def test_a_long_wait_keeps_its_stack_while_new_stacks_churn(kallsyms) -> None:
+    """A thread asleep 3 s at a time while ~50 new processes a second bring new stacks:
+    each of its waits is shown with the stack it blocked in, however many stacks came since
+    (stack maps were emptied once crowded, and a wait ending after that had no stack). Small
+    maps, so that crowding comes within seconds."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from churn import churning  # noqa: PLC0415
+
+    small = WaitCollector(map_entries={"STACK_ENTRIES": 512, "USER_STACK_ENTRIES": 512})
+    small.start()
+    ended = []
+    try:
+        with started("import time\nwhile True: time.sleep(3)\n") as sleeper, churning():
+            time.sleep(0.5)
+            small.drain()
+            missing = small.lost()["stack_missing"]
+            for _ in range(7):
+                time.sleep(1.0)
+                ended += [s for s in small.drain().stacks if s.pid == sleeper.pid and s.count]
+            missing = small.lost()["stack_missing"] - missing
+    finally:
+        small.close()
+    assert sum(s.count for s in ended) >= 2, ended
+    named = [{function_of(kallsyms.format(a)) for a in s.kernel} for s in ended]
+    assert all("do_nanosleep" in functions for functions in named), (named, missing)
+    # Its user stack is its own (no other process maps its libraries where it does).
+    assert all(s.user for s in ended), ([(s.count, s.user_error) for s in ended], missing)
+    assert missing == 0, "a stack id named nothing"

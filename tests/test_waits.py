@@ -284,7 +284,7 @@ def test_header_shows_pressure_and_bpf_time_per_pane(recorded_snapshot):
     from ktop.model import Pressure, SelfCostRow
     from ktop.ui.widgets.header import header_text
 
-    names = {"on_sched_switch": "waits", "on_cpu_sample": "functions",
+    names = {"on_sched_switch": "waits", "waits_flip": "waits", "on_cpu_sample": "functions",
              "on_contention_b": "locks", "block_rq_issue": "blockio", "something": ""}
     assert {name: pane_of_program(name) for name in names} == names
     snapshot = dataclasses.replace(
@@ -386,3 +386,29 @@ def test_the_wakers_of_a_long_wait_fold_when_they_exit():
     assert len(waits.wakers) == 1
     assert (waits.wakers[0].pid, waits.wakers[0].comm) == (EXITED_PID, "true")
     assert waits.wakers[0].count == waits.count == 10_000
+
+
+def test_a_cgroups_own_pressure_is_read_from_its_files_and_shown_after_the_machines(
+        tmp_path, recorded_snapshot):
+    from ktop.collectors.pressure import PressureReader
+    from ktop.model import Pressure
+    from ktop.ui.widgets.header import header_text
+
+    own = tmp_path / "system.slice" / "web.service"
+    own.mkdir(parents=True)
+    for resource, some in (("cpu", 33.0), ("io", 1.5), ("memory", 0.0)):
+        (own / f"{resource}.pressure").write_text(
+            f"some avg10={some:.2f} avg60=0.00 avg300=0.00 total=1\n"
+            "full avg10=0.50 avg60=0.00 avg300=0.00 total=1\n")
+    reader = PressureReader.of_cgroup("/system.slice/web.service", str(tmp_path))
+    pressure = reader.read()
+    reader.close()
+    assert pressure == Pressure(cpu_some=33.0, cpu_full=0.5, io_some=1.5, io_full=0.5,
+                                memory_some=0.0, memory_full=0.5)
+    machine = Pressure(cpu_some=2.0, cpu_full=0.0, io_some=0.0, io_full=0.0, memory_some=0.0,
+                       memory_full=0.0)
+    snapshot = dataclasses.replace(recorded_snapshot, pressure=machine, cgroup_pressure=pressure,
+                                   cgroup_pressure_of="/system.slice/web.service")
+    text = header_text(snapshot).plain
+    assert ("PSI cpu 2.0 io 0.0/0.0 mem 0.0/0.0   "
+            "PSI of /system.slice/web.service cpu 33.0 io 1.5/0.5 mem 0.0/0.5") in text

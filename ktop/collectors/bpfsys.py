@@ -34,7 +34,9 @@ _BPF_NR, _PERF_EVENT_OPEN_NR = _SYSCALLS.get(platform.machine(), (None, None))
 
 # enum bpf_cmd (include/uapi/linux/bpf.h)
 MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM, MAP_GET_NEXT_KEY = 1, 2, 3, 4
+PROG_TEST_RUN = 10
 OBJ_GET_INFO_BY_FD = 15
+RAW_TRACEPOINT_OPEN = 17
 MAP_LOOKUP_BATCH, MAP_LOOKUP_AND_DELETE_BATCH = 24, 25
 ENABLE_STATS = 32
 
@@ -70,6 +72,37 @@ class _BatchAttr(ct.Structure):
         ("values", ct.c_uint64), ("count", ct.c_uint32), ("map_fd", ct.c_uint32),
         ("elem_flags", ct.c_uint64), ("flags", ct.c_uint64),
     ]
+
+
+class _TestRunAttr(ct.Structure):
+    _fields_ = [
+        ("prog_fd", ct.c_uint32), ("retval", ct.c_uint32), ("data_size_in", ct.c_uint32),
+        ("data_size_out", ct.c_uint32), ("data_in", ct.c_uint64), ("data_out", ct.c_uint64),
+        ("repeat", ct.c_uint32), ("duration", ct.c_uint32), ("ctx_size_in", ct.c_uint32),
+        ("ctx_size_out", ct.c_uint32), ("ctx_in", ct.c_uint64), ("ctx_out", ct.c_uint64),
+        ("flags", ct.c_uint32), ("cpu", ct.c_uint32), ("batch_size", ct.c_uint32),
+        ("pad", ct.c_uint32),
+    ]
+
+
+class _RawTracepointAttr(ct.Structure):
+    _fields_ = [("name", ct.c_uint64), ("prog_fd", ct.c_uint32), ("pad", ct.c_uint32),
+                ("cookie", ct.c_uint64)]
+
+
+def run_raw_tracepoint_program(prog_fd: int, args: ct.Array) -> int:
+    """Run a raw tracepoint program once, here, on `args` as its arguments (Linux 5.10+):
+    what it returned."""
+    attr = _TestRunAttr(prog_fd=prog_fd, ctx_size_in=ct.sizeof(args), ctx_in=ct.addressof(args))
+    bpf(PROG_TEST_RUN, attr)
+    return attr.retval
+
+
+def attach_raw_tracepoint(prog_fd: int, name: str) -> int:
+    """A link running the program at raw tracepoint `name` ("sched_switch") on every CPU."""
+    encoded = ct.create_string_buffer(name.encode())
+    return bpf(RAW_TRACEPOINT_OPEN,
+               _RawTracepointAttr(name=ct.addressof(encoded), prog_fd=prog_fd))
 
 
 class _InfoAttr(ct.Structure):
@@ -289,6 +322,15 @@ class BpfMap:
             except KeyError:
                 pass
         return [key for key, _ in found], b"".join(value for _, value in found)
+
+    def snapshot_keys(self) -> list[bytes]:
+        """Every key, as the kernel's bytes, left in place: one system call per batch."""
+        try:
+            return self._batch(MAP_LOOKUP_BATCH)[0]
+        except OSError as e:
+            if e.errno not in _NO_BATCH:
+                raise
+        return [bytes(key) for key in self.keys()]
 
     def snapshot(self) -> list[tuple[Any, Any]]:
         """Every entry, left in place."""

@@ -119,6 +119,18 @@ class KernelBtf:
             type_id = found[1]
         return offset, self.size_of(type_id)
 
+    def tracepoint_arity(self, tracepoint: str) -> int:
+        """How many arguments a raw tracepoint passes its programs."""
+        typedef = self._typedefs.get(f"btf_trace_{tracepoint}")
+        if typedef is None:
+            raise BtfError(f"no tracepoint {tracepoint}")
+        kind, _vlen, _kflag, target, _ = self._type(self._resolve(typedef))
+        if kind == _PTR:
+            kind, vlen, _kflag, _ret, _extra = self._type(self._resolve(target))
+            if kind == _FUNC_PROTO:
+                return vlen - 1  # the first parameter is the probe's own data pointer
+        raise BtfError(f"tracepoint {tracepoint} is not a function pointer in BTF")
+
     def enumerator(self, name: str) -> int:
         """The value of the enum constant `name` ("__REQ_PREFLUSH"), in whichever enum holds it."""
         data = self._data

@@ -1,6 +1,7 @@
 """Pressure stall information (PSI): the share of time some (or all) tasks stalled on the
-CPU, I/O or memory, avg10 as /proc/pressure/{cpu,io,memory} say it. Read with pread
-through descriptors kept open; no root needed."""
+CPU, I/O or memory, avg10 as /proc/pressure/{cpu,io,memory} say it for the machine, and a
+cgroup v2's {cpu,io,memory}.pressure for its own tasks. Read with pread through descriptors
+kept open; no root needed."""
 
 from __future__ import annotations
 
@@ -35,10 +36,20 @@ def parse_pressure(text: bytes) -> tuple[float, float | None]:
 
 
 class PressureReader:
-    def __init__(self, root: str = "/proc/pressure") -> None:
+    def __init__(self, root: str = "/proc/pressure", suffix: str = "", cgroup: str = "") -> None:
+        """Reads root/{cpu,io,memory}{suffix}; cgroup: the cgroup they are of ("" for the
+        machine)."""
         self._root = root
+        self._suffix = suffix
+        self._cgroup = cgroup
         self._fds: dict[str, int] = {}
         self.error = ""  # why there is no pressure to show ("" when there is)
+
+    @classmethod
+    def of_cgroup(cls, path: str, mount: str) -> PressureReader:
+        """A cgroup v2's own pressure: path as --cgroup resolves it ("/system.slice/x"),
+        under the unified hierarchy's mount."""
+        return cls(os.path.join(mount, path.lstrip("/")), ".pressure", cgroup=path)
 
     def read(self) -> Pressure | None:
         values: dict[str, tuple[float, float | None]] = {}
@@ -46,11 +57,13 @@ class PressureReader:
             try:
                 fd = self._fds.get(resource)
                 if fd is None:
-                    fd = self._fds[resource] = os.open(os.path.join(self._root, resource),
-                                                       os.O_RDONLY | os.O_CLOEXEC)
+                    fd = self._fds[resource] = os.open(
+                        os.path.join(self._root, resource + self._suffix), os.O_RDONLY | os.O_CLOEXEC)
                 values[resource] = parse_pressure(os.pread(fd, _MAX, 0))
             except (OSError, ValueError) as e:
-                self.error = f"no PSI ({getattr(e, 'strerror', None) or e}): boot with psi=1"
+                why = getattr(e, "strerror", None) or e
+                self.error = (f"no PSI for cgroup {self._cgroup} ({why})" if self._cgroup
+                              else f"no PSI ({why}): boot with psi=1")
                 return None
         self.error = ""
         return Pressure(

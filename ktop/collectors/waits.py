@@ -1,11 +1,13 @@
-"""Waits: bpf/waits.bpf.c on sched_switch / sched_waking / sched_wakeup(_new), drained every
-interval: where threads' time goes when they are not on a CPU, and who woke them."""
+"""Waits: bpf/waits.bpf.c on the raw tracepoints sched_switch / sched_waking /
+sched_wakeup(_new), drained every interval: where threads' time goes when they are not on a
+CPU, and who woke them."""
 
 from __future__ import annotations
 
+import ctypes as ct
 import os
-import re
 import time
+from array import array
 from dataclasses import dataclass
 
 from ktop.cgroups import CgroupNames, shared_names
@@ -17,25 +19,32 @@ from ktop.collectors.bpfload import (
     load_program,
     require_tracepoints,
 )
-from ktop.collectors.bpfsys import attach_tracepoint
-from ktop.collectors.maps import TwoGenerationProgram, forget_entries
+from ktop.collectors.bpfsys import (
+    attach_raw_tracepoint,
+    run_raw_tracepoint_program,
+)
+from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
+from ktop.collectors.maps import SharedAddresses, TwoGenerationProgram, forget_entries
 
 PROGRAM = "waits.bpf.c"
-# Attached in this order: switch first, so a wait never begins unseen after its wake-up is
-# watched; wakeup_new last (a thread it misses is first seen at its switch-in).
+# Raw tracepoints, attached in this order: switch first, so a wait never begins unseen after
+# its wake-up is watched; wakeup_new last (a thread it misses is first seen at its switch-in).
 FUNCTIONS = {
-    "on_sched_switch": "sched:sched_switch",
-    "on_sched_waking": "sched:sched_waking",
-    "on_sched_wakeup": "sched:sched_wakeup",
-    "on_sched_wakeup_new": "sched:sched_wakeup_new",
+    "on_sched_switch": "sched_switch",
+    "on_sched_waking": "sched_waking",
+    "on_sched_wakeup": "sched_wakeup",
+    "on_sched_wakeup_new": "sched_wakeup_new",
 }
-TRACEPOINTS = list(FUNCTIONS.values())
+TRACEPOINTS = [f"sched:{name}" for name in FUNCTIONS.values()]
+FLIP = "waits_flip"  # run by drain(), attached nowhere
+FLIP_THREADS = 11  # thread ids a run of FLIP takes (bpf/waits.bpf.c)
 # Map names, as bpf/waits.bpf.c declares them.
 MAP_THREADS = "threads"
 MAP_PROCS = ("procs_0", "procs_1")
 MAP_WAIT_STACKS = ("wait_stacks_0", "wait_stacks_1")
-MAP_STACKS = ("stacks_0", "stacks_1")
-MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
+MAP_STACKS = "stacks"  # a hash of the frames -> the frames
+MAP_USER_STACKS = "user_stacks"
+MAP_HASH_SEED = "hash_seed"
 LOST_NAMES = (  # enum wait_lost in bpf/waits.h, in order
     "threads_map_full",
     "procs_map_full",
@@ -55,20 +64,14 @@ NOT_LOSSES = ("unseen_start", "long_wait_unwalked")
 HIST_SLOTS = 32  # WAIT_HIST_SLOTS: slot k >= 1 holds [2^(k-1), 2^k) us, slot 0 under 1 us
 STATES = ("S", "D", "other")  # enum wait_state
 NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)
+STILL_WAITING = -115  # -EINPROGRESS as a waker's stack: the wait went on past the interval
 DEFAULT_MIN_WALK_US = 10
 WAKER_NONE = "[no wake-up seen]"  # the waker of a wait whose wake-up was not seen
+WAKER_WAITING = "[still waiting]"  # the time so far of a wait going on at an interval's end
 MAX_MIN_WALK_US = 10_000_000
-
-# The record layouts bpf/waits.bpf.c hard-codes: (field, offset, size) per tracepoint.
-_WAKEUP_FIELDS = (("pid", 24, 4),)
-_EXPECTED_FIELDS = {
-    "sched_switch": (("prev_pid", 24, 4), ("prev_state", 32, 8), ("next_pid", 56, 4)),
-    "sched_waking": _WAKEUP_FIELDS,
-    "sched_wakeup": _WAKEUP_FIELDS,
-    "sched_wakeup_new": _WAKEUP_FIELDS,
-}
-_FIELD_RE = re.compile(r"field:[^;]*?(\w+)(?:\[\d*\])?;\s*offset:(\d+);\s*size:(\d+);")
-
+# Stacks read, remembered by key (a hash of their frames) for the threads still blocked
+# on them and the stacks that come back; past this many each, forgotten and read anew.
+STACKS_REMEMBERED = 8192
 
 @dataclass(frozen=True)
 class ProcessTimes:
@@ -136,28 +139,34 @@ def require_sched_tracepoints(root: str = TRACEFS) -> None:
     require_tracepoints(TRACEPOINTS, "sched tracepoints, Linux >= 4.x", root)
 
 
-def check_record_layout(root: str = TRACEFS) -> None:
-    """bpf/waits.bpf.c reads the records at fixed offsets: refuse to load otherwise."""
-    for event, expected in _EXPECTED_FIELDS.items():
-        path = os.path.join(root, "events", "sched", event, "format")
-        try:
-            with open(path) as f:
-                fields = {m[1]: (int(m[2]), int(m[3])) for m in _FIELD_RE.finditer(f.read())}
-        except OSError as e:
-            raise Unavailable(f"cannot read {path}: {e.strerror}") from None
-        for name, offset, size in expected:
-            if fields.get(name) != (offset, size):
-                raise Unavailable(
-                    f"sched:{event} has an unexpected layout ({name} at {fields.get(name)}, "
-                    f"expected {(offset, size)}): this kernel needs a newer ktop"
-                )
+def task_flags(btf: KernelBtf) -> list[str]:
+    """-D flags with what bpf/waits.bpf.c reads of tasks and of sched_switch on this kernel;
+    Unavailable when it cannot."""
+    try:
+        offset, size = btf.member("task_struct", "pid")
+        if size != 4:
+            raise BtfError(f"task_struct.pid is {size} bytes, not 4")
+        flags = [f"-DTASK_PID={offset}"]
+        if btf.tracepoint_arity("sched_switch") >= 4:  # prev_state passed since Linux 5.18
+            flags.append("-DSWITCH_STATE_ARG=3")
+        else:
+            try:
+                offset, _ = btf.member("task_struct", "__state")  # Linux 5.14+
+            except BtfError:
+                offset, _ = btf.member("task_struct", "state")
+            flags.append(f"-DTASK_STATE={offset}")
+    except BtfError as e:
+        raise Unavailable(f"cannot read the scheduler's tasks on this kernel: {e}") from None
+    return flags
 
 
 def _comm(raw: bytes) -> str:
     return raw.decode(errors="replace")
 
 
-def _waker_comm(pid: int, raw: bytes) -> str:
+def _waker_comm(pid: int, raw: bytes, waker_stack: int) -> str:
+    if waker_stack == STILL_WAITING:
+        return WAKER_WAITING
     if pid == 0 and not raw:
         return WAKER_NONE
     return _comm(raw)
@@ -167,29 +176,72 @@ def _error(stack_id: int) -> int:
     return min(0, stack_id)
 
 
+class HashedStacks:
+    """Stacks by key (a hash of their frames), read from a map the program adds to and user
+    space empties after each drain: each is read once, and remembered while it is named (a
+    thread blocked for minutes names its stack in every interval, under "still waiting").
+    Past STACKS_REMEMBERED, those not named since the last time are forgotten. A key neither
+    the map nor memory holds reads as no frames and is counted, never invented."""
+
+    def __init__(self, kernel: bool) -> None:
+        self.missing = 0  # cumulative
+        self._now: dict[int, tuple[int, ...]] = {}
+        self._before: dict[int, tuple[int, ...]] = {}
+        self._shared = SharedAddresses() if kernel else None
+
+    def take(self, table) -> None:  # noqa: ANN001 - a BpfMap
+        """Read and empty the map: the stacks walked since the last time."""
+        keys, values = table.drain_columns()
+        if len(self._now) + len(keys) > STACKS_REMEMBERED:
+            self._before, self._now = self._now, {}
+        if not keys:
+            return
+        depth = table.value_size // 8
+        words = memoryview(values).cast("Q")
+        for i, key in enumerate(array("q", b"".join(keys))):
+            frames = words[i * depth:(i + 1) * depth].tolist()
+            try:
+                frames = frames[:frames.index(0)]
+            except ValueError:  # as deep as the map keeps: cut there
+                pass
+            self._now[key] = self._shared(tuple(frames)) if self._shared else tuple(frames)
+
+    def read(self, key: int) -> tuple[int, ...]:
+        if key < 0:
+            return ()
+        frames = self._now.get(key)
+        if frames is None:
+            frames = self._before.get(key)
+            if frames is None:
+                self.missing += 1
+                return ()
+            self._now[key] = frames
+        return frames
+
+
 class WaitCollector:
     pane = "waits"
 
     def __init__(
-        self, interval_s: float = 1.0, user_stacks: bool = True, pass_on: bool = True,
+        self, interval_s: float = 1.0, user_stacks: bool = True,
         min_walk_us: int = DEFAULT_MIN_WALK_US, cgroups: CgroupNames | None = None,
         map_entries: dict[str, int] | None = None,
     ) -> None:
         """min_walk_us: walk a blocking thread's stacks only when its previous blocked wait
         lasted this long, and the waker's only for a wait that did (every wait's time is
-        counted regardless). user_stacks: walk user stacks too. pass_on: let other perf
-        users of the sched tracepoints see the events. map_entries: sizes other than
-        bpf/waits.bpf.c's defaults ({"PROC_ENTRIES": 2}: the tests fill maps)."""
+        counted regardless). user_stacks: walk user stacks too. map_entries: sizes other
+        than bpf/waits.bpf.c's defaults ({"PROC_ENTRIES": 2}: the tests fill maps)."""
         self._map_entries = dict(map_entries or {})
         self._interval_s = interval_s
         self._user_stacks = user_stacks
-        self._pass_on = pass_on
         self.min_walk_us = min_walk_us
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
         self._stale_threads = 0
         self._drains = 0
         self._cgroups = cgroups or shared_names()
+        self._kernel_stacks = HashedStacks(kernel=True)
+        self._user_stacks_read = HashedStacks(kernel=False)
 
     @property
     def programs(self) -> dict[str, int]:
@@ -200,32 +252,59 @@ class WaitCollector:
         check_privileges()
         ensure_tracefs()
         require_sched_tracepoints()
-        check_record_layout()
+        try:
+            btf = KernelBtf.load(BTF_PATH)
+        except OSError:
+            raise Unavailable(
+                f"kernel has no BTF ({BTF_PATH}): the waits pane needs CONFIG_DEBUG_INFO_BTF=y"
+            ) from None
+        except BtfError as e:
+            raise Unavailable(f"cannot read the kernel's BTF: {e}") from None
         program = load_program(
             PROGRAM,
-            [f"-DUSER_STACKS={int(self._user_stacks)}", f"-DPASS_ON={int(self._pass_on)}",
-             f"-DMIN_WALK_NS={self.min_walk_us * 1000}ULL",
+            [f"-DUSER_STACKS={int(self._user_stacks)}",
+             f"-DMIN_WALK_NS={self.min_walk_us * 1000}ULL", *task_flags(btf),
              *(f"-D{name}={int(size)}" for name, size in self._map_entries.items())],
-            {name: "TRACEPOINT" for name in FUNCTIONS},
+            {name: "RAW_TRACEPOINT" for name in (*FUNCTIONS, FLIP)},
         )
         self._program = TwoGenerationProgram(program, LOST_NAMES)
+        seed = self._program.table(MAP_HASH_SEED)
+        seed[0] = seed.Leaf(int.from_bytes(os.urandom(8), "little"))
         try:
             for function, tracepoint in FUNCTIONS.items():
-                program.keep(attach_tracepoint(program.programs[function], tracepoint, TRACEFS))
+                program.keep(attach_raw_tracepoint(program.programs[function], tracepoint))
         except OSError as e:
             self.close()
-            raise Unavailable(f"cannot attach the sched tracepoints: {e.strerror}") from None
+            raise Unavailable(f"cannot attach the sched raw tracepoints: {e.strerror}") from None
         self._last = time.monotonic()
 
+    def _end_interval(self) -> float:
+        """Every thread's phase in progress added up to now, to the generation ending (each
+        wait is charged to the intervals it spans); the time of that end."""
+        assert self._program is not None
+        end_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as bpf_ktime_get_ns()
+        tids = array("I", b"".join(self._program.table(MAP_THREADS).snapshot_keys()))
+        flip = self._program.program.programs[FLIP]
+        args = (ct.c_uint64 * (FLIP_THREADS + 1))()
+        args[0] = end_ns
+        for start in range(0, len(tids), FLIP_THREADS):
+            batch = tids[start:start + FLIP_THREADS]
+            for i in range(FLIP_THREADS):
+                args[i + 1] = batch[i] if i < len(batch) else 0
+            run_raw_tracepoint_program(flip, args)
+        return end_ns / 1e9
+
     def drain(self) -> WaitDrain:
-        """Swap map generations, then read and empty the one the program just left."""
+        """End the interval, swap map generations, then read and empty the one the program
+        just left."""
         assert self._program is not None, "start() first"
         program = self._program
-        old, end = program.swap()
-        walk = program.stacks.read
+        end = self._end_interval()
+        old, _ = program.swap()
+        kernel, user = self._kernel_stacks, self._user_stacks_read
+        kernel.take(program.table(MAP_STACKS))
+        user.take(program.table(MAP_USER_STACKS))
         cgroup_name = self._cgroups.name
-        stack_maps = [program.table(name) for name in MAP_STACKS]
-        user_maps = [program.table(name) for name in MAP_USER_STACKS]
 
         processes = [
             ProcessTimes(
@@ -243,31 +322,24 @@ class WaitCollector:
         ]
         stacks = []
         for key, value in program.table(MAP_WAIT_STACKS[old]).drain():
-            gen = key.stack_generation & 1
             stacks.append(BlockedStack(
                 pid=key.pid,
                 comm=_comm(key.comm),
                 cgroup=cgroup_name(key.cgroup),
                 state=STATES[key.state] if key.state < len(STATES) else "other",
-                kernel=walk(stack_maps[gen], key.kstack, kernel=True),
+                kernel=kernel.read(key.kstack),
                 kernel_error=_error(key.kstack),
-                user=walk(user_maps[gen], key.ustack),
+                user=user.read(key.ustack),
                 user_error=_error(key.ustack),
                 waker_pid=key.waker_pid,
-                waker_comm=_waker_comm(key.waker_pid, key.waker_comm),
-                waker_kernel=walk(stack_maps[key.waker_generation & 1], key.waker_kstack,
-                                  kernel=True),
+                waker_comm=_waker_comm(key.waker_pid, key.waker_comm, key.waker_kstack),
+                waker_kernel=kernel.read(key.waker_kstack),
                 waker_error=_error(key.waker_kstack),
                 total_ns=value.total_ns,
                 count=value.count,
                 max_ns=value.max_ns,
                 hist=tuple(value.hist),
             ))
-        # A blocked thread's stack ids may point into either generation's maps until it
-        # is woken: a map is emptied only when crowded or old (maps.py), and an id whose
-        # stack went with it reads as no frames, counted in stack_missing.
-        program.stacks.tidy(stack_maps[old])
-        program.stacks.tidy(user_maps[old])
         self._drains += 1
         if self._drains % 10 == 0:
             self._forget_exited()
@@ -280,6 +352,7 @@ class WaitCollector:
     def _forget_exited(self) -> None:
         """Threads are forgotten at their last switch-out; one the program missed (its
         switch-out ran while another BPF program held the CPU) is dropped here."""
+        assert self._program is not None
         self._stale_threads += forget_entries(
             self._program.table(MAP_THREADS),
             lambda key, _: not os.path.exists(f"/proc/{key.value}"))
@@ -287,6 +360,7 @@ class WaitCollector:
     def lost(self) -> dict[str, int]:
         assert self._program is not None
         totals = self._program.lost()
+        totals["stack_missing"] = self._kernel_stacks.missing + self._user_stacks_read.missing
         totals["exited_unseen"] = self._stale_threads
         return totals
 

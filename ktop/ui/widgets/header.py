@@ -56,7 +56,8 @@ LOSS_REASONS = {
     "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
     "ringbuf_full": "the stream of recent requests dropped one: missing from that list "
                     "only, every count has it",
-    "threads_map_full": "the map of threads was full: a thread's waits are not counted",
+    "threads_map_full": "the map of threads was full, or had no memory for one more: a "
+                        "thread's waits are not counted",
     "procs_map_full": "the per-process map was full: a switch-out's or a wait's time is lost",
     "wait_stacks_full": "the per-stack map was full: a blocked wait is missing from the stack "
                         "views (its process's totals have it)",
@@ -191,14 +192,20 @@ def header_items(
                            short=f"{intact} not listed"))
     if snapshot.pressure is not None:
         bottom.append(Item(pressure_text(snapshot.pressure), 6, gap="   "))
+    if snapshot.cgroup_pressure is not None:  # --cgroup's own: what its user came for
+        bottom.append(Item(pressure_text(snapshot.cgroup_pressure, snapshot.cgroup_pressure_of),
+                           7, gap="   "))
     bottom.append(item(f"kernel {printable(snapshot.kernel)}", 2, "dim", gap="   "))
     bottom.append(item(f"headers: {printable(snapshot.headers)}", 1, "dim"))
     return [top, split, bottom]
 
 
-def pressure_text(p: Pressure) -> Text:
-    """PSI avg10 as "PSI cpu 12.0 io 3.1/0.4 mem 0.0/0.0" (some/full), a stall in bold."""
+def pressure_text(p: Pressure, of: str = "") -> Text:
+    """PSI avg10 as "PSI cpu 12.0 io 3.1/0.4 mem 0.0/0.0" (some/full), a stall in bold; a
+    cgroup's own (of: its path) as "PSI of /its/path cpu ..."."""
     text = Text("PSI", style="bold")
+    if of:
+        text.append(f" of {printable(of)}", style="bold yellow")
     for name, some, full in (("cpu", p.cpu_some, p.cpu_full), ("io", p.io_some, p.io_full),
                              ("mem", p.memory_some, p.memory_full)):
         shown = f"{some:.1f}" + (f"/{full:.1f}" if full is not None and name != "cpu" else "")
