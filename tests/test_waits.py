@@ -25,7 +25,7 @@ from ktop.engine import RecordedSource
 from ktop.exports.folded import to_folded
 from ktop.exports.openmetrics import to_prom
 from ktop.exports.pprof import PROFILES, profile_class
-from ktop.model import UserFrame
+from ktop.model import EXITED_PID, UserFrame
 from ktop.symbolize.kernel import Kallsyms
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
@@ -368,6 +368,24 @@ def test_hostile_names_are_escaped_in_the_pane_note_and_the_drill_down(recorded_
     for text in (seen["text"], drill):
         assert "\x1b" not in text and "\\x1b[2Jevil" in text
     assert "pressure from  cpu: \\x1b[2Jevil 10" in seen["text"]
+
+
+def test_the_wakers_of_a_long_wait_fold_when_they_exit():
+    """A shell waiting for its children is woken by each one as it exits: 10,000 children
+    leave one waker row per command in the totals since start, every wait still counted."""
+    agg = aggregator()
+    wait4 = stack("__schedule", "schedule", "do_nanosleep")
+    for second in range(100):
+        agg.add(drain(float(second), stacks=[
+            blocked(pid=10, comm="sh", kernel=wait4, total=100_000, count=1,
+                    waker_pid=1000 + second * 100 + child, waker_comm="true")
+            for child in range(100)]))
+        if second % 10 == 9:
+            agg.fold_exited(lambda pid: pid == 10)
+    (waits,) = [s for s in agg.profile(cumulative=True).stacks if s.pid == 10]
+    assert len(waits.wakers) == 1
+    assert (waits.wakers[0].pid, waits.wakers[0].comm) == (EXITED_PID, "true")
+    assert waits.wakers[0].count == waits.count == 10_000
 
 
 def test_a_cgroups_own_pressure_is_read_from_its_files_and_shown_after_the_machines(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ktop.aggregate import exited
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
@@ -194,6 +195,10 @@ def _merged_blocked(into: _Blocked, other: _Blocked) -> _Blocked:
     return into.merge(other)
 
 
+def _merged_waker(into: list[int], other: list[int]) -> list[int]:
+    return [into[0] + other[0], into[1] + other[1]]
+
+
 def _merge_rare_stacks(stacks: dict[StackKey, _Blocked]) -> None:
     """Past WAIT_STACKS_KEPT stacks, the rarest (least time) down to 3/4 of it merge into
     one entry per (process, state)."""
@@ -273,6 +278,12 @@ class WaitAggregator:
             fold_exited(total.stacks, is_alive, lambda key: key[0],
                         lambda key, pid: (pid, *key[1:]), _merged_blocked)
         _merge_rare_stacks(total.stacks)
+        # Each stack's wakers are keyed by pid too: a shell that waits for its children is
+        # woken by each one as it exits, a new waker a child.
+        if sum(len(blocked.wakers) for blocked in total.stacks.values()) >= exited.FOLD_AFTER:
+            for blocked in total.stacks.values():
+                fold_exited(blocked.wakers, is_alive, lambda key: key[0],
+                            lambda key, pid: (pid, *key[1:]), _merged_waker)
 
     def profile(self, cumulative: bool = False, latest: bool = False) -> WaitProfile:
         """The window's profile, the totals since start, or the newest interval's alone."""
