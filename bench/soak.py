@@ -45,6 +45,67 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def resident(pid: int) -> str:
+    """The RSS split as /proc/PID/smaps_rollup gives it: anonymous (the heap, Python's arenas)
+    against file-backed (the interpreter and libraries)."""
+    fields: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                fields[parts[0].rstrip(":")] = int(parts[1])
+    return (f"anonymous {fields.get('Anonymous', 0) / 1024:.1f} MiB, file "
+            f"{(fields.get('Rss', 0) - fields.get('Anonymous', 0)) / 1024:.1f} MiB")
+
+
+def heap() -> str:
+    """glibc's heap as mallinfo2() sees it: in use (Python's objects over 512 bytes, the
+    big tables' hash arrays, buffers) against free but kept (fragmentation)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return ""
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return (f"glibc: in use {(info.uordblks + info.hblkhd) / 2**20:.1f} MiB (mmapped "
+            f"{info.hblkhd / 2**20:.1f}), free in its arenas {info.fordblks / 2**20:.1f} MiB")
+
+
+def arenas() -> str:
+    """pymalloc's arenas in use (256 KiB each) and how full their pools are."""
+    import sys as system
+
+    if not hasattr(system, "_debugmallocstats"):
+        return ""
+    read, write = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write, 2)
+    try:
+        system._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write)
+    with os.fdopen(read) as f:
+        text = f.read()
+    found = {}
+    for name in ("arenas allocated current", "# bytes in allocated blocks",
+                 "# bytes in available blocks", "# bytes lost to pool headers",
+                 "# bytes lost to quantization", "# bytes lost to arena alignment"):
+        match = re.search(re.escape(name) + r"\s*=\s*([\d,]+)", text)
+        if match:
+            found[name.lstrip("# ")] = int(match.group(1).replace(",", ""))
+    return ", ".join(f"{name} {value / 2**20 if 'bytes' in name else value:.1f}"
+                     for name, value in found.items())
+
+
 @contextlib.contextmanager
 def writing_dd() -> Iterator[None]:
     """A dd writing 64 MiB with O_DIRECT again and again: block I/O the whole time."""
@@ -65,10 +126,8 @@ def writing_dd() -> Iterator[None]:
 
 
 def child(minutes: float, trace: bool, count_objects: bool) -> None:
-    if trace:
+    if trace:  # started once every pane is loaded: what grows after, at a bearable cost
         import tracemalloc
-
-        tracemalloc.start(6)
     import gc
 
     from ktop import cli
@@ -128,6 +187,48 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         walk(source._processes, "processes", 0)
         return sorted(found, reverse=True)
 
+    def sizes() -> None:
+        """What each part of ktop holds (MiB), each object counted once, in the first part
+        that reaches it: the deep sizes of the collectors, aggregators and symbolizers, then
+        of the snapshot shown and of the app's widgets. Walked in a forked copy: the walk's
+        own set of a million ids would stay in ktop's arenas and inflate the next figures."""
+        import types
+
+        child = os.fork()
+        if child:
+            os.waitpid(child, 0)
+            return
+
+        seen: set[int] = set()
+        stop = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                types.CodeType, types.MethodType, threading_types())
+
+        def deep(root: object) -> int:
+            total, pending = 0, [root]
+            while pending:
+                thing = pending.pop()
+                if id(thing) in seen or isinstance(thing, stop):
+                    continue
+                seen.add(id(thing))
+                total += sys.getsizeof(thing)
+                pending.extend(gc.get_referents(thing))
+            return total
+
+        parts: list[tuple[str, object]] = [("kallsyms", source._kallsyms),
+                                           ("user symbols", source._user_symbols),
+                                           ("processes", source._processes)]
+        for pane, (collector, aggregator) in dict(source._running).items():
+            parts += [(f"{pane} collector", collector), (f"{pane} aggregator", aggregator)]
+        parts += [("snapshot shown", app.snapshot), ("app and widgets", app)]
+        print("  held (MiB): " + ", ".join(
+            f"{name} {deep(thing) / 2**20:.1f}" for name, thing in parts), flush=True)
+        os._exit(0)
+
+    def threading_types() -> type:
+        import threading
+
+        return type(threading.Lock())
+
     def line(elapsed: float) -> None:
         snapshot = app.snapshot
         lost = losses(snapshot) if snapshot else {}
@@ -136,6 +237,12 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         print(f"{elapsed:6.0f} s  RSS {rss_mib(os.getpid()):6.1f} MiB  lost in the last "
               f"{window:.0f}s: {sum(lost.values())} {dict(sorted(lost.items()))}"
               f"{'  loading ' + loading if loading else ''}", flush=True)
+        if trace and tracemalloc.is_tracing():  # (pymalloc says nothing of itself then)
+            traced, _peak = tracemalloc.get_traced_memory()
+            print(f"  {resident(os.getpid())}; Python's traced allocations "
+                  f"{traced / 2**20:.1f} MiB", flush=True)
+        else:
+            print(f"  {resident(os.getpid())}; pymalloc: {arenas()}; {heap()}", flush=True)
 
     async def run() -> None:
         nonlocal first_trace
@@ -148,21 +255,40 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
                 # the screen, which a saturated machine can time out).
                 pane = (pane + 1) % len(PANES)
                 app.main_screen.action_focus_pane(PANES[pane].name)
+                if trace and not tracemalloc.is_tracing() and source.wait_loaded(0):
+                    print(f"{time.monotonic() - began:6.0f} s  every pane loaded: tracing "
+                          "Python's allocations from now", flush=True)
+                    tracemalloc.start(3)
                 if time.monotonic() >= following:
                     line(time.monotonic() - began)
                     following += EVERY_S
-                    if trace and first_trace is None and time.monotonic() - began >= 60:
+                    if trace and first_trace is None and tracemalloc.is_tracing():
                         first_trace = tracemalloc.take_snapshot()
                     if count_objects and time.monotonic() - began >= 60:
                         objects(time.monotonic() - began)
+                    if count_objects:
+                        sizes()
             line(time.monotonic() - began)
+            if trace:
+                now = tracemalloc.take_snapshot().filter_traces(
+                    [tracemalloc.Filter(False, tracemalloc.__file__)])
+                print("tracemalloc: where Python's allocations are now, by file:line")
+                for stat in now.statistics("lineno")[:30]:
+                    frame = stat.traceback[0]
+                    print(f"  {stat.size / 2**20:7.2f} MiB {stat.count:8d} blocks  "
+                          f"{frame.filename}:{frame.lineno}")
+                print("tracemalloc: the same by call path (innermost last)")
+                for stat in now.statistics("traceback")[:20]:
+                    print(f"  {stat.size / 2**20:7.2f} MiB {stat.count:8d} blocks")
+                    for frame in stat.traceback.format():
+                        print("     " + frame)
             if trace and first_trace is not None:
                 last = tracemalloc.take_snapshot()
-                print("tracemalloc: where Python's allocations grew since the first minute")
-                for stat in last.compare_to(first_trace, "traceback")[:12]:
-                    print(f"  {stat.size_diff / 1024:+9.0f} KiB {stat.count_diff:+7d} blocks")
-                    for frame in stat.traceback.format()[-8:]:
-                        print("     " + frame)
+                print("tracemalloc: what grew since the first figure after loading, by file:line")
+                for stat in last.compare_to(first_trace, "lineno")[:15]:
+                    frame = stat.traceback[0]
+                    print(f"  {stat.size_diff / 1024:+9.0f} KiB {stat.count_diff:+7d} blocks  "
+                          f"{frame.filename}:{frame.lineno}")
             await pilot.exit(None)
 
     asyncio.run(run())
