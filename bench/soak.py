@@ -222,6 +222,13 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         parts += [("snapshot shown", app.snapshot), ("app and widgets", app)]
         print("  held (MiB): " + ", ".join(
             f"{name} {deep(thing) / 2**20:.1f}" for name, thing in parts), flush=True)
+        # Within each collector and aggregator: its largest attributes (walked afresh).
+        for name, thing in parts[3:-2]:
+            seen.clear()
+            fields = getattr(thing, "__dict__", {})
+            inner = sorted(((deep(value), key) for key, value in fields.items()), reverse=True)
+            print(f"    {name}: " + ", ".join(f"{key} {size / 2**20:.1f}"
+                                              for size, key in inner[:4]), flush=True)
         os._exit(0)
 
     def threading_types() -> type:
