@@ -73,7 +73,7 @@ class BuiltOnRead(Sequence[T], Generic[T]):
 NOT_CODE = "[not code]"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UserFrame:
     """A user-space frame, symbolized while its process was alive."""
 
@@ -87,7 +87,7 @@ class UserFrame:
 OWN_USER_STACK = UserFrame("[not walked: ktop's own user stack]", "[ktop]")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Bucket:
     """One bucket of a log2 histogram: `count` values v with low <= v <= high.
 
@@ -100,7 +100,7 @@ class Bucket:
     count: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StackSample:
     """Samples of one (pid, kernel stack, user stack) taken by the CPU sampler."""
 
@@ -120,7 +120,7 @@ class StackSample:
     callers_dropped: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HotFunction:
     symbol: str
     module: str
@@ -139,7 +139,7 @@ class HotFunction:
         return busy, (self.children_percent * busy / self.children if self.children else 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuTimes:
     """Share of CPU time from /proc/stat over the window (exact accounting, not samples)."""
 
@@ -151,7 +151,7 @@ class CpuTimes:
     iowait: float = 0.0  # idle while I/O was outstanding: vmstat's wa
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuProfile:
     sample_hz: int
     cpus: int
@@ -172,7 +172,7 @@ class CpuProfile:
         return round(self.sample_hz * self.window_s * self.cpus)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcessRow:
     pid: int
     comm: str
@@ -206,7 +206,7 @@ class ProcessRow:
         return round(max(0.0, self.cpu_percent - self.sys_percent), 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskCounts:
     """The kernel's own task counts (/proc/stat) at the processes pane's refresh."""
 
@@ -215,7 +215,7 @@ class TaskCounts:
     forks_per_s: float | None = None  # tasks started a second over the interval
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockStack:
     frames: tuple[str, ...]
     contended: int
@@ -223,7 +223,7 @@ class LockStack:
     max_wait_ns: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockUserStack:
     """A user-space stack of the tasks that waited, with their waits."""
 
@@ -232,7 +232,7 @@ class LockUserStack:
     total_wait_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockTask:
     pid: int
     comm: str
@@ -242,7 +242,7 @@ class LockTask:
     cgroup: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockTaskStack:
     """The waits of one task under one kernel stack and user stack: what ties a lock wait's
     stack to who waited (the exports' flame graphs and labels need it; the pane does not)."""
@@ -255,7 +255,7 @@ class LockTaskStack:
     total_wait_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockCaller:
     caller: str
     type: str
@@ -274,7 +274,7 @@ class LockCaller:
         return self.total_wait_ns // self.contended if self.contended else 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockAddress:
     address: str  # "0xffff..."
     symbol: str  # kallsyms name for global locks, "" otherwise
@@ -295,7 +295,7 @@ OWNER_UNKNOWN = "unknown"  # the owner field empty (just released, changing hand
 OWNER_UNTRACED = "untraced"  # owners not traced on this kernel (LockProfile.notes says why)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockOwnerWait:
     """Waits for one sleeping lock at one caller, charged to who held the lock when each
     wait began (perf lock contention -o). Spinning locks record no owner: they have none."""
@@ -314,7 +314,7 @@ class LockOwnerWait:
     max_wait_ns: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockProfile:
     events: int
     lost: Mapping[str, int]
@@ -326,7 +326,7 @@ class LockProfile:
     notes: tuple[str, ...] = ()  # why owners or names are left out on this kernel
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DiskStats:
     disk: str
     major: int
@@ -340,7 +340,7 @@ class DiskStats:
     flushes: int = 0  # cache flushes (fsync's), neither reads nor writes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoSubmitStack:
     """A kernel stack that submitted block I/O."""
 
@@ -348,7 +348,7 @@ class IoSubmitStack:
     requests: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoProcess:
     pid: int
     comm: str
@@ -365,7 +365,7 @@ class IoProcess:
     cgroup: str = ""  # the submitter's
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoRequest:
     time_s: float  # seconds since ktop started
     comm: str
@@ -379,7 +379,7 @@ class IoRequest:
     cgroup: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockProfile:
     lost: Mapping[str, int]
     disks: tuple[DiskStats, ...]
@@ -388,7 +388,7 @@ class BlockProfile:
     window_s: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DiskIo:
     """One whole disk's /proc/diskstats counters, grown over a span: what iostat -x computes
     its columns from (ktop.aggregate.diskstats does the same). Times are in ms as the kernel
@@ -416,7 +416,7 @@ class DiskIo:
     flush_ms: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IostatProfile:
     """Every whole disk's counters over span_s seconds (the disks view of the block pane)."""
 
@@ -428,7 +428,7 @@ class IostatProfile:
         return self.span_s
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SelfCostRow:
     """What ktop itself cost over the last interval, in % of one CPU: its own process, and
     its BPF programs (charged by the kernel to the tasks they interrupted; None when the
@@ -440,7 +440,7 @@ class SelfCostRow:
     bpf_panes: Mapping[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     ktop_version: str
     kernel: str
@@ -470,7 +470,7 @@ class Snapshot:
 # ---- waits (off-CPU): ktop/aggregate/waits.py builds these, ktop/waitviews.py queries them ----
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitWaker:
     """Who ended some of a stack's blocked waits: offwaketime's one hop."""
 
@@ -481,7 +481,7 @@ class WaitWaker:
     total_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitStack:
     """Blocked waits of one process at one (state, kernel stack, user stack)."""
 
@@ -499,7 +499,7 @@ class WaitStack:
     wakers: tuple[WaitWaker, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitProcess:
     """One process's time in the window, every wait counted (threads summed)."""
 
@@ -517,7 +517,7 @@ class WaitProcess:
     reason: str = ""  # the reason with most blocked time in this process's stacks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitProfile:
     processes: tuple[WaitProcess, ...]  # by blocked + run-queue time, most first
     stacks: tuple[WaitStack, ...]  # by total wait, most first
@@ -527,7 +527,7 @@ class WaitProfile:
     window_s: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pressure:
     """PSI avg10 (% of the last 10 s): some task stalled, or all did (full)."""
 

@@ -24,7 +24,7 @@ def function_name(frame: str) -> str:
     return frame.split("+", 1)[0]
 
 
-@dataclass
+@dataclass(slots=True)
 class StackNode:
     name: str
     samples: int = 0

@@ -12,7 +12,7 @@ from ktop.model import Bucket, WaitProcess, WaitProfile, WaitStack
 NS_PER_S = 1_000_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitGroup:
     """Processes' time together (one process, one command, one cgroup), as ns in the window."""
 
@@ -35,7 +35,7 @@ class WaitGroup:
         return self.runq_ns + self.blocked_d_ns + self.blocked_s_ns + self.blocked_other_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitReason:
     """Blocked waits at one blocking function, in one state."""
 

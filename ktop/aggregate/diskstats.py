@@ -62,7 +62,7 @@ class IostatWindow:
         return self._total if cumulative else merge_profiles(self._recent)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Iostat:
     """One disk's iostat -x line (sysstat's formulas), per second of the span."""
 

@@ -107,7 +107,7 @@ RARE_STACKS = "[rare stacks not kept]"  # the frame of that entry
 LOCK_NAMES_KEPT = 4096
 
 
-@dataclass
+@dataclass(slots=True)
 class _Waits:
     contended: int = 0
     total_ns: int = 0
@@ -148,7 +148,7 @@ def _forget_task_stack_addresses(key: TaskStackKey) -> TaskStackKey:
     return (*key[:3], forget_addresses(key[3]))
 
 
-@dataclass
+@dataclass(slots=True)
 class _CallerWaits:
     waits: _Waits = field(default_factory=_Waits)
     hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
@@ -167,7 +167,7 @@ class _CallerWaits:
         _merge_into(self.task_stacks, other.task_stacks)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Contention:
     """Waits of one interval or several: by (caller, type), by (lock, type), by task."""
 

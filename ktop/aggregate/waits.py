@@ -121,7 +121,7 @@ StackKey = tuple[int, str, str, str, tuple[str, ...], tuple[UserFrame, ...]]
 WakerKey = tuple[int, str, tuple[str, ...]]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Times:
     on_cpu_ns: int = 0
     runq_ns: int = 0
@@ -140,7 +140,7 @@ class _Times:
         return self
 
 
-@dataclass
+@dataclass(slots=True)
 class _Blocked:
     reason: str
     count: int = 0
@@ -167,7 +167,7 @@ class _Blocked:
         return self
 
 
-@dataclass
+@dataclass(slots=True)
 class WaitCounts:
     """Waits of one interval or several: times per process, blocked waits per stack."""
 

@@ -37,7 +37,7 @@ def trim_to_window(recent: deque[IntervalT], window_s: float) -> list[IntervalT]
 T = TypeVar("T")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Counted(Generic[T]):
     """What an aggregator counted in one drained interval."""
 

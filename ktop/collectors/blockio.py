@@ -123,7 +123,7 @@ class BlkEvent(ct.Structure):
 assert ct.sizeof(BlkEvent) == 72, "keep BlkEvent in step with struct blk_event"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoTotal:
     """Requests completed in the interval by one (process, disk, direction)."""
 
@@ -138,7 +138,7 @@ class IoTotal:
     cgroup: str = ""  # the submitter's cgroup v2 path
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LatencyBucket:
     """Completions of one (process, disk, direction) whose latency fell in log2 slot `slot`."""
 
@@ -151,7 +151,7 @@ class LatencyBucket:
     cgroup: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoStack:
     """Requests submitted in the interval from one code path."""
 
@@ -165,7 +165,7 @@ class IoStack:
     cgroup: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CompletedRequest:
     time: float  # time.monotonic() of completion
     pid: int
@@ -179,7 +179,7 @@ class CompletedRequest:
     cgroup: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockDrain:
     origin: float  # time.monotonic() when the collector started
     start: float  # time.monotonic() of the interval's start

@@ -105,7 +105,7 @@ _EXPECTED_FIELDS = {
 _FIELD_RE = re.compile(r"field:[^;]*?(\w+)(?:\[\d*\])?;\s*offset:(\d+);\s*size:(\d+);")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StackWaits:
     """Waits counted in the kernel for one (kernel stack, lock type)."""
 
@@ -119,7 +119,7 @@ class StackWaits:
     hist: tuple[int, ...]  # HIST_SLOTS log2 slots of wait time
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockWaits:
     """Waits for one (lock address, lock type)."""
 
@@ -131,7 +131,7 @@ class LockWaits:
     min_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskWaits:
     """Waits of one thread at one (kernel stack, user stack, lock type)."""
 
@@ -150,7 +150,7 @@ class TaskWaits:
     cgroup: str = ""  # the thread's cgroup v2 path ("/system.slice/x.service")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OwnerWaits:
     """Waits for one sleeping lock, charged to who held it when each wait began."""
 
@@ -170,7 +170,7 @@ class OwnerWaits:
     min_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockName:
     """What a lock address is, as the BPF program found it (struct lock_name)."""
 
@@ -182,7 +182,7 @@ class LockName:
     path: tuple[str, ...] = ()  # dentry names from the inode up, innermost first
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockDrain:
     start: float  # time.monotonic() of the interval's start
     end: float

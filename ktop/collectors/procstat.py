@@ -8,7 +8,7 @@ from dataclasses import astuple, dataclass
 from ktop.model import CpuTimes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuTicks:
     """Cumulative ticks of all CPUs, by the categories the header shows."""
 

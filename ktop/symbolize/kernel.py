@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import operator
 import os
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
 
@@ -55,20 +54,26 @@ def hidden_reason(path: str | None = None) -> str:
             "CAP_SYSLOG, or `sysctl kernel.kptr_restrict=0`")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resolved:
     name: str
     offset: int
     module: str  # KERNEL_MODULE or "[ext4]", "[bpf]"
+    _text: str | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.text
 
-    @functools.cached_property
+    @property
     def text(self) -> str:
         """'symbol+0xoff', made once: every stack that passes here shares the one string
-        (Kallsyms.lookup memoizes this object), so totals kept for hours hold no copies."""
-        return f"{self.name}+{self.offset:#x}"
+        (Kallsyms.lookup memoizes this object), so totals kept for hours hold no copies.
+        (Slots, not a cached_property's __dict__: thousands are kept.)"""
+        text = self._text
+        if text is None:
+            text = f"{self.name}+{self.offset:#x}"
+            object.__setattr__(self, "_text", text)
+        return text
 
 
 class Kallsyms:

@@ -58,7 +58,7 @@ def num(text: str, value: SortValue, style: str = "") -> Cell:
     return Cell(text, value, right=True, style=style)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Column:
     key: str
     label: str
