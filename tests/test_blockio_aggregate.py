@@ -451,3 +451,32 @@ def test_a_busy_process_leaves_the_others_their_newest_requests():
     # a process that has left the window brings no old requests back
     aggregator.add(drain(102.0, 110.0, totals=totals[1:], requests=busy[-1:], origin=99.0))
     assert not [r for r in aggregator.profile().requests if r.pid == 7]
+
+
+def test_exited_processes_requests_are_forgotten_once_no_row_can_show_them():
+    """Under churn each short process that did I/O left its newest requests behind, kept
+    for a drill-down into a row no view held any more: forgotten once it has exited, left
+    the window and its totals folded; the totals stay exact, a live process keeps its own."""
+    aggregator = BlockAggregator(window_s=5.0, disk_names=NAMES)
+    exited = range(1000, 1600)  # past exited.FOLD_AFTER rows: the totals fold
+    requests = [CompletedRequest(100.5, pid, "sh", VDA, "W", pid, 4096, MS, 0) for pid in exited]
+    totals = [IoTotal(pid, "sh", VDA, "W", 1, 4096, MS, 0) for pid in exited]
+    live = CompletedRequest(100.6, 1, "dd", VDA, "W", 7, 4096, MS, 0)
+    aggregator.add(drain(100.0, 101.0, totals=[*totals, IoTotal(1, "dd", VDA, "W", 1, 4096, MS, 0)],
+                         requests=[*requests, live], origin=99.0))
+    for second in range(101, 108):  # the window moves past them
+        aggregator.add(drain(float(second), second + 1.0, origin=99.0))
+    aggregator.fold_exited(lambda pid: pid == 1)
+    assert set(aggregator._each) == {(1, VDA, "W")}
+    cumulative = aggregator.profile(cumulative=True)
+    assert sum(p.requests for p in cumulative.processes if p.comm == "sh") == 600
+    assert [r.pid for r in cumulative.requests if r.sector == 7] == [1]
+
+
+def test_an_exited_process_still_in_the_window_keeps_its_requests():
+    aggregator = BlockAggregator(window_s=5.0, disk_names=NAMES)
+    request = CompletedRequest(100.5, 1000, "sh", VDA, "W", 8, 4096, MS, 0)
+    aggregator.add(drain(100.0, 101.0, totals=[IoTotal(1000, "sh", VDA, "W", 1, 4096, MS, 0)],
+                         requests=[request], origin=99.0))
+    aggregator.fold_exited(lambda pid: False)
+    assert [r.pid for r in aggregator.profile().requests] == [1000]

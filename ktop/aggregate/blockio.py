@@ -70,7 +70,7 @@ def histogram(slots: Mapping[int, int]) -> tuple[Bucket, ...]:
     return tuple(Bucket(*bucket_bounds(slot), counts[slot]) for slot in range(lo, hi + 1))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Totals:
     requests: int = 0
     bytes: int = 0
@@ -89,7 +89,7 @@ def _added(into: _Totals, other: _Totals) -> _Totals:
     return into
 
 
-@dataclass
+@dataclass(slots=True)
 class _IoCounts:
     """Block I/O of one interval or several, by IoKey."""
 
@@ -168,10 +168,26 @@ class BlockAggregator:
         return counts
 
     def fold_exited(self, is_alive: Callable[[int], bool]) -> None:
-        """Totals since start: one entry per command for processes that have exited."""
+        """Totals since start: one entry per command for processes that have exited; and the
+        newest requests of each exited process forgotten once nothing can show them."""
         totals = self._window.total
-        if not crowded(totals.totals, totals.slots, totals.stacks):
-            return
+        if crowded(totals.totals, totals.slots, totals.stacks):
+            self._fold_totals(is_alive)
+        self._forget_requests_of_exited(is_alive)
+
+    def _forget_requests_of_exited(self, is_alive: Callable[[int], bool]) -> None:
+        """A process's own newest requests are listed for its rows in the window (from the
+        drains in it) and in the totals (under its pid, until they fold). Once it has exited,
+        left the window and its totals are folded, no row names its pid: its list goes."""
+        in_totals = {(key[0], key[2], key[3]) for key in self._window.total.totals}
+        window_start = self._window.recent_start
+        for key in [key for key, each in self._each.items()
+                    if each[-1][0] < window_start and key not in in_totals
+                    and not is_alive(key[0])]:
+            del self._each[key]
+
+    def _fold_totals(self, is_alive: Callable[[int], bool]) -> None:
+        totals = self._window.total
 
         def with_pid(key: IoKey, pid: int) -> IoKey:
             return (pid, *key[1:])
