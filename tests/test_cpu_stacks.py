@@ -43,3 +43,16 @@ def test_what_is_remembered_is_bounded_and_what_recurs_stays():
     assert len(remembered) <= 2 * 100
     assert remembered.get(0) is None  # long gone
     assert remembered.get(9_999) == 9_999
+
+
+def test_the_keys_remembered_are_sized_by_the_sampling_rate():
+    """At 99 Hz on 2 CPUs an interval holds at most 198 keys, yet 8,192 were kept (twice over),
+    under churn nearly all of processes long gone, each holding its stacks: a few intervals'
+    worth is kept at low rates, the full count at high ones."""
+    from ktop.collectors.cpu import ROWS_KEPT, STACKS_KEPT, CpuSampler
+
+    low = CpuSampler(hz=99, interval_s=1.0)
+    assert low._rows.kept <= 2048 and low._user_frames.kept <= 2048
+    assert low._rows.kept >= 8 * 99 * low.cpus  # several intervals' worth still
+    high = CpuSampler(hz=4000, interval_s=1.0)
+    assert high._rows.kept == ROWS_KEPT and high._kernel_frames.kept == STACKS_KEPT

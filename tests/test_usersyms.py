@@ -668,3 +668,16 @@ def test_new_processes_of_a_binary_share_its_names_without_a_stat_each(
     _fake_proc(root, 111, _maps_lines(bins["pie"], PIE_BASE))
     sym.resolve(111, [PIE_BASE + leaf])
     assert stats
+
+
+def test_processes_of_one_binary_share_their_named_frames(bins: dict[str, Path], tmp_path: Path) -> None:
+    """A fork loop's thousands of processes named the same frames anew, each a copy held by
+    every stack of the window and the totals: one object per frame named alike."""
+    root = tmp_path / "proc"
+    for pid in (1, 2, 3):
+        _fake_proc(root, pid, _maps_lines(bins["pie"], PIE_BASE))
+    sym = UserSymbolizer(str(root))
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    frames = [sym.resolve(pid, [PIE_BASE + leaf + 4])[0] for pid in (1, 2, 3)]
+    assert frames[0].symbol == "ktop_test_leaf+0x4"
+    assert frames[1] is frames[0] and frames[2] is frames[0]

@@ -26,7 +26,7 @@ UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
 LineLookup = Callable[[int], "str | None"]
 
 # Drains between sweeps of the rows an aggregator knows the numbers of (see CpuAggregator).
-ROWS_FORGOTTEN_EVERY = 60
+ROWS_FORGOTTEN_EVERY = 10
 # Whole stacks the totals since start keep. Distinct stacks never stop coming (at 4000 Hz
 # ~25 a second, a new innermost instruction under known callers; at 99 Hz under process
 # churn ~6, a new path through fork, exec and exit), each ~1.5 KB: past this many, the
@@ -118,7 +118,7 @@ class _StackIds:
         return found
 
 
-@dataclass
+@dataclass(slots=True)
 class _Samples:
     """Samples of one interval or several: by stack, and /proc/stat's ticks over them."""
 

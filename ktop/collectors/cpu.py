@@ -38,6 +38,17 @@ LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
 # at 4000 Hz ~2,000 new user stacks a second, each a few hundred bytes).
 ROWS_KEPT = 8192
 STACKS_KEPT = 4096
+# An interval holds no more distinct keys than samples: at low rates the caps above are
+# sized down to this many intervals' worth (a key met again is never forgotten between).
+INTERVALS_REMEMBERED = 8
+REMEMBERED_AT_LEAST = 1024
+
+
+def remembered(cap: int, hz: int, cpus: int, interval_s: float) -> int:
+    """How many decoded keys (or stacks) to keep: `cap` at high sampling rates, fewer at low
+    ones, where thousands were only keys of processes long gone (each holds its stacks)."""
+    per_interval = hz * cpus * max(interval_s, 0.1)
+    return int(min(cap, max(REMEMBERED_AT_LEAST, INTERVALS_REMEMBERED * per_interval)))
 MAX_STACK_DEPTH = 127  # PERF_MAX_STACK_DEPTH: a stack this deep may have been cut
 
 
@@ -66,7 +77,7 @@ class StackRow:
         return f"StackRow{self.identity()!r}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuDrain:
     start: float  # time.monotonic() of the interval's start
     end: float
@@ -159,10 +170,11 @@ class CpuSampler:
         # interval after interval, and decoding one and reading its stacks cost 5 us (at
         # 4000 Hz, 300 keys a second). A key names its stacks by a hash of their frames, so
         # it means the same row for as long as it is remembered.
-        self._rows = _Remembered(ROWS_KEPT)
+        self._rows = _Remembered(remembered(ROWS_KEPT, hz, self.cpus, interval_s))
         # The frames of each stack key met, kernel and user: each stack is read once.
-        self._kernel_frames = _Remembered(STACKS_KEPT)
-        self._user_frames = _Remembered(STACKS_KEPT)
+        stacks_kept = remembered(STACKS_KEPT, hz, self.cpus, interval_s)
+        self._kernel_frames = _Remembered(stacks_kept)
+        self._user_frames = _Remembered(stacks_kept)
         self._shared = SharedAddresses()
         self.missing = 0  # stacks a counter named that no map held (cumulative)
         self._cgroups = cgroups or shared_names()

@@ -38,6 +38,7 @@ KEEP_TABLES = 64  # symbol tables of files kept before those no live process map
 IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
+FRAMES_SHARED = 16384  # distinct named frames shared by every process (then started over)
 FILE_RECHECK_S = 2.0  # how long a file's table is trusted without a stat() of the file
 # What is read of one binary (any user's: it runs as root, in the collect thread). Linked
 # executables and libraries have tens of sections and headers; pyelftools parses each in
@@ -382,7 +383,7 @@ def _debug_file_candidates(probe: _ElfProbe, path: str, debug_root: str) -> list
     return paths
 
 
-@dataclass
+@dataclass(slots=True)
 class _Mapping:
     start: int
     end: int
@@ -398,7 +399,7 @@ class _Mapping:
         return (self.start, self.end, self.offset, self.dev, self.inode, self.path)
 
 
-@dataclass
+@dataclass(slots=True)
 class _ProcMaps:
     starts: list[int]
     maps: list[_Mapping]
@@ -474,6 +475,7 @@ class UserSymbolizer:
         # read again while unchanged. `unread` counts them: the CPU pane's loss binary_unread.
         self._unreadable: set[tuple[str, int, int, int]] = set()
         self.unread = 0
+        self._frames: dict[UserFrame, UserFrame] = {}  # see _shared_frame
 
     def forget(self, pid: int) -> None:
         self._procs.pop(pid, None)
@@ -601,11 +603,20 @@ class UserSymbolizer:
 
     def _frame(self, pid: int, m: _Mapping, addr: int) -> UserFrame:
         if not m.path.startswith("/"):
-            return UserFrame(UNKNOWN, m.module)
+            return self._shared_frame(UserFrame(UNKNOWN, m.module))
         if m.table is None:
             m.table = self._table_for(pid, m)
         sym = m.table.lookup(addr - m.start + m.offset)
-        return UserFrame(sym or UNKNOWN, m.module)
+        return self._shared_frame(UserFrame(sym or UNKNOWN, m.module))
+
+    def _shared_frame(self, frame: UserFrame) -> UserFrame:
+        """One object for a frame named alike in every process: each process of a binary
+        (a fork loop's thousands) named its frames anew, and the stacks kept for the window
+        and the totals held a copy per process, its module's path included."""
+        shared = self._frames
+        if len(shared) >= FRAMES_SHARED:
+            shared.clear()
+        return shared.setdefault(frame, frame)
 
     def _candidates(self, pid: int, m: _Mapping) -> list[str]:
         base = os.path.join(self._proc_root, str(pid))
