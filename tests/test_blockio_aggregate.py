@@ -480,3 +480,16 @@ def test_an_exited_process_still_in_the_window_keeps_its_requests():
                          requests=[request], origin=99.0))
     aggregator.fold_exited(lambda pid: False)
     assert [r.pid for r in aggregator.profile().requests] == [1000]
+
+
+def test_the_request_list_keeps_what_a_profile_lists_and_no_more():
+    """4,096 requests were kept of which a profile lists the newest 200: what it lists is
+    the same, the rest is not held."""
+    from ktop.aggregate.blockio import MAX_REQUESTS
+
+    aggregator = BlockAggregator(window_s=5.0, disk_names=NAMES)
+    requests = [CompletedRequest(100.0 + i / 1000, 1, "dd", VDA, "W", i, 4096, MS, 0)
+                for i in range(3000)]
+    aggregator.add(drain(100.0, 104.0, requests=requests, origin=99.0))
+    assert [r.sector for r in aggregator.profile().requests] == list(range(2999, 2799, -1))
+    assert len(aggregator._requests) <= MAX_REQUESTS

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 # (pid, comm, dev, rw, cgroup): one row of the per-process table.
 IoKey = tuple[int, str, int, str, str]
 AddressFormatter = Callable[[int], str]
-KEEP_REQUESTS = 4096  # newest completed requests kept for the request list
 MAX_REQUESTS = 200  # requests a profile lists (besides each process's newest few)
+# Newest completed requests kept for the request list: what a profile lists, no more (4,096
+# were kept, of which a profile never read past the newest 200).
+KEEP_REQUESTS = MAX_REQUESTS
 # Newest requests kept of each (pid, disk, direction) besides: a busy process's requests fill
 # the list, and a drill-down into any other process found none of its own.
 KEEP_REQUESTS_EACH = 20
