@@ -256,6 +256,8 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         print(f"{elapsed:6.0f} s  RSS {rss_mib(os.getpid()):6.1f} MiB  lost in the last "
               f"{window:.0f}s: {sum(lost.values())} {dict(sorted(lost.items()))}"
               f"{'  loading ' + loading if loading else ''}", flush=True)
+        for pane, reason in sorted((snapshot.unavailable if snapshot else {}).items()):
+            print(f"  {pane} unavailable: {reason}", flush=True)
         if trace and tracemalloc.is_tracing():  # (pymalloc says nothing of itself then)
             traced, _peak = tracemalloc.get_traced_memory()
             print(f"  {resident(os.getpid())}; Python's traced allocations "
