@@ -143,6 +143,7 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
     from ktop.ui.widgets.header import losses
 
     gc.set_threshold(*cli.GC_THRESHOLDS)  # as `ktop` sets it
+    cli.pin_mmap_threshold()
     args = cli.parse_args([])
     source = LiveSource(cli._options(args))
     source.start(wait=False, patient=True)

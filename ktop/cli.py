@@ -15,6 +15,7 @@ import tempfile
 import traceback
 
 from ktop import __version__
+from ktop.collectors.bpfload import pin_mmap_threshold
 from ktop.collectors.waits import DEFAULT_MIN_WALK_US, parse_min_walk_us
 from ktop.engine import Options
 from ktop.model import PANE_FUNCTIONS
@@ -590,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     # thousands of short-lived rows and builds almost no cycles, so most collections found
     # nothing and, through the older generations, walked every long-lived object.
     gc.set_threshold(*GC_THRESHOLDS)
+    pin_mmap_threshold()
     try:
         _messages = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
     except (OSError, ValueError, AttributeError):  # no real stderr (tests capture it)

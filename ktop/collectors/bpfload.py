@@ -113,6 +113,22 @@ def load_program(
         raise Unavailable(str(e)) from None
 
 
+# glibc serves an allocation this big or bigger from a mapping of its own, returned whole when
+# freed. glibc's default starts here but rises after each such free (up to 32 MiB), after
+# which a refresh's big lists and tables came from the arenas and left them full of holes.
+MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+def pin_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold where it starts (once, before threads start); False where
+    the C library has no mallopt or refuses it."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):
+        return False
+
+
 def trim_heap() -> None:
     """Return to the kernel the free memory glibc holds in every thread's arena."""
     try:
