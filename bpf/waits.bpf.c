@@ -81,14 +81,8 @@ BPF_PERCPU_ARRAY(lost, u64, WAIT_LOST_NR);
 BPF_PERCPU_ARRAY(zero_thread, struct wait_thread, 1);
 BPF_PERCPU_ARRAY(zero_proc, struct wait_proc, 1);
 BPF_PERCPU_ARRAY(zero_stack, struct wait_stack, 1);
-/* Where each CPU walks a stack, and the hash's seed (user space writes a random one, so no
- * process can choose frames that hash alike). */
-#define WALK_SLOTS 128	/* a power of two above either depth: an index masked stays inside */
-struct stack_walk {
-	u64 ip[WALK_SLOTS];
-};
 BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
-BPF_ARRAY(hash_seed, u64, 1);
+BPF_ARRAY(hash_seed, u64, 1);	/* frames_hash's seed (ktop.h) */
 
 static __always_inline void count_lost(int reason)
 {
@@ -135,27 +129,11 @@ static __always_inline u32 hist_slot(u64 ns)
 	return slot & (WAIT_HIST_SLOTS - 1);
 }
 
-/* A 63-bit hash of the first `depth` frames (a key is >= 0; an error is -errno). */
-static __always_inline s64 frames_hash(const u64 *ip, u32 depth, u32 max_depth)
+static __always_inline u64 stack_seed(void)
 {
 	u32 zero = 0;
 	u64 *seed = hash_seed.lookup(&zero);
-	u64 h = (seed ? *seed : 0) ^ depth;
-
-	for (u32 i = 0; i < max_depth; i++) {
-		if (i >= depth)
-			break;
-		/* Masked out of clang's sight: it folds the two bounds into one count, and walks
-		 * a pointer the verifier cannot bound. */
-		u32 slot = i;
-		asm volatile("" : "+r"(slot));
-		h = (h ^ ip[slot & (WALK_SLOTS - 1)]) * 0x9e3779b97f4a7c15ULL;
-		h ^= h >> 31;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	return (s64)(h >> 1);
+	return seed ? *seed : 0;
 }
 
 /* Written out per map: bcc rewrites map references only in method-call form. */
@@ -163,20 +141,14 @@ static __always_inline s64 kernel_stack(void *ctx)
 {
 	u32 zero = 0;
 	struct stack_walk *walk = stack_walk.lookup(&zero);
-	long bytes;
-	u32 depth;
 	s64 key;
 
 	if (!walk)
 		return -ENOMEM;
-	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct wait_kstack), 0);
-	if (bytes < 0)
-		return bytes;
-	depth = (u32)bytes >> 3;
-	if (depth == 0)
-		return -EFAULT;
-	walk->ip[depth & (WALK_SLOTS - 1)] = 0;	/* readers stop at 0; past it, an older walk's */
-	key = frames_hash(walk->ip, depth, WAIT_STACK_DEPTH);
+	key = walked_stack_key(walk, bpf_get_stack(ctx, walk->ip, sizeof(struct wait_kstack), 0),
+			       stack_seed(), WAIT_STACK_DEPTH);
+	if (key < 0)
+		return key;
 	if (stacks.lookup(&key))
 		return key;
 	if (stacks.insert(&key, (struct wait_kstack *)walk) == -E2BIG) {
@@ -190,8 +162,6 @@ static __always_inline s64 user_stack(void *ctx, u32 tgid)
 {
 	u32 zero = 0;
 	struct stack_walk *walk;
-	long bytes;
-	u32 depth;
 	s64 key;
 
 	if (!USER_STACKS || !tgid)
@@ -199,14 +169,11 @@ static __always_inline s64 user_stack(void *ctx, u32 tgid)
 	walk = stack_walk.lookup(&zero);
 	if (!walk)
 		return -ENOMEM;
-	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack), BPF_F_USER_STACK);
-	if (bytes < 0)
-		return bytes;
-	depth = (u32)bytes >> 3;
-	if (depth == 0)
-		return -EFAULT;
-	walk->ip[depth & (WALK_SLOTS - 1)] = 0;
-	key = frames_hash(walk->ip, depth, KTOP_USER_STACK_DEPTH);
+	key = walked_stack_key(walk, bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack),
+						   BPF_F_USER_STACK),
+			       stack_seed(), KTOP_USER_STACK_DEPTH);
+	if (key < 0)
+		return key;
 	if (user_stacks.lookup(&key))
 		return key;
 	if (user_stacks.insert(&key, (struct user_stack *)walk) == -E2BIG) {
