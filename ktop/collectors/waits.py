@@ -1,5 +1,5 @@
 """Waits: bpf/waits.bpf.c on the raw tracepoints sched_switch / sched_waking /
-sched_wakeup(_new), drained every interval: where threads' time goes when they are not on a
+sched_wakeup_new, drained every interval: where threads' time goes when they are not on a
 CPU, and who woke them."""
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ PROGRAM = "waits.bpf.c"
 FUNCTIONS = {
     "on_sched_switch": "sched_switch",
     "on_sched_waking": "sched_waking",
-    "on_sched_wakeup": "sched_wakeup",
     "on_sched_wakeup_new": "sched_wakeup_new",
 }
 TRACEPOINTS = [f"sched:{name}" for name in FUNCTIONS.values()]
