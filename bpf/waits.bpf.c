@@ -71,6 +71,9 @@ struct wait_kstack {
 };
 
 BPF_ARRAY(generation, u32, 1);
+/* Counts cgroup migrations: a thread reads its cgroup again at a switch-out only when this
+ * moved since it last did (a move of a whole process is one event, for all its threads). */
+BPF_ARRAY(cgroup_epoch, u32, 1);
 /* Allocated as threads come: room for many, memory for those that live. */
 BPF_F_TABLE("hash", u32, struct wait_thread, threads, THREAD_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_HASH(procs_0, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
@@ -390,8 +393,8 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 				       u32 out, u64 now, u32 g)
 {
 	struct wait_thread *t = threads.lookup(&tid);
-	u64 comm[2] = {};
-	u64 cgroup;
+	u32 zero = 0, *moved = cgroup_epoch.lookup(&zero);
+	u32 epoch = moved ? *moved : 0;	/* read before the cgroup: a move after it is seen next time */
 
 	if (!t) {
 		/* On the CPU since before ktop looked: that time is not counted. */
@@ -399,14 +402,22 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		if (!t)
 			return;
 	}
-	cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(comm, sizeof(comm));
-	if (t->tgid != tgid || t->cgroup != cgroup || ((u64 *)t->comm)[0] != comm[0] ||
-	    ((u64 *)t->comm)[1] != comm[1]) {
+	/* The command changes only by a rename (on_task_rename, exec's too), the cgroup only
+	 * by a migration: neither is read at every switch. */
+	if (t->tgid != tgid) {	/* its first switch-out, or a new process (exec's de_thread) */
 		flush_thread(t, g);
 		t->tgid = tgid;
-		t->cgroup = cgroup;
-		__builtin_memcpy(t->comm, comm, sizeof(t->comm));
+		t->cgroup = bpf_get_current_cgroup_id();
+		t->cgroup_epoch = epoch;
+		bpf_get_current_comm(t->comm, sizeof(t->comm));
+	} else if (t->cgroup_epoch != epoch) {
+		u64 cgroup = bpf_get_current_cgroup_id();
+
+		if (cgroup != t->cgroup) {
+			flush_thread(t, g);
+			t->cgroup = cgroup;
+		}
+		t->cgroup_epoch = epoch;
 	}
 	/* Any other phase: its switch-in was missed (a run skipped): that time is unknown. */
 	u64 ns = claim(t, now);
@@ -512,6 +523,35 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 	end_blocked(t, now, current_generation(), &waker);
 	t->phase = PHASE_RUNQ;
 	t->since = now;
+	return 0;
+}
+
+/* (struct task_struct *task, const char *comm), before the kernel copies the new name in
+ * (exec's, prctl's, or another thread's write to /proc/.../comm): what the thread added goes
+ * to its process under its old name, and it goes on under the new one. */
+int on_task_rename(struct bpf_raw_tracepoint_args *ctx)
+{
+	u32 tid = read_u32(ctx->args[0], TASK_PID);
+	struct wait_thread *t = threads.lookup(&tid);
+	u64 comm[2] = {};
+
+	/* A kernel string: were it unreadable, the old name would stay. */
+	if (!t || bpf_probe_read_kernel_str(comm, sizeof(comm), (const void *)ctx->args[1]) < 0)
+		return 0;
+	flush_thread(t, current_generation());
+	((u64 *)t->comm)[0] = comm[0];
+	((u64 *)t->comm)[1] = comm[1];
+	return 0;
+}
+
+/* (struct cgroup *dst, const char *path, struct task_struct *task, bool threadgroup), after
+ * the move: every thread reads its cgroup again at its next switch-out. */
+int on_cgroup_attach_task(struct bpf_raw_tracepoint_args *ctx)
+{
+	u32 zero = 0, *epoch = cgroup_epoch.lookup(&zero);
+
+	if (epoch)
+		__sync_fetch_and_add(epoch, 1);
 	return 0;
 }
 
