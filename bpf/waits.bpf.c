@@ -1,17 +1,10 @@
 /* Waits: where a thread's time goes when it is not on a CPU, counted in the kernel from the
- * raw tracepoints sched_switch, sched_waking and sched_wakeup_new.
+ * raw tracepoints sched_switch, sched_waking, sched_wakeup and sched_wakeup_new.
  *
  * Each wait is split in two, as offcputime and runqlat together would: blocked (switch-out
  * to the wake-up, by the state at switch-out) and run queue (wake-up, preemption or
  * creation to switch-in). Every wait's time is added to per-process totals whatever its
  * length; blocked waits are also added per (process, state, stacks, cgroup, waker).
- *
- * The wake-up is sched_waking, in the waker's context, as perf sched's latencies take it:
- * who woke the thread is known there, and one program less runs in every wake-up than with
- * sched_wakeup too (which fires later, once the thread is queued, often on the wakee's CPU
- * after an IPI). So run-queue time includes the wake-up's way to the thread's run queue,
- * which schedstat's run_delay and delay accounting, started at the enqueue, leave out (a
- * few us a wake-up across CPUs: README).
  *
  * A wait is added to the interval it ends in, but only its time since that interval began:
  * at each interval's end user space runs waits_flip over every thread, which adds each
@@ -251,27 +244,35 @@ static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 no
 	return t;
 }
 
-/* The thread's blocked wait's entry in generation g, under the waker the caller wrote in
- * `key` (waker_kstack -ENOENT: none seen; -EINPROGRESS: the wait goes on). */
 static __always_inline struct wait_stack *stack_entry(struct wait_thread *t, u32 g,
-						      struct wait_stack_key *key)
+						      bool woken, bool ended)
 {
+	struct wait_stack_key key = {};
 	struct wait_stack *w;
 
-	key->pid = t->tgid;
-	key->state = t->state;
-	key->kstack = t->kstack;
-	key->ustack = t->ustack;
-	key->cgroup = t->cgroup;
-	__builtin_memcpy(key->comm, t->comm, sizeof(key->comm));
-	w = g ? wait_stacks_1.lookup(key) : wait_stacks_0.lookup(key);
+	key.pid = t->tgid;
+	key.state = t->state;
+	key.kstack = t->kstack;
+	key.ustack = t->ustack;
+	key.cgroup = t->cgroup;
+	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
+	if (!ended) {
+		key.waker_kstack = -EINPROGRESS;
+	} else if (woken) {
+		key.waker_pid = t->waker_pid;
+		key.waker_kstack = t->waker_kstack;
+		__builtin_memcpy(key.waker_comm, t->waker_comm, sizeof(key.waker_comm));
+	} else {
+		key.waker_kstack = -ENOENT;
+	}
+	w = g ? wait_stacks_1.lookup(&key) : wait_stacks_0.lookup(&key);
 	if (!w) {
 		u32 zero = 0;
 		struct wait_stack *init = zero_stack.lookup(&zero);
 		if (!init)
 			return 0;
-		w = g ? wait_stacks_1.lookup_or_try_init(key, init)
-		      : wait_stacks_0.lookup_or_try_init(key, init);
+		w = g ? wait_stacks_1.lookup_or_try_init(&key, init)
+		      : wait_stacks_0.lookup_or_try_init(&key, init);
 		if (!w)
 			count_lost(WAIT_LOST_STACKS_FULL);
 	}
@@ -364,13 +365,12 @@ static __always_inline void flush_thread(struct wait_thread *t, u32 g)
 }
 
 /* A blocked wait ends, by a wake-up (or, unseen, by the switch-in): its time since the
- * last interval's end, and its count and whole length, under the waker in `key`. */
-static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g,
-					struct wait_stack_key *key)
+ * last interval's end, and its count and whole length. */
+static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, bool woken)
 {
 	u64 wait_ns = now > t->since ? now - t->since : 0;
 	u64 ns = claim(t, now);
-	struct wait_stack *w = t->tgid ? stack_entry(t, g, key) : 0;
+	struct wait_stack *w = t->tgid ? stack_entry(t, g, woken, true) : 0;
 
 	if (wait_ns >= MIN_WALK_NS && t->kstack == -ENOENT)
 		count_lost(WAIT_LOST_LONG_UNWALKED);
@@ -461,12 +461,11 @@ static __always_inline void switch_in(u32 tid, u64 now, u32 g)
 		__sync_fetch_and_add(&t->runq_ns, ns);
 		__sync_fetch_and_add(&t->runq_count, 1);
 		__sync_fetch_and_add(&t->runq_hist[hist_slot(wait_ns)], 1);
+	} else if (t->phase == PHASE_WAKING) {	/* its sched_wakeup was missed */
+		end_blocked(t, now, g, true);
 	} else if (t->phase == PHASE_BLOCKED) {
-		struct wait_stack_key none = {};
-
 		count_lost(WAIT_LOST_NO_WAKEUP);
-		none.waker_kstack = -ENOENT;
-		end_blocked(t, now, g, &none);
+		end_blocked(t, now, g, false);
 	} else {	/* on the CPU: its switch-out was missed, that time is unknown */
 		claim(t, now);
 	}
@@ -497,30 +496,43 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-/* (struct task_struct *p), in the waker's context: the blocked wait ends here, under who
- * woke it (and the waker's stack if the wait was long), and its run-queue wait begins. In
- * an interrupt the waker is the task it interrupted; user space tells that case by the
- * walked stack. */
+/* (struct task_struct *p), in the waker's context: who woke it, and the waker's stack if
+ * the wait was long. In an interrupt this is the task it interrupted; user space tells that
+ * case by the walked stack. */
 int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 {
 	u32 tid = read_u32(ctx->args[0], TASK_PID);
 	struct wait_thread *t = threads.lookup(&tid);
-	struct wait_stack_key waker = {};
-	u64 now = bpf_ktime_get_ns();
 
 	if (!t) {
+		u64 now = bpf_ktime_get_ns();
 		count_lost(WAIT_LOST_UNSEEN_START);
 		new_thread(tid, PHASE_RUNQ, now);
 		return 0;
 	}
 	if (t->phase != PHASE_BLOCKED)
 		return 0;	/* woken before it left the CPU, or already runnable */
-	waker.waker_pid = bpf_get_current_pid_tgid() >> 32;
-	bpf_get_current_comm(&waker.waker_comm, sizeof(waker.waker_comm));
-	waker.waker_kstack = -ENOENT;
-	if (t->kstack != -ENOENT && now - t->since >= MIN_WALK_NS)
-		waker.waker_kstack = kernel_stack(ctx);
-	end_blocked(t, now, current_generation(), &waker);
+	t->phase = PHASE_WAKING;
+	t->waker_pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
+	t->waker_kstack = -ENOENT;
+	if (t->kstack != -ENOENT && bpf_ktime_get_ns() - t->since >= MIN_WALK_NS)
+		t->waker_kstack = kernel_stack(ctx);
+	return 0;
+}
+
+/* The woken thread is on a run queue now (on its CPU, maybe from an IPI): its blocked
+ * wait ends and its run-queue wait starts, where delay accounting and schedstat's
+ * run_delay switch too. */
+int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
+{
+	u32 tid = read_u32(ctx->args[0], TASK_PID);
+	struct wait_thread *t = threads.lookup(&tid);
+
+	if (!t || t->phase != PHASE_WAKING)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	end_blocked(t, now, current_generation(), true);
 	t->phase = PHASE_RUNQ;
 	t->since = now;
 	return 0;
@@ -592,10 +604,7 @@ int waits_flip(struct bpf_raw_tracepoint_args *ctx)
 				__sync_fetch_and_add(&p->runq_ns, ns);
 			} else {
 				add_blocked(p->blocked_ns, p->blocked_count, t->state, ns, 0);
-				struct wait_stack_key going_on = {};
-
-				going_on.waker_kstack = -EINPROGRESS;
-				struct wait_stack *w = stack_entry(t, g, &going_on);
+				struct wait_stack *w = stack_entry(t, g, false, false);
 				if (w)
 					__sync_fetch_and_add(&w->total_ns, ns);
 			}

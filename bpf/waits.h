@@ -21,6 +21,9 @@ enum wait_phase {
 	PHASE_ON_CPU,			/* switched in at `since` */
 	PHASE_BLOCKED,			/* switched out blocked at `since` */
 	PHASE_RUNQ,			/* runnable since `since`: woken, preempted or new */
+	PHASE_WAKING,			/* blocked since `since`, its waker seen (sched_waking), not
+					   yet queued: the wait ends at sched_wakeup, as delay
+					   accounting's and PSI's do, and run-queue time starts there */
 };
 
 /* One thread, kept from its first sighting to its exit, with its identity (process,
@@ -38,13 +41,15 @@ struct wait_thread {
 	u64 cgroup;			/* as of the last switch-out after a migration */
 	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
 	s64 ustack;
+	s64 waker_kstack;
 	u32 tgid;			/* 0 until its first switch-out */
 	u32 phase;			/* enum wait_phase */
 	u32 state;			/* enum wait_state of the blocked phase */
 	u32 flags;			/* WAIT_THREAD_* */
+	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
 	u32 cgroup_epoch;		/* the `cgroup_epoch` its cgroup was read at */
-	u32 pad;
 	char comm[KTOP_COMM_LEN];	/* as of its first switch-out, then of each rename */
+	char waker_comm[KTOP_COMM_LEN];
 	/* Not yet in its process's totals (taken with an atomic exchange). */
 	u64 on_cpu_ns;
 	u64 runq_ns;

@@ -152,8 +152,11 @@ def test_direct_reads_are_blocked_in_io_schedule_as_delay_accounting_says(
         data.flush()
         os.fsync(data.fileno())
         with delay_accounting():
+            # On one CPU: delay accounting ends a wait woken onto another CPU at the wake-up
+            # (sched_waking), any other at the enqueue (sched_wakeup), as this pane does.
             dd = subprocess.Popen(
-                ["dd", f"if={data.name}", "of=/dev/null", "bs=4k", "iflag=direct"],
+                ["taskset", "-c", "1", "dd", f"if={data.name}", "of=/dev/null", "bs=4k",
+                 "iflag=direct"],
                 stderr=subprocess.DEVNULL,
             )
             try:

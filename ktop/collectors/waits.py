@@ -1,5 +1,5 @@
 """Waits: bpf/waits.bpf.c on the raw tracepoints sched_switch / sched_waking /
-sched_wakeup_new (and task_rename / cgroup_attach_task, which say when a thread's name
+sched_wakeup(_new) (and task_rename / cgroup_attach_task, which say when a thread's name
 changes), drained every interval: where threads' time goes when they are not on a CPU, and
 who woke them."""
 
@@ -38,6 +38,7 @@ FUNCTIONS = {
     "on_cgroup_attach_task": "cgroup:cgroup_attach_task",
     "on_sched_switch": "sched:sched_switch",
     "on_sched_waking": "sched:sched_waking",
+    "on_sched_wakeup": "sched:sched_wakeup",
     "on_sched_wakeup_new": "sched:sched_wakeup_new",
 }
 TRACEPOINTS = list(FUNCTIONS.values())
