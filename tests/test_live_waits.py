@@ -402,15 +402,19 @@ def test_a_long_wait_keeps_its_stack_while_new_stacks_churn(kallsyms) -> None:
     assert missing == 0, "a stack id named nothing"
 
 
-# Sleeps in short waits until told (a line on its stdin) to change its name, then goes on.
+# Sleeps in short waits until told (a line on its stdin) to change its name, says when it
+# did (on a loaded machine that can be long after it was told), then goes on.
 CHANGES_LATER = (
-    "import os, select, sys\n"
+    "import os, select, sys, time\n"
     "set_comm('before-name')\n"
+    "print('ready', flush=True)\n"
     "while not select.select([sys.stdin], [], [], 0.01)[0]:\n"
     "    pass\n"
     "if sys.stdin.readline().strip() == 'exec':\n"
+    "    print(time.monotonic(), flush=True)\n"
     "    os.execv('/bin/sleep', ['sleep', '3600'])\n"
     "set_comm('after-name')\n"
+    "print(time.monotonic(), flush=True)\n"
     "while True:\n"
     "    select.select([], [], [], 0.01)\n"
 )
@@ -425,7 +429,9 @@ RENAMED_BY_ANOTHER = (
     "    sys.stdin.readline()\n"
     "    with open(f'/proc/self/task/{sleeper}/comm', 'w') as f:\n"
     "        f.write('after-name')\n"
+    "    print(time.monotonic(), flush=True)\n"
     "threading.Thread(target=rename, daemon=True).start()\n"
+    "print('ready', flush=True)\n"
     "while True:\n"
     "    time.sleep(0.01)\n"
 )
@@ -433,15 +439,16 @@ RENAMED_BY_ANOTHER = (
 
 def split_watch(collector: WaitCollector, kallsyms: Kallsyms,
                 change) -> tuple[WaitProfile, float, float]:
-    """One interval of 3 s with `change()` made halfway: (its profile, the seconds before
-    the change and after)."""
+    """One interval of 3 s with a change made halfway: `change()` makes it and returns its
+    time.monotonic() (else the time it was called is taken); (the interval's profile, the
+    seconds before the change and after)."""
     time.sleep(0.5)
     aggregator = WaitAggregator(kallsyms)
     collector.drain()
     time.sleep(1.5)
     changed = time.monotonic()
-    change()
-    time.sleep(1.5)
+    changed = change() or changed
+    time.sleep(max(0.0, changed + 1.5 - time.monotonic()))
     drain = collector.drain()
     aggregator.add(drain)
     return aggregator.profile(latest=True), changed - drain.start, drain.end - changed
@@ -460,20 +467,22 @@ def test_a_renamed_thread_goes_on_under_its_new_name(collector, kallsyms, how) -
     new_name = "sleep" if how == "exec" else "after-name"
     code = RENAMED_BY_ANOTHER if how == "another thread" else CHANGES_LATER
     process = subprocess.Popen([sys.executable, "-c", SET_COMM + code], stdin=subprocess.PIPE,
-                               text=True)
+                               stdout=subprocess.PIPE, text=True)
 
-    def change() -> None:
+    def change() -> float:
         process.stdin.write(f"{how}\n")
         process.stdin.flush()
+        return float(process.stdout.readline())  # when it renamed itself (or began to exec)
 
     try:
+        assert process.stdout.readline() == "ready\n"  # named: Python takes long to start
         profile, before_s, after_s = split_watch(collector, kallsyms, change)
     finally:
         process.kill()
         process.wait()
     by_name = {p.comm: wall_of(p) for p in profile.processes if p.pid == process.pid}
     assert set(by_name) - {"renamer"} == {"before-name", new_name}, by_name
-    # Its own few ms to act on the line, and the exec's, on either side of the change.
+    # The exec's few ms after the time it gave, and its print's.
     assert abs(by_name["before-name"] - before_s * 1e9) <= 0.05e9, (by_name, before_s)
     assert abs(by_name[new_name] - after_s * 1e9) <= 0.05e9, (by_name, after_s)
 
