@@ -572,10 +572,14 @@ class Recording:
     def snapshot(self, index: int) -> Snapshot:
         """The snapshot of record `index` (0 = the oldest kept). Raises RecordingError if its
         payload, whole and checksummed, still does not decode (a bug, or a forged file)."""
+        return self.decoded(index)[0]
+
+    def decoded(self, index: int) -> tuple[Snapshot, int]:
+        """The snapshot of record `index` and the bytes of its JSON (what decoding it cost)."""
         cached = self._cache.get(index)
         if cached is not None:
             self._cache.move_to_end(index)
-            return cached[0]
+            return cached[0], cached[1]
         snapshot, size = self._decode(index)
         since_start: Losses = {}
         if self.format < LOSSES_PER_INTERVAL:
@@ -591,7 +595,7 @@ class Recording:
         self._cached_bytes += size
         while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
             self._cached_bytes -= self._cache.popitem(last=False)[1][1]
-        return snapshot
+        return snapshot, size
 
     def _since_start(self, index: int) -> Losses:
         """The losses since start record `index` of an older format holds."""
