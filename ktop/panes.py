@@ -89,7 +89,7 @@ class Comparison:
     stacks: Callable[[Snapshot, Any], Iterable[WeightedStack]]
     stack_scale: Callable[[Snapshot], float]
     folded_of: str  # the folded stacks (--folded-of) of this pane's weights
-    # Rows of processes matched by command instead (v), and so named: their pids are not
+    # Rows of processes matched by command instead (m), and so named: their pids are not
     # the same processes in another file.
     command_key: Callable[[Any], tuple] | None = None
     command_name: Callable[[Any], str] | None = None

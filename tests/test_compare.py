@@ -154,7 +154,7 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
     for row in EXPECTED[name]:
         assert _row_line(screen, row), (row, screen)
     subtitle = seen["subtitle"]
-    assert subtitle.startswith("by process (v)  " if name in ("blockio", "processes", "waits")
+    assert subtitle.startswith("by process (m)  " if name in ("blockio", "processes", "waits")
                                else "5s vs 10s baseline")
     assert ("1 new" in subtitle) == any(row[1] == NEW for row in EXPECTED[name])
     assert ("1 gone" in subtitle) == any(row[0] == GONE for row in EXPECTED[name])
@@ -243,14 +243,14 @@ def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
         await pilot.press("3", "z")
         await pilot.pause()
         seen["by command"] = screen_text(pilot.app)
-        await pilot.press("v")
+        await pilot.press("m")
         await pilot.pause()
         seen["by process"] = screen_text(pilot.app)
 
     run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
                       baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
             scenario, size=(180, 50))
-    # Another file: its processes are matched by command at first, v by process.
+    # Another file: its processes are matched by command at first, m by process.
     screen = seen["by command"]
     assert " \\x1b[2J evil vda W" in screen and " [bold]red[/] vda R" in screen
     assert "4242" not in screen
@@ -282,20 +282,20 @@ def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
     assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]
 
 
-def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
-    """The panes that list processes compare by pid, or (v) by command: what two boots share."""
+def test_m_matches_processes_by_command_and_drills_into_all_of_them(recording):
+    """The panes that list processes compare by pid, or (m) by command: what two boots share."""
     source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
     seen = {}
 
     async def scenario(pilot):
         app = pilot.app
         await _compare_last_window_with_the_calm_one(pilot)
-        await pilot.press("4", "v")
+        await pilot.press("4", "m")
         await pilot.pause()
         seen["processes"] = rows(app, "processes")
-        await pilot.press("2", "v")
+        await pilot.press("2", "m")
         seen["notes"] = [str(n.message) for n in app._notifications]
-        await pilot.press("5", "v")
+        await pilot.press("5", "m")
         await pilot.pause()
         seen["waits"] = rows(app, "waits")
         await pilot.press("enter")
@@ -314,7 +314,7 @@ def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
     assert seen["processes"] == [["50.00", "10.00", "+40.00", "dd"],
                                  ["20.00", NEW, "+20.00", "tar"],
                                  [GONE, "5.00", "-5.00", "calmd"]]
-    assert any("one compare view" in note for note in seen["notes"])  # locks: no processes
+    assert any("rows matched by name" in note for note in seen["notes"])  # locks: no processes
     assert seen["waits"] == [["50.00", "10.00", "+40.00", "dd"], ["10.00", NEW, "+10.00", "tar"]]
     assert "Waits: dd   wait% now 50.00%, baseline 10.00%, change +40.00%" in seen["drill"]
     assert "+20.00%  new" in seen["drill"]
@@ -340,3 +340,58 @@ def test_the_compare_title_names_what_is_compared_and_b_gives_the_view_back(wind
     run_app(build_app(SwitchableSource(now), interval_s=INTERVAL), scenario, size=(180, 50))
     assert seen == ["1 Hot user functions", "1 Hot kernel functions",
                     ("1 Hot user functions", "user", False)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+def test_v_reaches_every_view_with_a_baseline_and_m_matches_by_pid_or_command(
+        recorded_snapshot, size):
+    """With a baseline `v` switched pid/command matching, so the block pane's disks view
+    (iostat -x) could not be reached. v cycles the views as ever, the compare table first;
+    matching is m, in the footer and the help."""
+    import dataclasses  # noqa: PLC0415
+
+    from ktop.model import DiskIo, IostatProfile  # noqa: PLC0415
+
+    now = dataclasses.replace(recorded_snapshot, iostat=IostatProfile(
+        3.0, (DiskIo("vda", 254, 0, reads=30, writes=90, busy_ms=1200),)))
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot):
+        blockio = pilot.app.main_screen.pane("blockio")
+        await pilot.press("3", "z")
+        await pilot.pause()
+        seen["first"] = (blockio.comparing, str(blockio.border_subtitle))
+        seen["footer"] = screen_text(pilot.app).splitlines()[-1]
+        await pilot.press("m")
+        await pilot.pause()
+        seen["matched"] = str(blockio.border_subtitle)
+        views = []
+        for _ in range(len(blockio.VIEWS) + 1):
+            await pilot.press("v")
+            await pilot.pause()
+            views.append("compare" if blockio.comparing else blockio.view)
+            if blockio.view == "disks" and not blockio.comparing:
+                seen["disks"] = screen_text(pilot.app)
+        seen["views"] = views
+        await pilot.press("question_mark")
+        pages = []
+        for _ in range(4):  # 80x24 scrolls it
+            await pilot.pause()
+            pages.append(screen_text(pilot.app))
+            await pilot.press("pagedown")
+        seen["help"] = "\n".join(pages)
+        await pilot.press("escape", "B")
+        await pilot.pause()
+        seen["footer after"] = screen_text(pilot.app).splitlines()[-1]
+
+    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
+                      baseline=baseline_of(recorded_snapshot, "base.json")), scenario, size=size)
+    assert seen["first"][0] and seen["first"][1].startswith("by command (m)")  # another file
+    assert seen["matched"].startswith("by process (m)")
+    assert seen["views"] == ["processes", "requests", "histogram", "commands", "disks", "compare"]
+    disks = seen["disks"]
+    assert "r/s" in disks and re.search(r"^.*\bvda\b", disks, re.M), disks
+    assert "vs baseline" in disks.splitlines()[0]  # the baseline is still set
+    assert " v View  m Match" in seen["footer"], seen["footer"]
+    assert " m " not in seen["footer after"]  # no baseline: nothing to match
+    assert re.search(r"│ +m +compared rows of processes: matched by", seen["help"]), seen["help"]
