@@ -397,3 +397,35 @@ def test_v_reaches_every_view_with_a_baseline_and_m_matches_by_pid_or_command(
     assert " v View  m Match" in seen["footer"], seen["footer"]
     assert " m " not in seen["footer after"]  # no baseline: nothing to match
     assert re.search(r"│ +m +compared rows of processes: matched by", seen["help"]), seen["help"]
+
+
+def test_a_filtered_callers_waits_are_the_same_in_the_pane_and_its_compare_view(
+        recorded_snapshot):
+    """Under --pid the pane and the compare view each summed a caller's waits by the tasks
+    shown, in two copies: the pane kept the caller's own figures when every task it lists
+    was shown, though they need not be all its waits (a caller whose tasks were left out
+    of a file). One function (ktop.lockviews.caller_waits_of) serves both now."""
+    import dataclasses  # noqa: PLC0415
+
+    from ktop.model import LockTask  # noqa: PLC0415
+    from ktop.ui.widgets.pane import Display  # noqa: PLC0415
+
+    locks = recorded_snapshot.locks
+    caller = dataclasses.replace(locks.callers[0], contended=812, tasks=(
+        LockTask(4243, "red", 500, 30_000_000, 1_000_000),))  # 312 waits by tasks not listed
+    snapshot = dataclasses.replace(recorded_snapshot, locks=dataclasses.replace(
+        locks, callers=(caller, *locks.callers[1:])))
+    compared = pane("locks").compare.rows(snapshot, Display(pid=4243).shows)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("2")
+        await pilot.pause()
+        seen["rows"] = rows(pilot.app, "locks")
+
+    from ktop.engine import RecordedSource  # noqa: PLC0415
+
+    run_app(build_app(RecordedSource([snapshot]), interval_s=INTERVAL, pid=4243), scenario,
+            size=(180, 50))
+    assert [c.contended for c in compared] == [500]
+    assert [row[0] for row in seen["rows"]] == ["500"], seen["rows"]  # pid 4243's, not 812
