@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,35 @@ class HeldPrograms:
             time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def live_source(cumulative: bool = False, **options: Any) -> Iterator[Any]:
+    """A LiveSource of these Options, started for the block (its panes loaded) and closed
+    after, its programs detached: each live test's source."""
+    from ktop.engine import LiveSource, Options
+
+    source = LiveSource(Options(**options))
+    source.cumulative = cumulative
+    source.start()
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+@contextlib.contextmanager
+def running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """A workload for the block, killed and waited for after (its output dropped unless
+    `popen` says where it goes)."""
+    popen.setdefault("stdout", subprocess.DEVNULL)
+    popen.setdefault("stderr", subprocess.DEVNULL)
+    process = subprocess.Popen(command, **popen)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
 def _autogroup_nice(path: str) -> str | None:
     """The nice value of this session's autogroup, or None when the task is in no autogroup of
     its own: a process that never called setsid (a CI runner started by init) is in the root
@@ -244,6 +273,18 @@ def run_app(app, scenario: Callable[[Any], Awaitable[None]], size=SCREEN_SIZE, *
                 await pilot.exit(None)
 
     asyncio.run(main())
+
+
+async def drill_into(pilot, screen_type: type) -> Any:
+    """Enter on the focused row, then the drill-down screen of `screen_type` once it is on
+    top (it opens in a moment: up to 2 s)."""
+    await pilot.press("enter")
+    for _ in range(100):
+        if isinstance(pilot.app.screen, screen_type):
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.1)
+    return pilot.app.screen
 
 
 async def wait_for_data(pilot) -> None:

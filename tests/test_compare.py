@@ -10,7 +10,7 @@ import re
 
 import pytest
 from compare_data import make_compare_recording, record
-from conftest import run_app
+from conftest import drill_into, run_app
 from test_replay_ui import settle
 from test_ui import INTERVAL, SwitchableSource, next_frames, rows
 
@@ -72,6 +72,16 @@ def recording(tmp_path) -> str:
     return make_compare_recording(tmp_path / "calm-then-busy.krec")
 
 
+def at_the_calm_window(recording: str) -> ReplaySource:
+    """The recording replayed at its ten calm records: what b marks as the baseline."""
+    return ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+
+
+def run_compare(source, scenario, size=(180, 50), **app_args) -> None:
+    """The app on `source` (build_app's other arguments: a baseline, a pid), `scenario` run."""
+    run_app(build_app(source, interval_s=INTERVAL, **app_args), scenario, size=size)
+
+
 def test_every_pane_has_a_comparison_the_one_diff_reads():
     assert [spec.name for spec in PANES if spec.compare is None] == []
 
@@ -124,7 +134,7 @@ async def _compare_last_window_with_the_calm_one(pilot) -> None:
 @pytest.mark.parametrize("size", [(80, 24), (180, 50)])
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name, size):
-    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    source = at_the_calm_window(recording)
     seen = {}
 
     async def scenario(pilot):
@@ -135,19 +145,14 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
         seen["rows"] = rows(app, name)
         seen["screen"] = screen_text(app)
         seen["subtitle"] = app.main_screen.pane(name)._subtitle
-        await pilot.press("enter")
-        for _ in range(100):
-            if isinstance(app.screen, CompareStacksScreen):
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        await drill_into(pilot, CompareStacksScreen)
         seen["drill"] = screen_text(app)
         seen["drill_screen"] = type(app.screen)
         await pilot.press("escape", "B")
         await pilot.pause()
         seen["after"] = screen_text(app)
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=size)
+    run_compare(source, scenario, size)
     assert seen["rows"] == [list(row) for row in EXPECTED[name]]
     screen = seen["screen"]
     assert "vs baseline 11:51:04-11:51:14, 10s" in screen.splitlines()[0]
@@ -185,7 +190,7 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
 
 
 def test_b_again_moves_the_baseline_and_the_header_says_which(recording):
-    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    source = at_the_calm_window(recording)
     seen = {}
 
     async def scenario(pilot):
@@ -196,7 +201,7 @@ def test_b_again_moves_the_baseline_and_the_header_says_which(recording):
         seen["header"] = screen_text(app).splitlines()[0]
         seen["changes"] = [row[2] for row in rows(app, "functions")]
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(source, scenario)
     assert "vs baseline 11:52:39-11:52:44, 5s" in seen["header"]
     assert seen["changes"] == ["0.00", "0.00"]
 
@@ -216,7 +221,7 @@ def test_live_the_mark_is_the_window_then(windows):
         seen["rows"] = rows(app, "processes")
         seen["header"] = screen_text(app).splitlines()[0]
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(source, scenario)
     assert seen["rows"] == [list(row) for row in EXPECTED["processes"]]
     assert f"vs baseline {window_label(base)}" in seen["header"]
 
@@ -228,8 +233,7 @@ def test_baseline_given_to_the_app_compares_from_the_first_frame(windows):
     async def scenario(pilot):
         seen["rows"] = rows(pilot.app, "locks")
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL, baseline=baseline_of(base, "x.json")),
-            scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario, baseline=baseline_of(base, "x.json"))
     assert seen["rows"] == [list(row) for row in EXPECTED["locks"]]
 
 
@@ -249,9 +253,8 @@ def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
         await pilot.pause()
         seen["by process"] = screen_text(pilot.app)
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
-                      baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
-            scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario,
+                baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json"))
     # Another file: its processes are matched by command at first, m by process.
     screen = seen["by command"]
     assert " \\x1b[2J evil vda W" in screen and " [bold]red[/] vda R" in screen
@@ -276,9 +279,8 @@ def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
         seen["screen"] = screen_text(app)
         seen["locks"] = rows(app, "locks")
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
-                      baseline=baseline_of(dataclasses.replace(base, waits=None))),
-            scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario,
+                baseline=baseline_of(dataclasses.replace(base, waits=None)))
     assert seen["rows"] == []
     assert "the baseline holds no waits data" in seen["screen"]
     assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]
@@ -286,7 +288,7 @@ def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
 
 def test_m_matches_processes_by_command_and_drills_into_all_of_them(recording):
     """The panes that list processes compare by pid, or (m) by command: what two boots share."""
-    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    source = at_the_calm_window(recording)
     seen = {}
 
     async def scenario(pilot):
@@ -300,18 +302,13 @@ def test_m_matches_processes_by_command_and_drills_into_all_of_them(recording):
         await pilot.press("5", "m")
         await pilot.pause()
         seen["waits"] = rows(app, "waits")
-        await pilot.press("enter")
-        for _ in range(100):
-            if isinstance(app.screen, CompareStacksScreen):
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        await drill_into(pilot, CompareStacksScreen)
         seen["drill"] = screen_text(app)
         await pilot.press("escape", "4", "b")  # a new baseline matches as its own kind does
         await pilot.pause()
         seen["again"] = [row[3] for row in rows(app, "processes")]
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(source, scenario)
     assert seen["again"] == ["100 dd", "200 tar"]
     assert seen["processes"] == [["50.00", "10.00", "+40.00", "dd"],
                                  ["20.00", NEW, "+20.00", "tar"],
@@ -339,7 +336,7 @@ def test_the_compare_title_names_what_is_compared_and_b_gives_the_view_back(wind
         await pilot.pause()
         seen.append((str(functions.border_title), functions.view, functions.comparing))
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario)
     assert seen == ["1 Hot user functions", "1 Hot kernel functions",
                     ("1 Hot user functions", "user", False)]
 
@@ -386,8 +383,8 @@ def test_v_reaches_every_view_with_a_baseline_and_m_matches_by_pid_or_command(
         await pilot.pause()
         seen["footer after"] = screen_text(pilot.app).splitlines()[-1]
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
-                      baseline=baseline_of(recorded_snapshot, "base.json")), scenario, size=size)
+    run_compare(SwitchableSource(now), scenario, size,
+                baseline=baseline_of(recorded_snapshot, "base.json"))
     assert seen["first"][0] and seen["first"][1].startswith("by command (m)")  # another file
     assert seen["matched"].startswith("by process (m)")
     assert seen["views"] == ["processes", "requests", "histogram", "commands", "disks", "compare"]
@@ -425,7 +422,6 @@ def test_a_filtered_callers_waits_are_the_same_in_the_pane_and_its_compare_view(
 
     from ktop.engine import RecordedSource  # noqa: PLC0415
 
-    run_app(build_app(RecordedSource([snapshot]), interval_s=INTERVAL, pid=4243), scenario,
-            size=(180, 50))
+    run_compare(RecordedSource([snapshot]), scenario, pid=4243)
     assert [c.contended for c in compared] == [500]
     assert [row[0] for row in seen["rows"]] == ["500"], seen["rows"]  # pid 4243's, not 812

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import run_app
+from conftest import drill_into, run_app
 from test_export import full_snapshot
 
 from ktop.engine import RecordedSource
@@ -230,13 +230,7 @@ def test_every_drill_down_title_is_one_line_of_whole_parts(recorded_snapshot, si
                 await pilot.press("b")
             await pilot.press(*keys)
             await pilot.pause()
-            await pilot.press("enter")
-            for _ in range(100):
-                if isinstance(app.screen, DrillScreen):
-                    break
-                await pilot.pause(0.02)
-            await pilot.pause()
-            screen = app.screen
+            screen = await drill_into(pilot, DrillScreen)
             assert isinstance(screen, DrillScreen), name
             header = screen.header_widget()
             opened[name] = (type(screen).__name__, header.size.height, header.size.width,
