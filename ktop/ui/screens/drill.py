@@ -109,14 +109,16 @@ class DrillScreen(Screen[None]):
             width = self.app.size.width
         except Exception:  # noqa: BLE001 - not in an app yet (no active app): no width
             return None
-        if self.is_mounted:
-            padding = self.header_widget().styles.padding
+        headers = self.query("#stack-header")  # none before the screen is composed
+        if headers:
+            padding = headers.first().styles.padding
             width -= padding.left + padding.right
         return width
 
     def on_resize(self) -> None:
-        if self.is_mounted:
-            self.header_widget().update(self.header())
+        headers = self.query("#stack-header")
+        if headers:
+            headers.first(Static).update(self.header())
 
     def show_paused(self) -> None:
         """Space, pressed here or on the panes: the header says so (the body stays)."""
