@@ -10,6 +10,7 @@ or a differential folded file as difffolded.pl writes it) all read these functio
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import math
 import os
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ktop.model import Snapshot
+from ktop.model import BuiltOnRead, Snapshot
 from ktop.panes import PANES, Comparison, PaneDef, Shows
 from ktop.text import human_bytes, printable
 from ktop.units import format_span
@@ -297,6 +298,37 @@ def is_clock(text: str) -> bool:
     return True
 
 
+def _rows_checker(name: str) -> Callable[[Snapshot], None]:
+    """A whole recording merged holds every row any record held: no table of it may pass
+    what one record may hold (MAX_ROWS), or the merge would grow with the file."""
+    from ktop.codec import MAX_ROWS  # noqa: PLC0415
+
+    def check(merged: Snapshot) -> None:
+        tables = [(f"{spec.name} {table}", rows)
+                  for spec in PANES if (profile := getattr(merged, spec.field)) is not None
+                  for table, rows in _tables(profile)]
+        for table, rows in tables:
+            if rows > MAX_ROWS:
+                raise BaselineError(
+                    f"--baseline {printable(name)}: its records together hold more than "
+                    f"{MAX_ROWS} rows of {table}, the most ktop compares: record a shorter "
+                    "baseline (--duration), or replay it and compare with a time in it "
+                    "(--baseline HH:MM:SS)")
+
+    return check
+
+
+def _tables(profile: Any) -> Iterable[tuple[str, int]]:
+    """(field, rows) of each table a pane's profile holds (the processes pane is one)."""
+    if isinstance(profile, tuple):
+        yield "rows", len(profile)
+        return
+    for item in dataclasses.fields(profile):
+        value = getattr(profile, item.name)
+        if isinstance(value, (tuple, BuiltOnRead)):
+            yield item.name, len(value)
+
+
 def load_baseline(text: str, replayed: object, window_s: float,
                   say: Callable[[str], None] = lambda line: None) -> Baseline:
     """--baseline TIME: the window of `window_s` ending at that time in the replayed
@@ -305,7 +337,7 @@ def load_baseline(text: str, replayed: object, window_s: float,
     `say` tells what is read but not all there (a recording cut off)."""
     from ktop.codec import RecordingError  # noqa: PLC0415
     from ktop.record.fileformat import Recording, is_recording  # noqa: PLC0415
-    from ktop.record.replay import ReplaySource, find_time  # noqa: PLC0415
+    from ktop.record.replay import ReplaySource, find_time, merge_recording  # noqa: PLC0415
 
     said = f"--baseline {printable(text)}"
     if not os.path.lexists(text) and is_clock(text):
@@ -334,9 +366,7 @@ def load_baseline(text: str, replayed: object, window_s: float,
             if recording.dropped:  # cut off by kill -9 or a full disk: compare with the rest
                 say(f"--baseline {printable(name)}: {recording.dropped}; comparing with the "
                     f"{len(recording)} whole records before it")
-            whole = ReplaySource(recording, position=len(recording.records) - 1)
-            whole.set_window(len(recording.records))
-            return baseline_of(whole.collect(), name)
+            return baseline_of(merge_recording(recording, _rows_checker(name)), name)
         from ktop.exports.jsonfile import read_snapshot_file  # noqa: PLC0415
 
         return baseline_of(read_snapshot_file(text), name)

@@ -1,10 +1,11 @@
 """Queries over a Snapshot's lock waits by owner and by name: the locks pane's owner and
-name views and the owners in the caller and lock drill-downs (perf lock contention -o)."""
+name views and the owners in the caller and lock drill-downs (perf lock contention -o); a
+caller's waits by the processes a filter shows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 from ktop.model import (
     OWNER_READERS,
@@ -12,9 +13,23 @@ from ktop.model import (
     OWNER_UNKNOWN,
     OWNER_UNTRACED,
     LockAddress,
+    LockCaller,
     LockOwnerWait,
     LockProfile,
 )
+
+
+def caller_waits_of(caller: LockCaller, shows: Callable[[int, str], bool]) -> LockCaller | None:
+    """The caller's waits by the tasks `shows` keeps (pid, cgroup), None if none of them
+    waited here: the row's figures then add up to what the processes shown did, not the
+    machine. The pane and its compare view both filter this way."""
+    tasks = tuple(t for t in caller.tasks if shows(t.pid, t.cgroup))
+    if not tasks:
+        return None
+    return replace(caller, tasks=tasks, contended=sum(t.contended for t in tasks),
+                   total_wait_ns=sum(t.total_wait_ns for t in tasks),
+                   max_wait_ns=max(t.max_wait_ns for t in tasks))
+
 
 # The owner column of waits no single task is charged with.
 NO_OWNER = {

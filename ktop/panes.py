@@ -11,13 +11,13 @@ Nothing here imports Textual or a collector: each part that does is imported whe
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ktop.lockviews import caller_waits_of
 from ktop.model import (
     EXITED_PID,
     BlockProfile,
@@ -89,7 +89,7 @@ class Comparison:
     stacks: Callable[[Snapshot, Any], Iterable[WeightedStack]]
     stack_scale: Callable[[Snapshot], float]
     folded_of: str  # the folded stacks (--folded-of) of this pane's weights
-    # Rows of processes matched by command instead (v), and so named: their pids are not
+    # Rows of processes matched by command instead (m), and so named: their pids are not
     # the same processes in another file.
     command_key: Callable[[Any], tuple] | None = None
     command_name: Callable[[Any], str] | None = None
@@ -221,15 +221,7 @@ def _compared_callers(snapshot: Snapshot, shows: Shows | None) -> Sequence[LockC
         return ()
     if shows is None:
         return locks.callers
-    callers = []
-    for caller in locks.callers:
-        tasks = tuple(t for t in caller.tasks if shows(t.pid, t.cgroup))
-        if tasks:
-            callers.append(dataclasses.replace(
-                caller, tasks=tasks, contended=sum(t.contended for t in tasks),
-                total_wait_ns=sum(t.total_wait_ns for t in tasks),
-                max_wait_ns=max(t.max_wait_ns for t in tasks)))
-    return callers
+    return [waits for c in locks.callers if (waits := caller_waits_of(c, shows)) is not None]
 
 
 def _lock_scale(snapshot: Snapshot) -> float:

@@ -20,10 +20,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 # The header shows snapshot.taken_at in local time: pin the zone so SVG baselines match.
@@ -65,7 +66,11 @@ def bpf_programs_of(pid: int) -> set[int]:
     """Ids of the BPF programs a process holds open, read from its fds: a test's own ktop, told
     apart from any other BPF user on the machine (a diff of `bpftool prog show` is not)."""
     ids = set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:  # the process is gone
+        return ids
+    for fd in fds:
         try:
             with open(f"/proc/{pid}/fdinfo/{fd}") as f:
                 match = re.search(r"^prog_id:\s+(\d+)$", f.read(), re.M)
@@ -90,6 +95,85 @@ def wait_until_unloaded(ids: set[int], seconds: float = 5.0) -> set[int]:
     while (left := ids & loaded_bpf_programs().keys()) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+class HeldPrograms:
+    """The BPF programs one ktop holds, its compiler children's included, gathered by polling
+    their fds while it runs; nothing another ktop on the machine loads is counted.
+
+    A program lives while a descriptor (or an attachment made from one) is open, and only
+    ktop's own processes open ktop's: once all of them are gone and none of the ids seen is
+    loaded any more, nothing of this ktop is (one loaded and handed over between two polls
+    is held by the same processes, so their exit frees it too)."""
+
+    def __init__(self, pid: int) -> None:
+        self._root = psutil.Process(pid)
+        self.processes = {self._root}
+        self.ids: set[int] = set()
+
+    def poll(self) -> set[int]:
+        try:
+            self.processes.update(self._root.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+        for process in self.processes:
+            if process.is_running():  # same pid and start time: not a reused pid
+                self.ids |= bpf_programs_of(process.pid)
+        return self.ids
+
+    def names(self) -> set[str]:
+        self.poll()
+        loaded = loaded_bpf_programs()
+        return {loaded[i] for i in self.ids if i in loaded}
+
+    def watch_until_exit(self, process: subprocess.Popen, seconds: float = 20.0) -> None:
+        """Poll until `process` exits (children it starts while stopping are seen too)."""
+        deadline = time.monotonic() + seconds
+        while process.poll() is None and time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.05)
+
+    def left_behind(self, seconds: float = 5.0) -> tuple[list[int], set[int]]:
+        """(pids of ktop's processes still running, ids of its programs still loaded) after
+        up to `seconds`: both empty when it left nothing behind."""
+        deadline = time.monotonic() + seconds
+        while True:
+            alive = [p for p in self.processes if p.is_running()]
+            for process in alive:  # an orphaned compiler: what it holds counts
+                self.ids |= bpf_programs_of(process.pid)
+            left = self.ids & loaded_bpf_programs().keys()
+            if not alive and not left or time.monotonic() >= deadline:
+                return [p.pid for p in alive], left
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def live_source(cumulative: bool = False, **options: Any) -> Iterator[Any]:
+    """A LiveSource of these Options, started for the block (its panes loaded) and closed
+    after, its programs detached: each live test's source."""
+    from ktop.engine import LiveSource, Options
+
+    source = LiveSource(Options(**options))
+    source.cumulative = cumulative
+    source.start()
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+@contextlib.contextmanager
+def running(command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """A workload for the block, killed and waited for after (its output dropped unless
+    `popen` says where it goes)."""
+    popen.setdefault("stdout", subprocess.DEVNULL)
+    popen.setdefault("stderr", subprocess.DEVNULL)
+    process = subprocess.Popen(command, **popen)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
 
 
 def _autogroup_nice(path: str) -> str | None:
@@ -189,6 +273,18 @@ def run_app(app, scenario: Callable[[Any], Awaitable[None]], size=SCREEN_SIZE, *
                 await pilot.exit(None)
 
     asyncio.run(main())
+
+
+async def drill_into(pilot, screen_type: type) -> Any:
+    """Enter on the focused row, then the drill-down screen of `screen_type` once it is on
+    top (it opens in a moment: up to 2 s)."""
+    await pilot.press("enter")
+    for _ in range(100):
+        if isinstance(pilot.app.screen, screen_type):
+            break
+        await pilot.pause(0.02)
+    await pilot.pause(0.1)
+    return pilot.app.screen
 
 
 async def wait_for_data(pilot) -> None:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from compare_data import make_compare_recording, record
-from conftest import run_app
+from conftest import drill_into, run_app
 from test_replay_ui import settle
 from test_ui import INTERVAL, SwitchableSource, next_frames, rows
 
@@ -72,6 +72,16 @@ def recording(tmp_path) -> str:
     return make_compare_recording(tmp_path / "calm-then-busy.krec")
 
 
+def at_the_calm_window(recording: str) -> ReplaySource:
+    """The recording replayed at its ten calm records: what b marks as the baseline."""
+    return ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+
+
+def run_compare(source, scenario, size=(180, 50), **app_args) -> None:
+    """The app on `source` (build_app's other arguments: a baseline, a pid), `scenario` run."""
+    run_app(build_app(source, interval_s=INTERVAL, **app_args), scenario, size=size)
+
+
 def test_every_pane_has_a_comparison_the_one_diff_reads():
     assert [spec.name for spec in PANES if spec.compare is None] == []
 
@@ -124,7 +134,7 @@ async def _compare_last_window_with_the_calm_one(pilot) -> None:
 @pytest.mark.parametrize("size", [(80, 24), (180, 50)])
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name, size):
-    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    source = at_the_calm_window(recording)
     seen = {}
 
     async def scenario(pilot):
@@ -135,26 +145,21 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
         seen["rows"] = rows(app, name)
         seen["screen"] = screen_text(app)
         seen["subtitle"] = app.main_screen.pane(name)._subtitle
-        await pilot.press("enter")
-        for _ in range(100):
-            if isinstance(app.screen, CompareStacksScreen):
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        await drill_into(pilot, CompareStacksScreen)
         seen["drill"] = screen_text(app)
         seen["drill_screen"] = type(app.screen)
         await pilot.press("escape", "B")
         await pilot.pause()
         seen["after"] = screen_text(app)
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=size)
+    run_compare(source, scenario, size)
     assert seen["rows"] == [list(row) for row in EXPECTED[name]]
     screen = seen["screen"]
     assert "vs baseline 11:51:04-11:51:14, 10s" in screen.splitlines()[0]
     for row in EXPECTED[name]:
         assert _row_line(screen, row), (row, screen)
     subtitle = seen["subtitle"]
-    assert subtitle.startswith("by process (v)  " if name in ("blockio", "processes", "waits")
+    assert subtitle.startswith("by process (m)  " if name in ("blockio", "processes", "waits")
                                else "5s vs 10s baseline")
     assert ("1 new" in subtitle) == any(row[1] == NEW for row in EXPECTED[name])
     assert ("1 gone" in subtitle) == any(row[0] == GONE for row in EXPECTED[name])
@@ -163,8 +168,10 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
     assert seen["drill_screen"] is CompareStacksScreen
     drill = seen["drill"]
     first = EXPECTED[name][0]
-    assert f"{pane(name).key_label}: {first[3]}" in drill
-    assert "vs baseline 11:51:04-11:51:14, 10s" in drill
+    title = drill.splitlines()[0]
+    assert title.startswith(f"{pane(name).key_label}: {first[3]}   ") and "change +" in title
+    # One line (ktop.ui.widgets.fit): the windows compared are the part 80 columns leave out.
+    assert ("vs baseline 11:51:04-11:51:14, 10s" in title) == (size[0] > 100), title
     lines = [line.strip("│").rstrip() for line in drill.splitlines()]
     heads = [i for i, line in enumerate(lines) if re.match(r"^\s*[+-]?\d+\.\d+\S*\s", line)]
     got = []
@@ -183,7 +190,7 @@ def test_each_pane_and_its_drill_down_compare_with_the_baseline(recording, name,
 
 
 def test_b_again_moves_the_baseline_and_the_header_says_which(recording):
-    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+    source = at_the_calm_window(recording)
     seen = {}
 
     async def scenario(pilot):
@@ -194,7 +201,7 @@ def test_b_again_moves_the_baseline_and_the_header_says_which(recording):
         seen["header"] = screen_text(app).splitlines()[0]
         seen["changes"] = [row[2] for row in rows(app, "functions")]
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(source, scenario)
     assert "vs baseline 11:52:39-11:52:44, 5s" in seen["header"]
     assert seen["changes"] == ["0.00", "0.00"]
 
@@ -214,7 +221,7 @@ def test_live_the_mark_is_the_window_then(windows):
         seen["rows"] = rows(app, "processes")
         seen["header"] = screen_text(app).splitlines()[0]
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(source, scenario)
     assert seen["rows"] == [list(row) for row in EXPECTED["processes"]]
     assert f"vs baseline {window_label(base)}" in seen["header"]
 
@@ -226,8 +233,7 @@ def test_baseline_given_to_the_app_compares_from_the_first_frame(windows):
     async def scenario(pilot):
         seen["rows"] = rows(pilot.app, "locks")
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL, baseline=baseline_of(base, "x.json")),
-            scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario, baseline=baseline_of(base, "x.json"))
     assert seen["rows"] == [list(row) for row in EXPECTED["locks"]]
 
 
@@ -243,14 +249,13 @@ def test_hostile_names_in_the_compare_view_are_shown_as_text(recorded_snapshot):
         await pilot.press("3", "z")
         await pilot.pause()
         seen["by command"] = screen_text(pilot.app)
-        await pilot.press("v")
+        await pilot.press("m")
         await pilot.pause()
         seen["by process"] = screen_text(pilot.app)
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
-                      baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json")),
-            scenario, size=(180, 50))
-    # Another file: its processes are matched by command at first, v by process.
+    run_compare(SwitchableSource(now), scenario,
+                baseline=baseline_of(recorded_snapshot, "\x1b[2Jbase.json"))
+    # Another file: its processes are matched by command at first, m by process.
     screen = seen["by command"]
     assert " \\x1b[2J evil vda W" in screen and " [bold]red[/] vda R" in screen
     assert "4242" not in screen
@@ -274,47 +279,41 @@ def test_a_baseline_without_a_panes_data_says_so_rather_than_all_new(windows):
         seen["screen"] = screen_text(app)
         seen["locks"] = rows(app, "locks")
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL,
-                      baseline=baseline_of(dataclasses.replace(base, waits=None))),
-            scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario,
+                baseline=baseline_of(dataclasses.replace(base, waits=None)))
     assert seen["rows"] == []
     assert "the baseline holds no waits data" in seen["screen"]
     assert seen["locks"] == [list(row) for row in EXPECTED["locks"]]
 
 
-def test_v_matches_processes_by_command_and_drills_into_all_of_them(recording):
-    """The panes that list processes compare by pid, or (v) by command: what two boots share."""
-    source = ReplaySource(Recording(recording), window_s=BASELINE_RECORDS, position=BASELINE_END)
+def test_m_matches_processes_by_command_and_drills_into_all_of_them(recording):
+    """The panes that list processes compare by pid, or (m) by command: what two boots share."""
+    source = at_the_calm_window(recording)
     seen = {}
 
     async def scenario(pilot):
         app = pilot.app
         await _compare_last_window_with_the_calm_one(pilot)
-        await pilot.press("4", "v")
+        await pilot.press("4", "m")
         await pilot.pause()
         seen["processes"] = rows(app, "processes")
-        await pilot.press("2", "v")
+        await pilot.press("2", "m")
         seen["notes"] = [str(n.message) for n in app._notifications]
-        await pilot.press("5", "v")
+        await pilot.press("5", "m")
         await pilot.pause()
         seen["waits"] = rows(app, "waits")
-        await pilot.press("enter")
-        for _ in range(100):
-            if isinstance(app.screen, CompareStacksScreen):
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        await drill_into(pilot, CompareStacksScreen)
         seen["drill"] = screen_text(app)
         await pilot.press("escape", "4", "b")  # a new baseline matches as its own kind does
         await pilot.pause()
         seen["again"] = [row[3] for row in rows(app, "processes")]
 
-    run_app(build_app(source, interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(source, scenario)
     assert seen["again"] == ["100 dd", "200 tar"]
     assert seen["processes"] == [["50.00", "10.00", "+40.00", "dd"],
                                  ["20.00", NEW, "+20.00", "tar"],
                                  [GONE, "5.00", "-5.00", "calmd"]]
-    assert any("one compare view" in note for note in seen["notes"])  # locks: no processes
+    assert any("rows matched by name" in note for note in seen["notes"])  # locks: no processes
     assert seen["waits"] == [["50.00", "10.00", "+40.00", "dd"], ["10.00", NEW, "+10.00", "tar"]]
     assert "Waits: dd   wait% now 50.00%, baseline 10.00%, change +40.00%" in seen["drill"]
     assert "+20.00%  new" in seen["drill"]
@@ -337,6 +336,92 @@ def test_the_compare_title_names_what_is_compared_and_b_gives_the_view_back(wind
         await pilot.pause()
         seen.append((str(functions.border_title), functions.view, functions.comparing))
 
-    run_app(build_app(SwitchableSource(now), interval_s=INTERVAL), scenario, size=(180, 50))
+    run_compare(SwitchableSource(now), scenario)
     assert seen == ["1 Hot user functions", "1 Hot kernel functions",
                     ("1 Hot user functions", "user", False)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+def test_v_reaches_every_view_with_a_baseline_and_m_matches_by_pid_or_command(
+        recorded_snapshot, size):
+    """With a baseline `v` switched pid/command matching, so the block pane's disks view
+    (iostat -x) could not be reached. v cycles the views as ever, the compare table first;
+    matching is m, in the footer and the help."""
+    import dataclasses  # noqa: PLC0415
+
+    from ktop.model import DiskIo, IostatProfile  # noqa: PLC0415
+
+    now = dataclasses.replace(recorded_snapshot, iostat=IostatProfile(
+        3.0, (DiskIo("vda", 254, 0, reads=30, writes=90, busy_ms=1200),)))
+    seen: dict[str, object] = {}
+
+    async def scenario(pilot):
+        blockio = pilot.app.main_screen.pane("blockio")
+        await pilot.press("3", "z")
+        await pilot.pause()
+        seen["first"] = (blockio.comparing, str(blockio.border_subtitle))
+        seen["footer"] = screen_text(pilot.app).splitlines()[-1]
+        await pilot.press("m")
+        await pilot.pause()
+        seen["matched"] = str(blockio.border_subtitle)
+        views = []
+        for _ in range(len(blockio.VIEWS) + 1):
+            await pilot.press("v")
+            await pilot.pause()
+            views.append("compare" if blockio.comparing else blockio.view)
+            if blockio.view == "disks" and not blockio.comparing:
+                seen["disks"] = screen_text(pilot.app)
+        seen["views"] = views
+        await pilot.press("question_mark")
+        pages = []
+        for _ in range(4):  # 80x24 scrolls it
+            await pilot.pause()
+            pages.append(screen_text(pilot.app))
+            await pilot.press("pagedown")
+        seen["help"] = "\n".join(pages)
+        await pilot.press("escape", "B")
+        await pilot.pause()
+        seen["footer after"] = screen_text(pilot.app).splitlines()[-1]
+
+    run_compare(SwitchableSource(now), scenario, size,
+                baseline=baseline_of(recorded_snapshot, "base.json"))
+    assert seen["first"][0] and seen["first"][1].startswith("by command (m)")  # another file
+    assert seen["matched"].startswith("by process (m)")
+    assert seen["views"] == ["processes", "requests", "histogram", "commands", "disks", "compare"]
+    disks = seen["disks"]
+    assert "r/s" in disks and re.search(r"^.*\bvda\b", disks, re.M), disks
+    assert "vs baseline" in disks.splitlines()[0]  # the baseline is still set
+    assert " v View  m Match" in seen["footer"], seen["footer"]
+    assert " m " not in seen["footer after"]  # no baseline: nothing to match
+    assert re.search(r"│ +m +compared rows of processes: matched by", seen["help"]), seen["help"]
+
+
+def test_a_filtered_callers_waits_are_the_same_in_the_pane_and_its_compare_view(
+        recorded_snapshot):
+    """Under --pid the pane and the compare view each summed a caller's waits by the tasks
+    shown, in two copies: the pane kept the caller's own figures when every task it lists
+    was shown, though they need not be all its waits (a caller whose tasks were left out
+    of a file). One function (ktop.lockviews.caller_waits_of) serves both now."""
+    import dataclasses  # noqa: PLC0415
+
+    from ktop.model import LockTask  # noqa: PLC0415
+    from ktop.ui.widgets.pane import Display  # noqa: PLC0415
+
+    locks = recorded_snapshot.locks
+    caller = dataclasses.replace(locks.callers[0], contended=812, tasks=(
+        LockTask(4243, "red", 500, 30_000_000, 1_000_000),))  # 312 waits by tasks not listed
+    snapshot = dataclasses.replace(recorded_snapshot, locks=dataclasses.replace(
+        locks, callers=(caller, *locks.callers[1:])))
+    compared = pane("locks").compare.rows(snapshot, Display(pid=4243).shows)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.press("2")
+        await pilot.pause()
+        seen["rows"] = rows(pilot.app, "locks")
+
+    from ktop.engine import RecordedSource  # noqa: PLC0415
+
+    run_compare(RecordedSource([snapshot]), scenario, pid=4243)
+    assert [c.contended for c in compared] == [500]
+    assert [row[0] for row in seen["rows"]] == ["500"], seen["rows"]  # pid 4243's, not 812

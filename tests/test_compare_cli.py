@@ -4,9 +4,11 @@ change) and in differential folded stacks; bad input in one line, exit 2. No roo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
+import zlib
 
 import pytest
 from compare_data import BUSY, make_compare_recording
@@ -251,3 +253,74 @@ def test_a_baseline_recording_cut_off_is_compared_with_what_is_whole(recording, 
     said = result.stderr.splitlines()[0]
     assert said.startswith("ktop: --baseline before.krec: ") and "cut off" in said
     assert "comparing with the 59 whole records before it" in said
+
+
+def many_stacks(records: int, stacks: int, distinct: bool) -> list:
+    """Intervals of `stacks` CPU stacks each: the same ones each time, or new ones."""
+    from test_export import full_snapshot
+
+    base = full_snapshot()
+    stack = base.cpu.stacks[0]
+    return [dataclasses.replace(base, taken_at=base.taken_at + r, cpu=dataclasses.replace(
+        base.cpu, cumulative=False, stacks=tuple(
+            dataclasses.replace(stack, pid=1000 + i + (r * stacks if distinct else 0))
+            for i in range(stacks)))) for r in range(records)]
+
+
+def recorded(path, snapshots) -> str:
+    from ktop.record.fileformat import RecordWriter
+
+    writer = RecordWriter(str(path))
+    for snapshot in snapshots:
+        writer.append(snapshot)
+    writer.close()
+    return str(path)
+
+
+def test_a_long_baseline_recording_is_merged_in_bounded_memory(tmp_path, monkeypatch):
+    """--baseline FILE merged every record of the file in one pass: a forged 8.6 MB file of
+    100 records took 1.4 GB. Merged a batch at a time, memory holds the sum and one batch:
+    here batches of two records' JSON, against a file of 30."""
+    import tracemalloc
+
+    from ktop.compare import load_baseline
+    from ktop.record import fileformat, replay
+
+    path = recorded(tmp_path / "long.krec", many_stacks(30, 1500, distinct=False))
+    recording = fileformat.Recording(path)
+    first = recording.records[0]
+    with open(path, "rb") as f:
+        f.seek(first.offset + fileformat.FRAME_SIZE)
+        json_bytes = len(zlib.decompress(f.read(first.length)))
+    tracemalloc.start()
+    recording.snapshot(0)
+    one_record = tracemalloc.get_traced_memory()[1]  # its peak: decoding one record
+    del recording
+    monkeypatch.setattr(fileformat, "CACHE_BYTES", 4 * json_bytes)
+    monkeypatch.setattr(replay, "MERGE_BATCH_BYTES", 2 * json_bytes, raising=False)
+    tracemalloc.reset_peak()
+    baseline = load_baseline(path, None, 5.0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert baseline.snapshot.cpu.total_samples == 30 * 1500 * 7  # every record counted
+    assert len(baseline.snapshot.cpu.stacks) == 1500  # the same stacks, summed
+    # A batch, the sum and the cache: 3 records' decoding here; the file at once took 10.8.
+    assert peak < 5 * one_record, (peak, one_record)
+
+
+def test_a_baseline_recording_with_more_rows_than_ktop_compares_is_refused(tmp_path, monkeypatch):
+    """New stacks in every record: the merged baseline would grow with the file. Past the
+    rows a record may hold (MAX_ROWS, lowered here to keep the file small) it is refused
+    in one line that names the limit and what to do."""
+    from ktop import codec
+    from ktop.compare import BaselineError, load_baseline
+
+    monkeypatch.setattr(codec, "MAX_ROWS", 1000)
+    path = recorded(tmp_path / "churn.krec", many_stacks(3, 600, distinct=True))
+    with pytest.raises(BaselineError) as error:
+        load_baseline(path, None, 5.0)
+    line = str(error.value)
+    assert "\n" not in line
+    assert line.startswith("--baseline churn.krec: its records together hold more than 1000 "
+                           "rows of functions stacks"), line
+    assert "record a shorter baseline (--duration)" in line

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import run_app
+from conftest import drill_into, run_app
 from test_export import full_snapshot
 
 from ktop.engine import RecordedSource
@@ -209,3 +209,47 @@ def test_every_pane_says_cumulative_after_c(recorded_snapshot):
     run_app(build_app(RecordedSource([cumulative]), interval_s=0.2), scenario, size=(200, 60))
     for name in ("functions", "locks", "blockio"):
         assert "cumulative 463s" in seen[name] and "last" not in seen[name], (name, seen[name])
+
+
+@pytest.mark.parametrize("size", [NARROW, (160, 50)])
+def test_every_drill_down_title_is_one_line_of_whole_parts(recorded_snapshot, size):
+    """The drill-down's title wrapped to a second line at 80 columns (a lock caller's max
+    and avg, a process's I/O figures): it drops its least useful parts to fit, as the
+    header does, and keeps what the screen is about."""
+    from ktop.ui.screens.drill import DrillScreen
+
+    snapshot = busy(recorded_snapshot)
+    opened = {}
+    drills = {"function": ("1",), "lock caller": ("2",), "lock address": ("2", "v"),
+              "block I/O": ("3",), "waits": ("5",), "compared": ("1",)}
+
+    async def scenario(pilot):
+        app = pilot.app
+        for name, keys in drills.items():
+            if name == "compared":
+                await pilot.press("b")
+            await pilot.press(*keys)
+            await pilot.pause()
+            screen = await drill_into(pilot, DrillScreen)
+            assert isinstance(screen, DrillScreen), name
+            header = screen.header_widget()
+            opened[name] = (type(screen).__name__, header.size.height, header.size.width,
+                            screen.header().plain, screen.header_items(), screen_text(app))
+            await pilot.press("escape")
+            await pilot.pause()
+            if name == "lock address":
+                await pilot.press(*["v"] * 5)  # back to the callers view
+
+    run_app(build_app(RecordedSource([snapshot]), interval_s=0.2), scenario, size=size)
+    assert len({kind for kind, *_ in opened.values()}) == len(drills)  # six kinds of screen
+    for name, (kind, height, width, line, items, text) in opened.items():
+        where = f"{name} ({kind}) at {size[0]}"
+        assert height == 1, f"{where}: the title takes {height} lines: {text[:300]}"
+        assert len(line) <= width and line in text.splitlines()[0], where
+        assert made_of_whole_items(line, items), f"{where}: {line!r}"
+        assert line.startswith(items[0].text.plain), where  # what it is about, always
+    if size[0] == 80:  # the least useful parts went, the figures that say most stayed
+        line = opened["lock caller"][3]
+        assert "waits in the last" in line and "total" in line and "avg" not in line, line
+    else:  # room for every part
+        assert "max" in opened["lock caller"][3] and "avg" in opened["lock caller"][3]

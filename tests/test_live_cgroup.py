@@ -10,11 +10,11 @@ import time
 import uuid
 
 import pytest
-from conftest import root_only
+from conftest import live_source, root_only, running
 
 from ktop.cgroups import cgroup2_mount, short_name
 from ktop.cli import _check_cgroup, parse_args
-from ktop.engine import LiveSource, Options, RecordedSource
+from ktop.engine import RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS
 from ktop.ui.headless import render_screen
 
@@ -43,20 +43,13 @@ def transient_cgroup():
 
 def test_a_workload_in_a_transient_cgroup_is_filtered_and_named(transient_cgroup):
     relative, path = transient_cgroup
-    workload = subprocess.Popen(["nice", "-n", "19", "dd", "if=/dev/urandom", "of=/dev/null",
-                                 "bs=64k"], stderr=subprocess.DEVNULL)
-    source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS})))
-    try:
+    with running(["nice", "-n", "19", "dd", "if=/dev/urandom", "of=/dev/null",
+                  "bs=64k"]) as workload:
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write(str(workload.pid))
-        source.start()
-        source.cumulative = True
-        time.sleep(2.5)
-        snapshot = source.collect()
-    finally:
-        source.close()
-        workload.kill()
-        workload.wait()
+        with live_source(panes=frozenset({PANE_FUNCTIONS}), cumulative=True) as source:
+            time.sleep(2.5)
+            snapshot = source.collect()
     assert [p.cgroup for p in snapshot.processes if p.pid == workload.pid] == [relative]
     ours = [s for s in snapshot.cpu.stacks if s.cgroup == relative]
     assert ours and {s.pid for s in ours} == {workload.pid}
@@ -73,9 +66,7 @@ def test_a_buffered_writer_is_shown_with_its_write_rate(tmp_path):
     # dd bs=1M count=64, fed a MiB every 20 ms so it lives through several refreshes.
     feeder = ("for i in $(seq 64); do head -c 1048576 /dev/zero; sleep 0.02; done | "
               f"dd bs=1M count=64 iflag=fullblock of={target} 2>/dev/null; sync")
-    source = LiveSource(Options(interval_s=0.3, panes=frozenset({PANE_BLOCKIO})))
-    source.start()
-    try:
+    with live_source(interval_s=0.3, panes=frozenset({PANE_BLOCKIO})) as source:
         writer = subprocess.Popen(["nice", "-n", "19", "sh", "-c", feeder])
         rates = []
         while writer.poll() is None:
@@ -86,8 +77,6 @@ def test_a_buffered_writer_is_shown_with_its_write_rate(tmp_path):
         source.cumulative = True
         time.sleep(1.0)
         final = source.collect()
-    finally:
-        source.close()
     assert rates and max(rates) > 4 * 2**20  # MiB/s: the writer, not the kworker
     assert target.stat().st_size == 64 << 20
     written = sum(p.bytes for p in final.blockio.processes if p.rw == "W")

@@ -15,13 +15,13 @@ import xml.etree.ElementTree as ET
 import pytest
 from conftest import (
     PANE_TITLES,
+    HeldPrograms,
     as_nobody,
     bpf_programs_of,
     check_contract,
     first_in_line,
     loaded_bpf_programs,
     root_only,
-    wait_until_unloaded,
 )
 
 pytestmark = [pytest.mark.live, root_only]
@@ -131,18 +131,20 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
             ktop_command("--snapshot", str(target), "--duration", "30"),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+        held = HeldPrograms(process.pid)
         try:
-            ours: set[int] = set()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and process.poll() is None:
-                ours = bpf_programs_of(process.pid)
-                if PROGRAM in {loaded_bpf_programs().get(i) for i in ours}:
+                if PROGRAM in held.names():
                     break
                 time.sleep(0.2)
             else:
-                pytest.fail("the sampler never appeared in bpftool prog show")
+                pytest.fail("the sampler never appeared among ktop's programs")
             time.sleep(0.5)
             process.send_signal(signal.SIGTERM)
+            # The waits pane loads last: it was compiling, or just handed over, when the
+            # signal came; its compiler's programs are ktop's too.
+            held.watch_until_exit(process)
             out, err = process.communicate(timeout=20)
         finally:
             if process.poll() is None:
@@ -152,11 +154,11 @@ def test_sigterm_detaches_the_programs_and_says_so_in_one_line(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ktop: "), err
     assert "Traceback" not in err
-    assert not wait_until_unloaded(ours)
-    # The waits pane loads last: it was compiling, or just handed over, when the signal came.
-    # Nothing of it may stay loaded (its sched_switch program would run on every switch):
-    # none held by this test's processes (a leftover compiler child) nor by no process (still
-    # attached). Other sessions' ktops on this machine hold theirs.
+    # Nothing of it may stay loaded (the waits' sched_switch program would run on every
+    # switch): none of the programs ktop and its compiler children held, nor a child left.
+    assert held.left_behind() == ([], set())
+    # Nor one loaded and attached between two polls and held by no process now (other
+    # sessions' ktops on this machine hold theirs).
     deadline = time.monotonic() + 5
     while left := {i for i, name in loaded_bpf_programs().items()
                    if name.startswith("on_sched_")} - held_by_other_process_groups():

@@ -4,12 +4,11 @@ ones /proc/diskstats gives over the same seconds, and the header's iowait is /pr
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 import time
 
 import pytest
-from conftest import run_app
+from conftest import live_source, run_app, running
 
 from ktop.collectors.disks import DiskNames, kernel_dev
 from ktop.engine import LiveSource, Options, RecordedSource
@@ -57,20 +56,20 @@ def test_the_disks_view_shows_what_proc_diskstats_counted_while_dd_wrote():
         if not os.path.isdir(f"/sys/block/{disk}"):
             pytest.skip(f"{SCRATCH_PARENT} is on {disk}, a partition or no whole disk")
         # A long window: the view's figures cover every second since the source started.
+        # Built before the first read (not live_source()): building it took 0.57 s under
+        # load, seconds the test's reads counted and the source's window did not.
         source = LiveSource(Options(panes=frozenset(), window_s=600))
-        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={path}/direct", "bs=64k",
-                               "count=1000000", "oflag=direct"], stderr=subprocess.DEVNULL)
-        try:
+        with running(["dd", "if=/dev/zero", f"of={path}/direct", "bs=64k", "count=1000000",
+                      "oflag=direct"]):
             time.sleep(0.3)  # dd is writing
             before, started = kernel_counters(disk), time.monotonic()
             source.start()
-            time.sleep(3)
-            snapshot = source.collect()
-            after, ended = kernel_counters(disk), time.monotonic()
-        finally:
-            dd.kill()
-            dd.wait()
-            source.close()
+            try:
+                time.sleep(3)
+                snapshot = source.collect()
+                after, ended = kernel_counters(disk), time.monotonic()
+            finally:
+                source.close()
     grown = [a - b for a, b in zip(after, before)]
     seconds = ended - started
     reads, writes, write_sectors, write_ms, busy_ms = (grown[0], grown[4], grown[6], grown[7],
@@ -94,21 +93,14 @@ def test_the_header_shows_iowait_as_proc_stat_counts_it():
         with open("/proc/stat") as f:
             return [int(v) for v in f.readline().split()[1:9]]
 
-    source = LiveSource(Options(panes=frozenset()))
-    with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-live-") as path:
+    with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-live-") as path, \
+            running(["dd", "if=/dev/zero", f"of={path}/sync", "bs=4k", "count=1000000",
+                     "oflag=dsync"]), live_source(panes=frozenset()) as source:
         # Synchronous writes leave the CPUs idle waiting for the disk: iowait.
-        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={path}/sync", "bs=4k",
-                               "count=1000000", "oflag=dsync"], stderr=subprocess.DEVNULL)
-        try:
-            source.start()
-            before = cpu_line()
-            time.sleep(2)
-            snapshot = source.collect()
-            after = cpu_line()
-        finally:
-            dd.kill()
-            dd.wait()
-            source.close()
+        before = cpu_line()
+        time.sleep(2)
+        snapshot = source.collect()
+        after = cpu_line()
     grown = [a - b for a, b in zip(after, before)]
     iowait = 100 * grown[4] / sum(grown)
     times = snapshot.cpu_times

@@ -11,8 +11,9 @@ import textwrap
 import time
 
 import pytest
+from conftest import live_source, running
 
-from ktop.engine import LiveSource, Options, RecordedSource
+from ktop.engine import RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS
 from ktop.stackmerge import merge_lock_stacks
 from ktop.stacktree import callers_tree, function_name
@@ -27,17 +28,10 @@ URANDOM = ("chacha_permute", "chacha_block_generic", "_copy_to_iter", "get_rando
 
 
 def _profile_while(workload: list[str], seconds: float = 2.5):
-    source = LiveSource(Options(hz=199, panes=frozenset({PANE_FUNCTIONS})))
-    source.cumulative = True
-    source.start()
-    busy = subprocess.Popen(workload, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with live_source(hz=199, panes=frozenset({PANE_FUNCTIONS}), cumulative=True) as source, \
+            running(workload) as busy:
         time.sleep(seconds)
         snapshot = source.collect()
-    finally:
-        busy.kill()
-        busy.wait()
-        source.close()
     assert not snapshot.unavailable, snapshot.unavailable
     return snapshot, busy.pid
 
@@ -91,10 +85,7 @@ def test_drill_pictures_of_real_lock_and_block_stacks_read_one_frame_a_line():
     """Issue 12: file churn in one directory and 1 MiB direct writes, then --drill pictures
     of what ktop saw: each frame a line of its own (no literal \\x0a), a lock caller named
     without its offset, the writer's average request size and its own requests."""
-    source = LiveSource(Options(panes=frozenset({PANE_LOCKS, PANE_BLOCKIO})))
-    source.cumulative = True
-    source.start()
-    try:
+    with live_source(panes=frozenset({PANE_LOCKS, PANE_BLOCKIO}), cumulative=True) as source:
         with tempfile.TemporaryDirectory(dir=SCRATCH_PARENT, prefix="ktop-drill-") as scratch:
             churn = subprocess.Popen([sys.executable, LOCKS_WORKLOAD, "--seconds", "3",
                                       "--processes", "6", "--mmap-threads", "0"],
@@ -105,8 +96,6 @@ def test_drill_pictures_of_real_lock_and_block_stacks_read_one_frame_a_line():
             assert dd.wait(timeout=60) == 0 and churn.wait(timeout=60) == 0
         time.sleep(0.3)  # the last completions reach the ring buffer
         snapshot = source.collect()
-    finally:
-        source.close()
     assert not snapshot.unavailable, snapshot.unavailable
 
     callers = [c for c in snapshot.locks.callers if any(len(s.frames) >= 3 for s in c.stacks)]

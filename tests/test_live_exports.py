@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 import time
 
 import pytest
-from conftest import root_only
+from conftest import live_source, root_only, running
 
-from ktop.engine import LiveSource, Options
 from ktop.exports import ExportOptions, export
 from ktop.exports.jsonfile import from_json
 
@@ -30,20 +28,11 @@ def exports_of(snapshot) -> dict:
 def test_exports_from_the_json_of_a_live_run_are_the_live_ones(tmp_path):
     # A spinner in user space only (no kernel frame under most of its samples), beside
     # kernel work and disk writes.
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    writer = subprocess.Popen(["dd", "if=/dev/zero", f"of={tmp_path}/out", "bs=64k",
-                               "count=400", "oflag=direct"], stderr=subprocess.DEVNULL)
-    source = LiveSource(Options(interval_s=0.5))
-    try:
-        source.start()
-        source.cumulative = True
+    with running([sys.executable, "-c", "while True: pass"]) as spinner, \
+            running(["dd", "if=/dev/zero", f"of={tmp_path}/out", "bs=64k", "count=400",
+                     "oflag=direct"]), live_source(interval_s=0.5, cumulative=True) as source:
         time.sleep(2.5)
         live = source.collect()
-    finally:
-        source.close()
-        spinner.kill()
-        spinner.wait()
-        writer.wait()
     user_only = sum(s.samples for s in live.cpu.stacks if s.pid == spinner.pid and not s.frames)
     assert user_only > 10
     replayed = from_json(json.loads(export("json", live)))

@@ -12,12 +12,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from conftest import root_only
+from conftest import live_source, root_only
 
 from ktop.cgroups import cgroup2_mount
 from ktop.cli import _check_cgroup, _options, parse_args
 from ktop.collectors.pressure import parse_pressure
-from ktop.engine import LiveSource, Options, RecordedSource
+from ktop.engine import RecordedSource
 from ktop.ui.headless import render_screen
 
 pytestmark = root_only
@@ -58,15 +58,11 @@ def test_the_header_shows_the_cgroups_own_pressure(crowded_cgroup) -> None:
     relative, path = crowded_cgroup
     args = parse_args(["--cgroup", relative.lstrip("/")])  # as a user names it
     assert _check_cgroup(args) == ""
-    source = LiveSource(Options(panes=frozenset(), cgroup=_options(args).cgroup))
-    source.start()
-    try:
+    with live_source(panes=frozenset(), cgroup=_options(args).cgroup) as source:
         time.sleep(4.5)  # avg10 is updated every 2 s
         snapshot = source.collect()
         with open(os.path.join(path, "cpu.pressure"), "rb") as f:
             own_cpu, _ = parse_pressure(f.read())
-    finally:
-        source.close()
     pressure = snapshot.cgroup_pressure
     assert pressure is not None and snapshot.cgroup_pressure_of == relative, snapshot
     assert pressure.cpu_some > 5, pressure

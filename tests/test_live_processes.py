@@ -9,11 +9,10 @@ import resource
 import subprocess
 import time
 
-from conftest import first_in_line, root_only
+from conftest import first_in_line, live_source, root_only, running
 
 from ktop.collectors.processes import ProcessCollector
 from ktop.collectors.procstat import read_cpu_ticks
-from ktop.engine import LiveSource, Options
 from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID
 
@@ -22,10 +21,6 @@ pytestmark = root_only
 # A shell loop starting /bin/true as fast as it can, for SECONDS: each child lives about a
 # millisecond, so no refresh ever lists one.
 CHURN = 'end=$((SECONDS+{seconds})); while [ $SECONDS -lt $end ]; do /bin/true; done'
-
-
-def processes_only() -> LiveSource:
-    return LiveSource(Options(panes=frozenset()))
 
 
 def comm_of(pid: int) -> str:
@@ -37,20 +32,13 @@ def test_a_launcher_that_execs_shows_the_new_command_line():
     """`bash` runs a while, then execs python3: same pid, same start time, new program. The
     pane shows what runs now, not the launcher's command line."""
     script = "sleep 1; exec /usr/bin/python3 -c 'import time; time.sleep(30)'"
-    launcher = subprocess.Popen(["bash", "-c", script])
-    source = processes_only()
-    try:
-        source.start()
+    with running(["bash", "-c", script]) as launcher, live_source(panes=frozenset()) as source:
         before = {p.pid: p for p in source.collect().processes}[launcher.pid]
         deadline = time.monotonic() + 10
         while comm_of(launcher.pid) != "python3" and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.1)
         after = {p.pid: p for p in source.collect().processes}[launcher.pid]
-    finally:
-        source.close()
-        launcher.kill()
-        launcher.wait()
     assert before.comm == "bash" and before.cmdline.startswith("bash -c sleep 1")
     assert after.comm == "python3"
     assert after.cmdline == "/usr/bin/python3 -c import time; time.sleep(30)"
@@ -67,21 +55,14 @@ def test_fork_churn_is_counted_as_exited_children():
     """The shell's children exit within a millisecond. What they burnt is shown in a row
     under the shell that waited for them, and the rows account for the busy CPU that
     /proc/stat counts over the same interval."""
-    with first_in_line():
-        churn = subprocess.Popen(["bash", "-c", CHURN.format(seconds=6)])
-        source = processes_only()
-        try:
-            source.start()
-            time.sleep(1.0)  # the churn running before the interval starts
-            source.collect()
-            ticks_before = read_cpu_ticks()
-            time.sleep(2.0)
-            snapshot = source.collect()
-            ticks_after = read_cpu_ticks()
-        finally:
-            source.close()
-            churn.kill()
-            churn.wait()
+    with first_in_line(), running(["bash", "-c", CHURN.format(seconds=6)]) as churn, \
+            live_source(panes=frozenset()) as source:
+        time.sleep(1.0)  # the churn running before the interval starts
+        source.collect()
+        ticks_before = read_cpu_ticks()
+        time.sleep(2.0)
+        snapshot = source.collect()
+        ticks_after = read_cpu_ticks()
     busy = busy_percent(ticks_before, ticks_after)
     rows = snapshot.processes
     exited = {p.parent: p for p in rows if p.pid == EXITED_PID}
@@ -102,9 +83,7 @@ def test_a_short_lived_shell_and_its_children_add_up_to_what_the_kernel_charged(
     """A whole churn born and gone between two refreshes (shell and children): its CPU shows
     under this test's process, which waited for it, as much as getrusage says it used."""
     me = os.getpid()
-    source = processes_only()
-    try:
-        source.start()
+    with live_source(panes=frozenset()) as source:
         source.collect()
         used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
@@ -114,8 +93,6 @@ def test_a_short_lived_shell_and_its_children_add_up_to_what_the_kernel_charged(
         time.sleep(max(0.0, 2.5 - (time.monotonic() - started)))
         snapshot = source.collect()
         elapsed = time.monotonic() - started
-    finally:
-        source.close()
     charged = (used.ru_utime - used_before.ru_utime) + (used.ru_stime - used_before.ru_stime)
     row = next(p for p in snapshot.processes if p.pid == EXITED_PID and p.parent == me)
     shown = row.cpu_percent / 100 * elapsed  # seconds of CPU, over about the same interval

@@ -14,11 +14,9 @@ import time
 import psutil
 import pytest
 from conftest import (
-    bpf_programs_of,
+    HeldPrograms,
     first_in_line,
-    loaded_bpf_programs,
     root_only,
-    wait_until_unloaded,
 )
 
 pytestmark = [pytest.mark.live, root_only]
@@ -125,13 +123,13 @@ def test_q_quits_and_restores_the_terminal(terminal):
 def test_sigterm_restores_the_terminal_and_detaches_the_sampler(terminal):
     before = stty_state(terminal, "BEFORE")
     ktop = start_ktop(terminal)
-    ours = bpf_programs_of(ktop.pid)
-    assert PROGRAM in {loaded_bpf_programs().get(i) for i in ours}
+    held = HeldPrograms(ktop.pid)
+    assert PROGRAM in held.names()
     ktop.send_signal(signal.SIGTERM)
     exit_code(terminal)
     assert terminal.display(TERMINAL_STATE) == NORMAL_STATE
     assert stty_state(terminal, "AFTER") == before
-    assert not wait_until_unloaded(ours)
+    assert held.left_behind() == ([], set())
 
 
 def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal):
@@ -145,13 +143,14 @@ def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal):
     while "compiling its BPF program" not in screen and "waiting for the panes" not in screen:
         assert time.monotonic() < deadline, f"never saw a pane loading:\n{screen}"
         screen = terminal.screen()
-    ours = bpf_programs_of(ktop.pid)  # those attached so far (perhaps none yet)
+    held = HeldPrograms(ktop.pid)
+    held.poll()  # those loaded so far, its compiler's included (perhaps none yet)
     terminal.send("q")
     assert exit_code(terminal) == "0"
     assert terminal.display(TERMINAL_STATE) == NORMAL_STATE
     assert stty_state(terminal, "AFTER") == before
     assert not ktop.is_running()
-    assert not wait_until_unloaded(ours)
+    assert held.left_behind() == ([], set())  # the compiler did not go on without it
 
 
 def test_keys_reach_the_app_in_a_real_terminal_a_lone_esc_too(terminal):

@@ -338,6 +338,85 @@ def test_a_recording_of_format_1_is_read_and_continued_in_its_format(tmp_path):
         assert b'"names"' not in zlib.decompress(f.read(appended.length))
 
 
+def with_lock_losses(snapshot: Snapshot, unpaired: int) -> Snapshot:
+    return dataclasses.replace(snapshot, locks=dataclasses.replace(
+        snapshot.locks, lost={"unpaired": unpaired}))
+
+
+def old_recording(path, losses: list[int], format: int = 2) -> None:
+    """A file as ktop wrote it before format 3: each record's losses counted since start."""
+    header = struct.pack("<8sHH", recording_module.MAGIC, format, 0)
+    with open(path, "wb") as f:
+        f.write(header + struct.pack("<I", zlib.crc32(header)))
+        for seq, lost in enumerate(losses):
+            f.write(frame_record(seq, with_lock_losses(interval(seq), lost), format=format))
+    os.chmod(path, 0o600)
+
+
+def lock_losses(path) -> list[int]:
+    recording = Recording(str(path))
+    try:
+        return [s.locks.lost["unpaired"] for s in recording.snapshots()]
+    finally:
+        recording.close()
+
+
+def test_an_old_recordings_losses_since_start_are_read_as_each_intervals(tmp_path):
+    """Records of formats 1 and 2 hold the losses counted since start: replayed as they
+    are, the per-interval lost column grew 3 -> 11 and a window summed them again."""
+    import csv
+    import io
+
+    from ktop.aggregate.merge import merge_snapshots
+    from ktop.record.dump import dump
+
+    path = tmp_path / "old.krec"
+    # A ktop restarted mid-file (continued by a new process): its counters began at zero.
+    old_recording(path, [3, 5, 11, 1, 4])
+    assert lock_losses(path) == [3, 2, 6, 1, 3]
+    recording = Recording(str(path))
+    out = io.StringIO()
+    dump(recording, "csv", out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    # lost_in_interval sums every pane: interval()'s other panes lose 1 + 1 + 1 each time,
+    # the same since start, so the first record alone counts them.
+    others = sum(sum(p.lost.values()) for p in (interval().cpu, interval().blockio,
+                                                 interval().waits))
+    assert [int(row["lost_in_interval"]) for row in rows] == [3 + others, 2, 6, 1, 3]
+    # A window of the first three: what was lost over them, 11, not 3 + 5 + 11.
+    merged = merge_snapshots([recording.snapshot(i) for i in range(3)])
+    assert merged.locks.lost["unpaired"] == 11
+    # Read in any order (the cache dropped the record before): the same.
+    assert Recording(str(path)).snapshot(2).locks.lost["unpaired"] == 6
+
+
+def test_an_old_recording_continued_keeps_counting_since_start(tmp_path):
+    """A new ktop appending to a format 2 file writes its losses as that file counts them
+    (since start, from its last record's), so every record reads back as its interval's;
+    its ring keeps the format of the records it copies."""
+    path = tmp_path / "old.krec"
+    old_recording(path, [3, 5])
+    record_size = len(frame_record(0, interval()))
+    writer = RecordWriter(str(path), max_bytes=HEADER_SIZE + 4 * record_size)
+    for i in range(2, 8):
+        writer.append(with_lock_losses(interval(i), i))  # each interval's own
+    writer.close()
+    with open(path, "rb") as f:
+        assert struct.unpack("<H", f.read(10)[8:10])[0] == 2  # still format 2 after the ring
+    recording = Recording(str(path))
+    assert recording.records[0].seq > 0  # the ring dropped the oldest
+    kept = [r.seq for r in recording.records]
+    # On disk, as an old ktop reads the file: since start, 5 then 2 + 3 + ... + 7 more.
+    last = recording.records[-1]
+    with open(path, "rb") as f:
+        f.seek(last.offset + FRAME_SIZE)
+        raw = recording_module.decode_snapshot(zlib.decompress(f.read(last.length)))
+    assert raw.locks.lost == {"unpaired": 5 + sum(range(2, 8))}
+    # Read back: the first kept record counts since start (what came before it is in no
+    # record); the others are their intervals' own.
+    assert lock_losses(path)[1:] == kept[1:]
+
+
 def test_a_file_that_is_not_a_recording_is_never_overwritten(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("precious\n")

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from conftest import as_nobody, check_contract
@@ -215,26 +216,38 @@ def test_record_refuses_a_symlink_and_a_file_of_another_kind(tmp_path):
     assert victim.read_text() == "keep\n"
 
 
-def test_record_until_sigterm_without_root_keeps_the_processes(shared_dir):
-    """Without root the BPF panes say why; the recording goes on with the processes pane,
-    and SIGTERM (systemctl stop) ends it cleanly, exit 0."""
-    path = os.path.join(shared_dir, "p.krec")
-    prefix = as_nobody(shared_dir) if os.geteuid() == 0 else []
+def record_until_signalled(directory: str, name: str, interval: str,
+                           started: Callable[[str], bool], after_s: float,
+                           sig: signal.Signals) -> tuple[str, int, str]:
+    """`ktop --record DIRECTORY/NAME -d INTERVAL` without root (as nobody when root), sent
+    `sig` `after_s` seconds once `started(path)` holds (30 s at most): (path, exit, stderr)."""
+    path = os.path.join(directory, name)
+    prefix = as_nobody(directory) if os.geteuid() == 0 else []
     process = subprocess.Popen([*prefix, sys.executable, "-m", "ktop", "--record", path,
-                                "-d", "0.5"], stderr=subprocess.PIPE, text=True, cwd="/")
+                                "-d", interval], stderr=subprocess.PIPE, text=True, cwd="/")
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if os.path.exists(path) and os.path.getsize(path) > 2000:
-                break
-            time.sleep(0.2)
-        time.sleep(1.2)
-        process.send_signal(signal.SIGTERM)
+        while not started(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(after_s)
+        process.send_signal(sig)
         _, stderr = process.communicate(timeout=20)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0, stderr
+            process.wait()
+    return path, process.returncode, stderr
+
+
+def test_record_until_sigterm_without_root_keeps_the_processes(shared_dir):
+    """Without root the BPF panes say why; the recording goes on with the processes pane,
+    and SIGTERM (systemctl stop) ends it cleanly, exit 0."""
+    def records_written(path: str) -> bool:
+        return os.path.exists(path) and os.path.getsize(path) > 2000
+
+    path, code, stderr = record_until_signalled(shared_dir, "p.krec", "0.5", records_written,
+                                                1.2, signal.SIGTERM)
+    assert code == 0, stderr
     assert "recorded " in stderr and "Traceback" not in stderr
     assert os.stat(path).st_mode & 0o777 == 0o600
     recording = Recording(path)
@@ -255,21 +268,9 @@ def test_record_until_sigterm_without_root_keeps_the_processes(shared_dir):
 
 def test_sigint_within_the_first_interval_records_it(shared_dir):
     """`ktop --record a.krec -d 10`, SIGINT at 9 s said "recorded 0 intervals"."""
-    path = os.path.join(shared_dir, "a.krec")
-    prefix = as_nobody(shared_dir) if os.geteuid() == 0 else []
-    process = subprocess.Popen([*prefix, sys.executable, "-m", "ktop", "--record", path,
-                                "-d", "10"], stderr=subprocess.PIPE, text=True, cwd="/")
-    try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(2.0)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=20)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, stderr
+    path, code, stderr = record_until_signalled(shared_dir, "a.krec", "10", os.path.exists,
+                                                2.0, signal.SIGINT)
+    assert code == 0, stderr
     assert f"recorded 1 intervals to {path} (" in stderr, stderr
     records = Recording(path).records
     assert len(records) == 1 and 0.5 <= records[0].duration_s <= 2.5  # what it covered, not -d

@@ -86,10 +86,7 @@ class Window(Generic[T]):
         down was started again: counted from zero)."""
         lost: dict[str, int] = {}
         if lost_since_start is not None:
-            seen = self._lost_since_start
-            for reason, count in lost_since_start.items():
-                before = seen.get(reason, 0)
-                added = count - before if count >= before else count
+            for reason, added in lost_added(self._lost_since_start, lost_since_start).items():
                 if added:
                     lost[reason] = added
                     self._total_lost[reason] = self._total_lost.get(reason, 0) + added
@@ -151,6 +148,16 @@ class Window(Generic[T]):
         """The counts since the first interval or of the recent ones, and the seconds they
         cover: the sum of the intervals' own spans, the same way for every pane."""
         return (self.total, self.total_s) if cumulative else (self.recent(), self.recent_s)
+
+
+def lost_added(before: Mapping[str, int], now: Mapping[str, int]) -> dict[str, int]:
+    """What loss counters kept since start added from `before` to `now`, every reason of
+    `now` (0 when none): one that went down was started again, counted from zero."""
+    added = {}
+    for reason, count in now.items():
+        was = before.get(reason, 0)
+        added[reason] = count - was if count >= was else count
+    return added
 
 
 def sum_lost(losses: Iterable[Mapping[str, int]]) -> dict[str, int]:

@@ -20,7 +20,10 @@ Layout (little-endian):
               first key "names" is a table of the record's frame names (a string, or
               [symbol, module] for a user frame), and every frames, modules, sources and
               user_frames field a list of numbers into it; the block I/O requests are one
-              list per field, their times rounded to what the screen shows (REQUEST_DIGITS)
+              list per field, their times rounded to what the screen shows (REQUEST_DIGITS);
+              from format 3 each pane's "lost" counts its interval's losses alone (formats 1
+              and 2 hold the collectors' counts since start: read as each interval's, the
+              difference from the record before, as the live window takes them)
 
 `seq` counts records from the first the recording ever had: a ring that dropped its oldest
 starts at a later one, and a gap anywhere else means a damaged file. The frame's figures
@@ -53,11 +56,12 @@ import stat
 import struct
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ktop import safefs
+from ktop.aggregate.window import lost_added, sum_lost
 from ktop.codec import (
     LAST_TIME,
     MAX_FLOAT,
@@ -69,14 +73,15 @@ from ktop.codec import (
     to_data,
 )
 from ktop.model import IoRequest, Snapshot
-from ktop.panes import figured_panes
+from ktop.panes import PANES, figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
 
 MAGIC = b"KTOPREC\x00"
 # 2: a record's frames are numbers into its own table of names (format 1 files are read as
-# before, and continued in their own format).
-FORMAT = 2
+# before, and continued in their own format). 3: a record's losses are its interval's own.
+FORMAT = 3
+LOSSES_PER_INTERVAL = 3  # the first format whose records hold their interval's losses only
 _HEADER = struct.Struct("<8sHHI")
 _FRAME = struct.Struct("<4sIIIdffffI")
 SYNC = b"KREC"
@@ -341,9 +346,23 @@ def frame_record(seq: int, snapshot: Snapshot, level: int = 6, format: int = FOR
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload
 
 
-def file_header() -> bytes:
-    head = _HEADER.pack(MAGIC, FORMAT, 0, 0)
+def file_header(format: int = FORMAT) -> bytes:
+    head = _HEADER.pack(MAGIC, format, 0, 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
+
+
+Losses = dict[str, Mapping[str, int]]  # each pane's losses by reason, by its Snapshot field
+
+
+def _losses(snapshot: Snapshot) -> Losses:
+    profiles = ((spec.field, getattr(snapshot, spec.field)) for spec in PANES)
+    return {name: profile.lost for name, profile in profiles if hasattr(profile, "lost")}
+
+
+def _with_losses(snapshot: Snapshot, losses: Losses) -> Snapshot:
+    return dataclasses.replace(snapshot, **{
+        name: dataclasses.replace(getattr(snapshot, name), lost=lost)
+        for name, lost in losses.items() if getattr(snapshot, name) is not None})
 
 
 # ---- reading ------------------------------------------------------------------------------
@@ -490,6 +509,27 @@ def _zeros(fd: int, at: int, end: int) -> bool:
     return True
 
 
+def _inflate(fd: int, info: RecordInfo, name: str) -> bytearray:
+    """The record's JSON, inflated no further than MAX_JSON (a zlib bomb stops there)."""
+    if info.length > MAX_JSON + (MAX_JSON >> 8) + 64:  # deflate never grows data more
+        raise RecordingError(f"{name}: record {info.seq} is {info.length >> 20} MiB "
+                             f"compressed, and no record ktop reads inflates past "
+                             f"{MAX_JSON >> 20} MiB: the file was not written by ktop")
+    inflater = zlib.decompressobj()
+    # A MiB at a time: one decompress(max_length) call doubles its buffer up to twice that.
+    raw = bytearray()
+    tail = os.pread(fd, info.length, info.offset + FRAME_SIZE)
+    while tail and not inflater.eof:
+        raw += inflater.decompress(tail, 1 << 20)
+        tail = inflater.unconsumed_tail
+        if len(raw) > MAX_JSON:
+            raise RecordingError(f"{name}: record {info.seq} inflates past "
+                                 f"{MAX_JSON >> 20} MiB, more than any record ktop writes: "
+                                 "the file was not written by ktop")
+    raw += inflater.flush()
+    return raw
+
+
 class Recording:
     """A recording opened for replay: every record's frame read and checked at once (so a
     damaged file is refused before anything is shown), snapshots decoded when asked for."""
@@ -518,10 +558,12 @@ class Recording:
             raise RecordingError(f"{self.name} is a ktop recording with no whole record yet{why}: "
                                  "record for at least one interval")
         self.records = scan.records
+        self.format = scan.format
         # One line for the user when the end was cut off (kill -9, disk full, power cut).
         self.dropped = scan.dropped
-        # index -> (snapshot, bytes of its JSON), newest used last; at most CACHE_BYTES.
-        self._cache: OrderedDict[int, tuple[Snapshot, int]] = OrderedDict()
+        # index -> (snapshot, bytes of its JSON, losses since start as recorded in a file
+        # of an older format), newest used last; at most CACHE_BYTES.
+        self._cache: OrderedDict[int, tuple[Snapshot, int, Losses]] = OrderedDict()
         self._cached_bytes = 0
 
     def __len__(self) -> int:
@@ -530,13 +572,41 @@ class Recording:
     def snapshot(self, index: int) -> Snapshot:
         """The snapshot of record `index` (0 = the oldest kept). Raises RecordingError if its
         payload, whole and checksummed, still does not decode (a bug, or a forged file)."""
+        return self.decoded(index)[0]
+
+    def decoded(self, index: int) -> tuple[Snapshot, int]:
+        """The snapshot of record `index` and the bytes of its JSON (what decoding it cost)."""
         cached = self._cache.get(index)
         if cached is not None:
             self._cache.move_to_end(index)
-            return cached[0]
+            return cached[0], cached[1]
+        snapshot, size = self._decode(index)
+        since_start: Losses = {}
+        if self.format < LOSSES_PER_INTERVAL:
+            # Counted since start: the interval's own are what it added to the record before
+            # (the first kept record keeps them all: lost before it, shown nowhere else).
+            since_start = _losses(snapshot)
+            if index > 0:
+                before = self._since_start(index - 1)
+                snapshot = _with_losses(snapshot, {
+                    name: lost_added(before.get(name, {}), lost)
+                    for name, lost in since_start.items()})
+        self._cache[index] = (snapshot, size, since_start)
+        self._cached_bytes += size
+        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
+            self._cached_bytes -= self._cache.popitem(last=False)[1][1]
+        return snapshot, size
+
+    def _since_start(self, index: int) -> Losses:
+        """The losses since start record `index` of an older format holds."""
+        cached = self._cache.get(index)
+        return cached[2] if cached is not None else _losses(self._decode(index)[0])
+
+    def _decode(self, index: int) -> tuple[Snapshot, int]:
+        """Record `index` decoded as it was written, and the bytes of its JSON."""
         info = self.records[index]
         try:
-            raw = self._inflate(info)
+            raw = _inflate(self._fd, info, self.name)
             snapshot = decode_snapshot(raw)
         except OSError as e:
             raise RecordingError(f"cannot read {self.name}: {e.strerror or e}") from None
@@ -548,31 +618,7 @@ class Recording:
         except (zlib.error, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             raise RecordingError(f"{self.name}: record {info.seq} holds no ktop snapshot "
                                  f"({printable(str(e))[:80]}): the file was not written by ktop") from None
-        self._cache[index] = (snapshot, len(raw))
-        self._cached_bytes += len(raw)
-        while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
-            self._cached_bytes -= self._cache.popitem(last=False)[1][1]
-        return snapshot
-
-    def _inflate(self, info: RecordInfo) -> bytearray:
-        """The record's JSON, inflated no further than MAX_JSON (a zlib bomb stops there)."""
-        if info.length > MAX_JSON + (MAX_JSON >> 8) + 64:  # deflate never grows data more
-            raise RecordingError(f"{self.name}: record {info.seq} is {info.length >> 20} MiB "
-                                 f"compressed, and no record ktop reads inflates past "
-                                 f"{MAX_JSON >> 20} MiB: the file was not written by ktop")
-        inflater = zlib.decompressobj()
-        # A MiB at a time: one decompress(max_length) call doubles its buffer up to twice that.
-        raw = bytearray()
-        tail = os.pread(self._fd, info.length, info.offset + FRAME_SIZE)
-        while tail and not inflater.eof:
-            raw += inflater.decompress(tail, 1 << 20)
-            tail = inflater.unconsumed_tail
-            if len(raw) > MAX_JSON:
-                raise RecordingError(f"{self.name}: record {info.seq} inflates past "
-                                     f"{MAX_JSON >> 20} MiB, more than any record ktop writes: "
-                                     "the file was not written by ktop")
-        raw += inflater.flush()
-        return raw
+        return snapshot, len(raw)
 
     def snapshots(self) -> Iterator[Snapshot]:
         for index in range(len(self.records)):
@@ -644,6 +690,9 @@ class RecordWriter:
         self.records = 0  # appended by this writer
         self.ring_dropped = 0  # records the ring dropped, oldest first
         self.format = FORMAT
+        # A file of a format before LOSSES_PER_INTERVAL goes on counting losses since start,
+        # from its last record's: each pane's, by reason.
+        self._lost_since_start: Losses = {}
         self.continued = 0  # whole records the file already held
         self.dropped = ""  # what was cut off its end, when continued
         self._offsets = array.array("Q")  # of the records in the file, kept for the ring
@@ -720,6 +769,8 @@ class RecordWriter:
                 raise self._fail(f"it exists and is not a ktop recording this ktop can continue "
                                  f"({str(e).removeprefix(self.name + ' ')}); remove it or name "
                                  "another file") from None
+            if scan.records and scan.format < LOSSES_PER_INTERVAL:
+                self._lost_since_start = self._last_losses(fd, scan.records[-1])
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, scan.end)  # a torn last record goes: the next one follows whole
         except OSError as e:
@@ -738,6 +789,17 @@ class RecordWriter:
         if self.max_bytes:
             self._offsets.extend(r.offset for r in scan.records)
         return fd
+
+    def _last_losses(self, fd: int, last: RecordInfo) -> Losses:
+        """The losses since start the file's last record holds, or RecordingError."""
+        try:
+            return _losses(decode_snapshot(_inflate(fd, last, self.name)))
+        except RecordingError as e:
+            raise self._fail(f"it exists and its last record cannot be read ({e}); remove it "
+                             "or name another file") from None
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            raise self._fail(f"it exists and its last record ({last.seq}) holds no ktop "
+                             "snapshot; remove it or name another file") from None
 
     def _open_own(self) -> int:
         """The existing file, opened for writing once it is known to be one ktop may continue."""
@@ -810,6 +872,11 @@ class RecordWriter:
         the file is cut back to its last whole record and RecordingError says so."""
         if self._fd < 0:
             raise self._fail("the recording is closed")
+        if self.format < LOSSES_PER_INTERVAL:  # the file counts them since start
+            self._lost_since_start = {**self._lost_since_start, **{
+                name: sum_lost((self._lost_since_start.get(name, {}), lost))
+                for name, lost in _losses(snapshot).items()}}
+            snapshot = _with_losses(snapshot, self._lost_since_start)
         record = frame_record(self._seq, snapshot, self.level, self.format)
         if self.max_bytes and self._end + len(record) > self.max_bytes and self._offsets:
             self._drop_oldest(len(record))
@@ -851,7 +918,7 @@ class RecordWriter:
         try:
             # Locked before it gets the name: a writer that opens it then is refused.
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, file_header())
+            _write_all(fd, file_header(self.format))  # its records' format, continued or not
             at = start
             while at < self._end:
                 block = os.pread(self._fd, min(1 << 20, self._end - at), at)

@@ -22,6 +22,7 @@ from ktop.model import Snapshot
 from ktop.panes import PaneDef
 from ktop.text import printable
 from ktop.ui.screens.drill import DetailScreen, DrillHost, frame_line
+from ktop.ui.widgets.fit import MUST, Item, item
 
 STACKS_SHOWN = 40
 
@@ -64,19 +65,18 @@ class CompareStacksScreen(DetailScreen):
     def _figure(self, value: float | None, signed: bool = False) -> str:
         return format_figure(value, self.comparison.unit, signed) if value is not None else "-"
 
-    def header(self) -> Text:
+    def header_items(self) -> list[Item]:
         c, unit = self.change, self.comparison.unit
-        text = Text()
-        text.append(f"{self.spec.key_label}: ", style="bold")
-        text.append(printable(c.name), style="bold cyan")
+        title = Text(f"{self.spec.key_label}: ", style="bold")
+        title.append(printable(c.name), style="bold cyan")
         now = "gone" if c.now is None else format_figure(c.now, unit)
         base = "new" if c.base is None else format_figure(c.base, unit)
-        text.append(f"   {self.comparison.label} now {now}, baseline {base}, change "
-                    f"{format_figure(c.change, unit, signed=True)}")
-        text.append(f"   now {window_label(self.snapshot)} vs baseline {self.baseline.label}",
-                    style="dim")
-        text.append_text(self.stale_text())
-        return text
+        return [Item(title, MUST),
+                item(f"{self.comparison.label} now {now}", 80, short=f"now {now}", gap="   "),
+                item(f"baseline {base}", 70, gap=", "),
+                item(f"change {format_figure(c.change, unit, signed=True)}", 90, gap=", "),
+                item(f"now {window_label(self.snapshot)} vs baseline {self.baseline.label}", 20,
+                     "dim", gap="   ")]
 
     def rebuild(self) -> None:
         self.header_widget().update(self.header())

@@ -42,6 +42,7 @@ from ktop.ui.screens.drill import (
     merged_note,
     offsets_title,
 )
+from ktop.ui.widgets.fit import MUST, Item, item
 from ktop.units import format_bucket, format_ns
 
 
@@ -73,19 +74,17 @@ class LockCallerScreen(DetailScreen):
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
         return self.caller, self.window_label(window)
 
-    def header(self) -> Text:
+    def header_items(self) -> list[Item]:
         c = self.caller
-        text = Text()
-        text.append("lock waits at ", style="bold")
-        text.append(printable(c.caller), style="bold cyan")
+        title = Text("lock waits at ", style="bold")
+        title.append(printable(c.caller), style="bold cyan")
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
-        text.append(
-            f"  ({printable(c.type)})   {count_of(c.contended, 'wait')} {self.window_label(window)},"
-            f" total {format_ns(c.total_wait_ns)}, max {format_ns(c.max_wait_ns)},"
-            f" avg {format_ns(c.avg_wait_ns)}"
-        )
-        text.append_text(self.stale_text())
-        return text
+        waits = count_of(c.contended, "wait")
+        return [Item(title, MUST), item(f"({printable(c.type)})", 60),
+                item(f"{waits} {self.window_label(window)}", 90, short=f"{waits}", gap="   "),
+                item(f"total {format_ns(c.total_wait_ns)}", 80, gap=", "),
+                item(f"max {format_ns(c.max_wait_ns)}", 40, gap=", "),
+                item(f"avg {format_ns(c.avg_wait_ns)}", 30, gap=", ")]
 
     def rebuild(self) -> None:
         c = self.caller
@@ -199,19 +198,18 @@ class LockAddressScreen(DetailScreen):
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
         return self.row, self.window_label(window)
 
-    def header(self) -> Text:
+    def header_items(self) -> list[Item]:
         lock = self.row
-        text = Text()
-        text.append("lock ", style="bold")
-        text.append(printable(lock_label(lock) or "[unnamed]"), style="bold cyan")
+        title = Text("lock ", style="bold")
+        title.append(printable(lock_label(lock) or "[unnamed]"), style="bold cyan")
         window = self.snapshot.locks.window_s if self.snapshot.locks else 0.0
-        text.append(
-            f"  {printable(lock.address)} ({printable(lock.type)})   "
-            f"{count_of(lock.contended, 'wait')} {self.window_label(window)},"
-            f" total {format_ns(lock.total_wait_ns)}, max {format_ns(lock.max_wait_ns)}"
-        )
-        text.append_text(self.stale_text())
-        return text
+        waits = count_of(lock.contended, "wait")
+        kind = f"({printable(lock.type)})"
+        return [Item(title, MUST),
+                item(f"{printable(lock.address)} {kind}", 50, short=kind),
+                item(f"{waits} {self.window_label(window)}", 90, short=f"{waits}", gap="   "),
+                item(f"total {format_ns(lock.total_wait_ns)}", 80, gap=", "),
+                item(f"max {format_ns(lock.max_wait_ns)}", 40, gap=", ")]
 
     def rebuild(self) -> None:
         self.header_widget().update(self.header())
@@ -269,21 +267,21 @@ class IoProcessScreen(DetailScreen):
         window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
         return self.process, self._recent(), self.window_label(window)
 
-    def header(self) -> Text:
+    def header_items(self) -> list[Item]:
         p = self.process
-        text = Text()
-        text.append("block I/O of ", style="bold")
-        text.append(f"{format_pid(p.pid)} ", style="bold")
-        text.append(printable(p.comm), style="bold cyan")
+        title = Text("block I/O of ", style="bold")
+        title.append(f"{format_pid(p.pid)} ", style="bold")
+        title.append(printable(p.comm), style="bold cyan")
         window = self.snapshot.blockio.window_s if self.snapshot.blockio else 0.0
-        text.append(
-            f"  {printable(p.disk)} {'reads' if p.rw == 'R' else 'writes'} {self.window_label(window)}:"
-            f" {count_of(p.requests, 'request')}, {human_bytes(p.bytes)}B,"
-            f" avg size {human_bytes(p.bytes / p.requests if p.requests else 0)}B,"
-            f" avg {format_ns(p.avg_lat_ms * 1e6)} (queue {format_ns(p.avg_queue_ms * 1e6)})"
-        )
-        text.append_text(self.stale_text())
-        return text
+        what = f"{printable(p.disk)} {'reads' if p.rw == 'R' else 'writes'}"
+        return [Item(title, MUST),
+                item(f"{what} {self.window_label(window)}:", 85, short=f"{what}:"),
+                item(f"{count_of(p.requests, 'request')}", 90, gap=" "),
+                item(f"{human_bytes(p.bytes)}B", 80, gap=", "),
+                item(f"avg size {human_bytes(p.bytes / p.requests if p.requests else 0)}B", 30,
+                     gap=", "),
+                item(f"avg {format_ns(p.avg_lat_ms * 1e6)}", 70, gap=", "),
+                item(f"(queue {format_ns(p.avg_queue_ms * 1e6)})", 40, gap=" ")]
 
     def rebuild(self) -> None:
         p = self.process

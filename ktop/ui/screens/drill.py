@@ -20,6 +20,7 @@ from ktop.model import (
     Snapshot,
 )
 from ktop.text import printable
+from ktop.ui.widgets.fit import MUST, Item, fit_items
 from ktop.ui.widgets.footer import KeysFooter
 from ktop.units import format_span
 
@@ -93,9 +94,31 @@ class DrillScreen(Screen[None]):
         """Whether the row is in `snapshot`; if so, the screen takes its new figures."""
         raise NotImplementedError
 
-    def header(self) -> Text:
-        """The line above the body: what this is, its figures, and PAUSED or STALE."""
+    def header_items(self) -> list[Item]:
+        """The parts of the line above the body: what this is (MUST) and its figures, each
+        worth what it tells (the least worth go first on a narrow screen)."""
         raise NotImplementedError
+
+    def header(self) -> Text:
+        """The line above the body, as wide as the screen (ktop.ui.widgets.fit: whole parts
+        dropped, never wrapped): what this is, its figures, and PAUSED or STALE."""
+        return fit_items([*self.header_items(), *self.stale_items()], self._header_width())
+
+    def _header_width(self) -> int | None:
+        try:
+            width = self.app.size.width
+        except Exception:  # noqa: BLE001 - not in an app yet (no active app): no width
+            return None
+        headers = self.query("#stack-header")  # none before the screen is composed
+        if headers:
+            padding = headers.first().styles.padding
+            width -= padding.left + padding.right
+        return width
+
+    def on_resize(self) -> None:
+        headers = self.query("#stack-header")
+        if headers:
+            headers.first(Static).update(self.header())
 
     def show_paused(self) -> None:
         """Space, pressed here or on the panes: the header says so (the body stays)."""
@@ -191,20 +214,23 @@ class DrillScreen(Screen[None]):
     def header_widget(self) -> Static:
         return self.query_one("#stack-header", Static)
 
-    def stale_text(self) -> Text:
-        """PAUSED (space) and STALE, as the panes' header says them."""
-        text = Text()
+    def stale_items(self) -> list[Item]:
+        """PAUSED (space) and STALE, as the panes' header says them: never dropped."""
+        items = []
         if self.host.paused:
-            text.append("  PAUSED (space resumes)", style="bold reverse")
+            items.append(Item(Text("PAUSED (space resumes)", style="bold reverse"), MUST))
         if self.stale and self.host.timeline is not None:
             moved = getattr(self, "_moved_to", None)
             where = (f" ({time.strftime('%H:%M:%S', time.localtime(moved.taken_at))})"
                      if moved is not None else "")
-            text.append(f"  NOT IN THE WINDOW MOVED TO{where}: showing the last that had it",
-                        style="bold reverse yellow")
+            items.append(Item(Text(f"NOT IN THE WINDOW MOVED TO{where}: showing the last "
+                                   "that had it", style="bold reverse yellow"), MUST,
+                              Text(f"MOVED ON{where}: showing the last", style="bold reverse yellow")))
         elif self.stale:
-            text.append("  STALE: no longer in the latest data", style="bold reverse yellow")
-        return text
+            items.append(Item(Text("STALE: no longer in the latest data",
+                                   style="bold reverse yellow"), MUST,
+                              Text("STALE", style="bold reverse yellow")))
+        return items
 
 
 class DetailScreen(DrillScreen):

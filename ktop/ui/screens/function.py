@@ -35,6 +35,7 @@ from ktop.ui.screens.drill import (
     frame_line,
     merged_note,
 )
+from ktop.ui.widgets.fit import MUST, Item, item
 from ktop.ui.widgets.footer import KeysFooter
 
 
@@ -104,22 +105,21 @@ class FunctionScreen(DrillScreen):
         return self.view != "stacks" if action in self._TREE_ACTIONS else super().check_action(
             action, parameters)
 
-    def header(self) -> Text:
+    def header_items(self) -> list[Item]:
         cpu = self.snapshot.cpu
         hits = sum(s.samples for s in self._hits)
-        text = Text()
-        text.append(f"{self.view} of ", style="bold")
-        text.append(printable(self.function), style="bold cyan")
+        title = Text(f"{self.view} of ", style="bold")
+        title.append(printable(self.function), style="bold cyan")
+        items = [Item(title, MUST)]
         if cpu:
             expected = cpu.sample_hz * cpu.window_s * cpu.cpus or 1
-            text.append(
-                f"   {hits} samples, {100.0 * hits / expected:.2f}% of CPU time"
-                f" {self.window_label(cpu.window_s)}"
-            )
+            share = f"{hits} samples, {100.0 * hits / expected:.2f}% of CPU time"
+            items.append(item(f"{share} {self.window_label(cpu.window_s)}", 90,
+                              short=share, gap="   "))
         hint = "o: merge/split offsets" if self.view == "stacks" else "+ - e E C: expand/collapse"
-        text.append(f"   v: callers/callees/stacks  {hint}  Esc: back", style="dim")
-        text.append_text(self.stale_text())
-        return text
+        items.append(item(f"v: callers/callees/stacks  {hint}  Esc: back", 10, "dim",
+                          short="v: callers/callees/stacks", gap="   "))
+        return items
 
     def rebuild(self, keep_tree: bool = True) -> None:
         self.header_widget().update(self.header())

@@ -52,6 +52,9 @@ class MainScreen(ChangedRowsScreen):
         Binding("i", "toggle_idle", "Idle rows"),
         Binding("c", "app.toggle_cumulative", "Cumulative"),
         Binding("v", "cycle_view", "View"),
+        # Shown with a baseline only (check_action).
+        Binding("m", "toggle_match", "Match",
+                tooltip="compared rows of processes: matched by pid or by command"),
         Binding("less_than_sign", "sort(-1)", "sort by the column to the left", show=False),
         Binding("greater_than_sign", "sort(1)", "sort by the column to the right", show=False),
         Binding("slash", "filter", "Filter"),
@@ -248,6 +251,8 @@ class MainScreen(ChangedRowsScreen):
         """Timeline keys move a replayed recording; R records live data."""
         if action.startswith("timeline_"):
             return self.timeline is not None
+        if action == "toggle_match":
+            return self.display_settings.baseline is not None
         return self.ktop.source.live if action == "app.record" else True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -281,8 +286,9 @@ class MainScreen(ChangedRowsScreen):
         baseline = baseline_of(snapshot)
         self.display_settings = replace(self.display_settings, baseline=baseline)
         move = "[ ] ← → move on" if self.timeline is not None else "the panes go on"
-        self.notify(f"baseline {baseline.label}: {move}, each pane shows the change (B clears)",
-                    timeout=6, markup=False)
+        self.notify(f"baseline {baseline.label}: {move}, each pane's first view shows the "
+                    "change (B clears)", timeout=6, markup=False)
+        self.refresh_bindings()  # m, matching the compared rows, applies now
         self.refresh_panes()
 
     def action_clear_baseline(self) -> None:
@@ -291,6 +297,7 @@ class MainScreen(ChangedRowsScreen):
             return
         self.display_settings = replace(self.display_settings, baseline=None)
         self.notify("baseline cleared")
+        self.refresh_bindings()
         self.refresh_panes()
 
     def action_focus_pane(self, name: str) -> None:
@@ -321,6 +328,11 @@ class MainScreen(ChangedRowsScreen):
         view = pane.cycle_view(self.ktop.snapshot, self.display_settings)
         label = pane.spec.key_label
         self.notify(f"{label}: {view}" if view else f"{label}: one view only")
+
+    def action_toggle_match(self) -> None:
+        pane = self.focused_pane()
+        self.notify(f"{pane.spec.key_label}: "
+                    f"{pane.toggle_match(self.ktop.snapshot, self.display_settings)}")
 
     def action_sort(self, step: int) -> None:
         label = self.focused_pane().table.cycle_sort(step)
@@ -404,7 +416,7 @@ class MainScreen(ChangedRowsScreen):
         pane = self.focused_pane()
         view = f", {pane.view} view (v: the others)" if len(pane.VIEWS) > 1 else ""
         if pane.comparing:
-            view = ", compared with the baseline (B: back to the views)"
+            view = ", compared with the baseline (v: the other views, m: match by pid or command)"
         self.ktop.push_screen(HelpScreen("ktop", keys, pane.column_help(),
                                          f"the columns of {pane.spec.numbered_title}{view}"))
 

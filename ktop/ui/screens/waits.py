@@ -20,6 +20,7 @@ from ktop.ui.screens.drill import (
     frame_line,
     heading,
 )
+from ktop.ui.widgets.fit import MUST, Item, item
 from ktop.units import format_ns
 from ktop.waitviews import hist_buckets_us, percent
 
@@ -89,18 +90,18 @@ class WaitStacksScreen(DetailScreen):
         waits = self.snapshot.waits
         return waits.window_s if waits else 0.0
 
-    def header(self) -> Text:
+    def header_items(self) -> list[Item]:
         kind, what = self.selection
         total = sum(s.total_ns for s in self.stacks)
         count = sum(s.count for s in self.stacks)
-        text = Text()
-        text.append("blocked waits of " if kind != "reason" else "blocked waits in ", style="bold")
+        title = Text("blocked waits of " if kind != "reason" else "blocked waits in ", style="bold")
         label = {"pid": "pid ", "comm": "command ", "cgroup": "cgroup ", "reason": ""}[kind]
-        text.append(label + printable(what), style="bold cyan")
-        text.append(f"   {count_of(count, 'wait')} {self.window_label(self._window())},"
-                    f" total {format_ns(total)}")
-        text.append_text(self.stale_text())
-        return text
+        title.append(label + printable(what), style="bold cyan")
+        waits = count_of(count, "wait")
+        return [Item(title, MUST),
+                item(f"{waits} {self.window_label(self._window())}", 90, short=f"{waits}",
+                     gap="   "),
+                item(f"total {format_ns(total)}", 80, gap=", ")]
 
     def rebuild(self) -> None:
         self.header_widget().update(self.header())

@@ -59,7 +59,7 @@ def compared(spec: PaneDef, snapshot: Snapshot, display: Display,
     counted = changed_count(changes)
     keyed = ""
     if spec.compare.command_key is not None:
-        keyed = "by command (v)  " if by_command else "by process (v)  "
+        keyed = "by command (m)  " if by_command else "by process (m)  "
     # Short enough for a pane 80 columns wide: the header names the baseline in full.
     subtitle = (f"{keyed}{format_span(snapshot.duration_s)} vs "
                 f"{format_span(baseline.duration_s)} baseline"

@@ -25,21 +25,21 @@ class Item(NamedTuple):
 def fit_items(items: Sequence[Item], width: int | None) -> Text:
     """The items in order, gaps between them, as wide as `width` at most: items go, least
     worth first (the rightmost of equals), each first shortened where it can be. Items of
-    MUST worth stay; if they alone overflow, the line is cut at its end with an ellipsis."""
+    MUST worth stay (in their short form, if they have one and the rest went); if they alone
+    overflow, the line is cut at its end with an ellipsis."""
     texts: list[Text | None] = [item.text for item in items]
     if width is not None and width > 0:
         order = sorted(range(len(items)), key=lambda i: (items[i].worth, -i))
         for i in order:
             if _length(items, texts) <= width:
                 break
-            if items[i].worth >= MUST:
-                continue
             short = items[i].short
             if short is not None and texts[i] is not short:
                 texts[i] = short
                 if _length(items, texts) <= width:
                     break
-            texts[i] = None
+            if items[i].worth < MUST:
+                texts[i] = None
     line = Text()
     for item, text in zip(items, texts):
         if text is None:

@@ -3,7 +3,7 @@ owner (-o) or lock name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 from ktop.cgroups import short_name
@@ -11,6 +11,7 @@ from ktop.lockviews import (
     UNNAMED,
     LockName,
     LockOwner,
+    caller_waits_of,
     lock_label,
     locks_by_name,
     owners_by_task,
@@ -117,7 +118,7 @@ class LocksPane(Pane):
         if self.view == "callers":
             callers = locks.callers
             if display.filtered:  # each caller's waits by the processes shown, alone
-                callers = tuple(filter(None, (_waits_of(c, display) for c in callers)))
+                callers = tuple(filter(None, (caller_waits_of(c, display.shows) for c in callers)))
             rows = [
                 (
                     f"{c.caller}|{c.type}",
@@ -285,19 +286,3 @@ def waits_by_command(tasks: tuple[LockTask, ...]) -> list[LockCommand]:
     rows.sort(key=lambda c: (-c.total_wait_ns, c.comm))
     return rows
 
-
-def _waits_of(caller: LockCaller, display: Display) -> LockCaller | None:
-    """The caller's waits by the tasks the filter shows (None if none waited here): the row's
-    figures then add up to what the filtered process did, not the machine."""
-    tasks = tuple(t for t in caller.tasks if display.shows(t.pid, t.cgroup))
-    if not tasks:
-        return None
-    if len(tasks) == len(caller.tasks):
-        return caller
-    return replace(
-        caller,
-        contended=sum(t.contended for t in tasks),
-        total_wait_ns=sum(t.total_wait_ns for t in tasks),
-        max_wait_ns=max(t.max_wait_ns for t in tasks),
-        tasks=tasks,
-    )

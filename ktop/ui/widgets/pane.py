@@ -118,7 +118,8 @@ class Pane(Vertical):
         self._tables: dict[str, KeyedTable] = {}  # view -> its table, made in compose()
         self.comparing = False  # showing the compare table (a baseline is set: key b)
         self._baseline: Baseline | None = None  # what the compare table was made against
-        self.compare_by_command: bool | None = None  # v while comparing; None: the baseline's
+        self.compare_by_command: bool | None = None  # m while comparing; None: the baseline's
+        self.compare_hidden = False  # v moved on from the compare table to the pane's views
         self._display = Display()  # the settings the compare table was made with
         self._changes: dict[str, Any] = {}  # compare table's key -> its ktop.compare.Change
 
@@ -179,32 +180,53 @@ class Pane(Vertical):
         return self.view
 
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
-        """The next view; what `v` should say about it ("" when there is no other view)."""
+        """The next view; what `v` should say about it ("" when there is no other view).
+        With a baseline the compare table is one more view, first in the cycle: v goes
+        from it through the pane's own views (the disks view too) and back to it."""
         names = [v.name for v in self.VIEWS]
-        if self.comparing:
-            return self._cycle_compared(snapshot, display)
-        if len(names) == 1:
+        comparable = display.baseline is not None and self.spec.compare is not None
+        if len(names) == 1 and not comparable:
             return ""
         had_focus = self.table.has_focus
+        self._set_comparing(False)
         self.table.display = False
-        self.view = names[(names.index(self.view) + 1) % len(names)]
+        if comparable and not self.compare_hidden:  # the compare table -> the first view
+            self.compare_hidden = True
+            self.view = names[0]
+        elif comparable and self.view == names[-1]:  # the last view -> the compare table
+            self.compare_hidden = False
+            self.view = names[0]
+        else:
+            self.view = names[(names.index(self.view) + 1) % len(names)]
         self.table.display = True
         if had_focus:
             self.table.focus()
         if snapshot is not None:
             self.show(snapshot, display)
+        if comparable and not self.compare_hidden:
+            return "compared with the baseline (m: match by pid or command)"
+        if comparable:
+            return f"{self.view_description()}, not compared"
         return self.view_description()
+
+    def compares(self, display: Display) -> bool:
+        """Whether the compare table is shown: a baseline is set and v has not moved on
+        to the pane's own views."""
+        return (display.baseline is not None and self.spec.compare is not None
+                and not self.compare_hidden)
 
     @property
     def current_view(self) -> View:
         return next(v for v in self.VIEWS if v.name == self.view)
 
-    def _cycle_compared(self, snapshot: Snapshot | None, display: Display) -> str:
-        """v while comparing: rows of processes by process or by command, where the pane
-        lists processes; B leaves for the pane's own views."""
+    def toggle_match(self, snapshot: Snapshot | None, display: Display) -> str:
+        """m while comparing: rows of processes matched by process or by command, where the
+        pane lists processes; what to say about it."""
         comparison = self.spec.compare
+        if not self.comparing:
+            return "m matches the compared rows: v to the compared view"
         if comparison is None or comparison.command_key is None:
-            return "one compare view (B: back to the views)"
+            return "rows matched by name (no processes to match by pid or command)"
         self.compare_by_command = not self.by_command(display)
         if snapshot is not None:
             self.show(snapshot, display)
@@ -244,17 +266,17 @@ class Pane(Vertical):
         self._show_rows_and_chrome(snapshot, display)
 
     def _show_rows_and_chrome(self, snapshot: Snapshot, display: Display) -> None:
-        # (a view of other data than the pane's, the disks view, is not compared)
-        self._set_comparing(display.baseline is not None and self.spec.compare is not None
-                            and not self.current_view.field)
+        if display.baseline is not self._baseline:  # a new baseline: compared, its own matching
+            self._baseline = display.baseline
+            self.compare_by_command = None
+            self.compare_hidden = False
+        self._set_comparing(self.compares(display))
         if self.comparing:
             from ktop.ui.widgets.comparing import compared, row_key  # noqa: PLC0415
 
-            if display.baseline is not self._baseline:  # a new baseline: its own matching
-                self.compare_by_command = None
             changes, rows, empty_message, subtitle = compared(self.spec, snapshot, display,
                                                               self.by_command(display))
-            self._baseline, self._display = display.baseline, display
+            self._display = display
             self._changes = {row_key(c): c for c in changes}
         else:
             rows, empty_message, subtitle = self.rows(snapshot, display)
