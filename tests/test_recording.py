@@ -344,12 +344,14 @@ def with_lock_losses(snapshot: Snapshot, unpaired: int) -> Snapshot:
 
 
 def old_recording(path, losses: list[int], format: int = 2) -> None:
-    """A file as ktop wrote it before format 3: each record's losses counted since start."""
+    """A file as ktop wrote it before Nov 24: each record's losses counted since start, and
+    no disks' iostat counters (they came with the change to each interval's own)."""
     header = struct.pack("<8sHH", recording_module.MAGIC, format, 0)
     with open(path, "wb") as f:
         f.write(header + struct.pack("<I", zlib.crc32(header)))
         for seq, lost in enumerate(losses):
-            f.write(frame_record(seq, with_lock_losses(interval(seq), lost), format=format))
+            snapshot = dataclasses.replace(with_lock_losses(interval(seq), lost), iostat=None)
+            f.write(frame_record(seq, snapshot, format=format))
     os.chmod(path, 0o600)
 
 
@@ -415,6 +417,28 @@ def test_an_old_recording_continued_keeps_counting_since_start(tmp_path):
     # Read back: the first kept record counts since start (what came before it is in no
     # record); the others are their intervals' own.
     assert lock_losses(path)[1:] == kept[1:]
+
+
+def test_a_format_2_file_of_the_ktop_that_counted_each_intervals_losses_is_read_as_is(tmp_path):
+    """The ktop of Nov 24 wrote its interval's own losses in format 2 (with the disks'
+    iostat counters, new in it): read as since-start counts, they read 3, 2, 6 for 3, 5, 11.
+    Continued, the file goes on holding each interval's own."""
+    from ktop.model import DiskIo, IostatProfile
+
+    iostat = IostatProfile(span_s=1.0, disks=(DiskIo(disk="vda", major=253, minor=0),))
+    path = tmp_path / "nov24.krec"
+    header = struct.pack("<8sHH", recording_module.MAGIC, 2, 0)
+    with open(path, "wb") as f:
+        f.write(header + struct.pack("<I", zlib.crc32(header)))
+        for seq, lost in enumerate([3, 5, 11]):
+            snapshot = dataclasses.replace(with_lock_losses(interval(seq), lost), iostat=iostat)
+            f.write(frame_record(seq, snapshot, format=2))
+    os.chmod(path, 0o600)
+    assert lock_losses(path) == [3, 5, 11]
+    writer = RecordWriter(str(path))
+    writer.append(dataclasses.replace(with_lock_losses(interval(3), 7), iostat=iostat))
+    writer.close()
+    assert lock_losses(path) == [3, 5, 11, 7]
 
 
 def test_a_file_that_is_not_a_recording_is_never_overwritten(tmp_path):

@@ -11,7 +11,7 @@ a symlink (SQLite opens by name, more than once), and is read without any librar
 Layout (little-endian):
 
     file    = header record*
-    header  = "KTOPREC\\0"  u16 format  u16 flags (0)  u32 crc32 of the 12 bytes before
+    header  = "KTOPREC\\0"  u16 format  u16 flags  u32 crc32 of the 12 bytes before
     record  = frame payload
     frame   = "KREC"  u32 payload length  u32 seq  u32 crc32 of the payload
               f64 taken_at (unix time)  f32 duration_s  f32 kernel CPU %  f32 lock wait ms
@@ -23,7 +23,9 @@ Layout (little-endian):
               list per field, their times rounded to what the screen shows (REQUEST_DIGITS);
               from format 3 each pane's "lost" counts its interval's losses alone (formats 1
               and 2 hold the collectors' counts since start: read as each interval's, the
-              difference from the record before, as the live window takes them)
+              difference from the record before, as the live window takes them; except a
+              format 2 file of the Nov 24 ktop, whose records hold iostat and their
+              interval's own, unless the flag SINCE_START says a later ktop continued it)
 
 `seq` counts records from the first the recording ever had: a ring that dropped its oldest
 starts at a later one, and a gap anywhere else means a damaged file. The frame's figures
@@ -346,12 +348,28 @@ def frame_record(seq: int, snapshot: Snapshot, level: int = 6, format: int = FOR
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload
 
 
-def file_header(format: int = FORMAT) -> bytes:
-    head = _HEADER.pack(MAGIC, format, 0, 0)
+# The header's flags. SINCE_START: the records of this file of an older format count their
+# losses since start (set by a ktop continuing such a file, whose new records would
+# otherwise read as the Nov 24 ktop's, which held each interval's own).
+SINCE_START = 1
+
+
+def file_header(format: int = FORMAT, flags: int = 0) -> bytes:
+    head = _HEADER.pack(MAGIC, format, flags, 0)
     return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
 
 
 Losses = dict[str, Mapping[str, int]]  # each pane's losses by reason, by its Snapshot field
+
+
+def _counts_since_start(format: int, flags: int, snapshot: Snapshot) -> bool:
+    """Whether a file of this format and header flags, whose first record this is, holds
+    losses counted since start. Formats 1 and 2 did, but the ktop of Nov 24 already wrote its
+    interval's own in format 2: its records are those with the disks' iostat counters, which
+    came with that change."""
+    if format >= LOSSES_PER_INTERVAL:
+        return False
+    return format < 2 or bool(flags & SINCE_START) or snapshot.iostat is None
 
 
 def _losses(snapshot: Snapshot) -> Losses:
@@ -393,17 +411,18 @@ class _Scan:
     end: int  # where the whole records end: a writer continues from here
     dropped: str  # "" or what was dropped at the end, for the one-line note
     format: int = FORMAT
+    flags: int = 0
 
 
-def _check_header(head: bytes, name: str) -> int:
-    """The file's format, or RecordingError saying why it cannot be read."""
+def _check_header(head: bytes, name: str) -> tuple[int, int]:
+    """The file's format and flags, or RecordingError saying why it cannot be read."""
     if len(head) < HEADER_SIZE:
         if MAGIC.startswith(head[: len(MAGIC)]) and head:
             raise RecordingError(f"{name} is a ktop recording cut off in its header: "
                                  "it holds no records")
         raise RecordingError(f"{name} is not a ktop recording: replay a file written by "
                              "`ktop --record FILE` or `ktop --snapshot FILE.json`")
-    magic, version, _flags, crc = _HEADER.unpack(head)
+    magic, version, flags, crc = _HEADER.unpack(head)
     if magic != MAGIC:
         raise RecordingError(f"{name} is not a ktop recording: replay a file written by "
                              "`ktop --record FILE` or `ktop --snapshot FILE.json`")
@@ -415,14 +434,14 @@ def _check_header(head: bytes, name: str) -> int:
                              f"reads (format {FORMAT}): replay it with a newer ktop")
     if version < 1:
         raise RecordingError(f"{name} is not a ktop recording (format {version})")
-    return version
+    return version, flags
 
 
 def _scan(fd: int, name: str) -> _Scan:
     """Every whole record's frame, checksums verified; raises RecordingError for a file that
     is not a recording or is damaged before its last record."""
     size = os.fstat(fd).st_size
-    version = _check_header(os.pread(fd, HEADER_SIZE, 0), name)
+    version, flags = _check_header(os.pread(fd, HEADER_SIZE, 0), name)
     records = RecordIndex()
     offset = HEADER_SIZE
     chunk = 1 << 20
@@ -453,14 +472,14 @@ def _scan(fd: int, name: str) -> _Scan:
                 )
             return _Scan(records, offset,
                          f"{problem}: {size - offset} bytes dropped after record "
-                         f"{records[-1].seq if records else 'none'}", version)
+                         f"{records[-1].seq if records else 'none'}", version, flags)
         wrong = _wrong_frame(taken_at, duration, figures)
         if wrong:
             raise RecordingError(f"{name}: record {seq}'s frame says {wrong}, which ktop never "
                                  "writes: the file was not written by ktop")
         records.append(seq, offset, length, taken_at, duration, *figures)
         offset += FRAME_SIZE + length
-    return _Scan(records, offset, "", version)
+    return _Scan(records, offset, "", version, flags)
 
 
 def _wrong_frame(taken_at: float, duration_s: float, figures: list[float]) -> str:
@@ -559,12 +578,14 @@ class Recording:
                                  "record for at least one interval")
         self.records = scan.records
         self.format = scan.format
+        self._flags = scan.flags
         # One line for the user when the end was cut off (kill -9, disk full, power cut).
         self.dropped = scan.dropped
         # index -> (snapshot, bytes of its JSON, losses since start as recorded in a file
         # of an older format), newest used last; at most CACHE_BYTES.
         self._cache: OrderedDict[int, tuple[Snapshot, int, Losses]] = OrderedDict()
         self._cached_bytes = 0
+        self._counts_since_start: bool | None = None  # known at the first record decoded
 
     def __len__(self) -> int:
         return len(self.records)
@@ -582,7 +603,7 @@ class Recording:
             return cached[0], cached[1]
         snapshot, size = self._decode(index)
         since_start: Losses = {}
-        if self.format < LOSSES_PER_INTERVAL:
+        if self._since_start_counts(index, snapshot):
             # Counted since start: the interval's own are what it added to the record before
             # (the first kept record keeps them all: lost before it, shown nowhere else).
             since_start = _losses(snapshot)
@@ -596,6 +617,15 @@ class Recording:
         while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
             self._cached_bytes -= self._cache.popitem(last=False)[1][1]
         return snapshot, size
+
+    def _since_start_counts(self, index: int, snapshot: Snapshot) -> bool:
+        """Whether this file's records count losses since start (decided by its first)."""
+        if self.format >= LOSSES_PER_INTERVAL:
+            return False
+        if self._counts_since_start is None:
+            first = snapshot if index == 0 else self._decode(0)[0]
+            self._counts_since_start = _counts_since_start(self.format, self._flags, first)
+        return self._counts_since_start
 
     def _since_start(self, index: int) -> Losses:
         """The losses since start record `index` of an older format holds."""
@@ -690,9 +720,9 @@ class RecordWriter:
         self.records = 0  # appended by this writer
         self.ring_dropped = 0  # records the ring dropped, oldest first
         self.format = FORMAT
-        # A file of a format before LOSSES_PER_INTERVAL goes on counting losses since start,
-        # from its last record's: each pane's, by reason.
-        self._lost_since_start: Losses = {}
+        # A file whose records count losses since start (older formats) goes on so, from its
+        # last record's: each pane's, by reason; None: each record holds its interval's own.
+        self._lost_since_start: Losses | None = None
         self.continued = 0  # whole records the file already held
         self.dropped = ""  # what was cut off its end, when continued
         self._offsets = array.array("Q")  # of the records in the file, kept for the ring
@@ -770,7 +800,10 @@ class RecordWriter:
                                  f"({str(e).removeprefix(self.name + ' ')}); remove it or name "
                                  "another file") from None
             if scan.records and scan.format < LOSSES_PER_INTERVAL:
-                self._lost_since_start = self._last_losses(fd, scan.records[-1])
+                self._lost_since_start = self._last_losses(fd, scan)
+                if self._lost_since_start is not None and not scan.flags & SINCE_START:
+                    # Said in the header: the records this ktop adds are new ones.
+                    os.pwrite(fd, file_header(scan.format, scan.flags | SINCE_START), 0)
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, scan.end)  # a torn last record goes: the next one follows whole
         except OSError as e:
@@ -790,15 +823,20 @@ class RecordWriter:
             self._offsets.extend(r.offset for r in scan.records)
         return fd
 
-    def _last_losses(self, fd: int, last: RecordInfo) -> Losses:
-        """The losses since start the file's last record holds, or RecordingError."""
+    def _last_losses(self, fd: int, scan: _Scan) -> Losses | None:
+        """The losses since start the file's last record holds (None: its records hold their
+        interval's own, as its first tells), or RecordingError."""
+        first, last = scan.records[0], scan.records[-1]
         try:
+            if not _counts_since_start(scan.format, scan.flags,
+                                       decode_snapshot(_inflate(fd, first, self.name))):
+                return None
             return _losses(decode_snapshot(_inflate(fd, last, self.name)))
         except RecordingError as e:
-            raise self._fail(f"it exists and its last record cannot be read ({e}); remove it "
+            raise self._fail(f"it exists and a record of it cannot be read ({e}); remove it "
                              "or name another file") from None
         except (zlib.error, ValueError, KeyError, TypeError, AttributeError, IndexError):
-            raise self._fail(f"it exists and its last record ({last.seq}) holds no ktop "
+            raise self._fail("it exists and a record of it holds no ktop "
                              "snapshot; remove it or name another file") from None
 
     def _open_own(self) -> int:
@@ -872,9 +910,10 @@ class RecordWriter:
         the file is cut back to its last whole record and RecordingError says so."""
         if self._fd < 0:
             raise self._fail("the recording is closed")
-        if self.format < LOSSES_PER_INTERVAL:  # the file counts them since start
-            self._lost_since_start = {**self._lost_since_start, **{
-                name: sum_lost((self._lost_since_start.get(name, {}), lost))
+        if self._lost_since_start is not None:  # the file counts them since start
+            since_start = self._lost_since_start
+            self._lost_since_start = {**since_start, **{
+                name: sum_lost((since_start.get(name, {}), lost))
                 for name, lost in _losses(snapshot).items()}}
             snapshot = _with_losses(snapshot, self._lost_since_start)
         record = frame_record(self._seq, snapshot, self.level, self.format)
@@ -918,7 +957,9 @@ class RecordWriter:
         try:
             # Locked before it gets the name: a writer that opens it then is refused.
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, file_header(self.format))  # its records' format, continued or not
+            # Its records' format and way of counting losses, continued or not.
+            _write_all(fd, file_header(self.format,
+                                       0 if self._lost_since_start is None else SINCE_START))
             at = start
             while at < self._end:
                 block = os.pread(self._fd, min(1 << 20, self._end - at), at)
