@@ -66,7 +66,15 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
     groups = []
     for key, rows in members.items():
         top = reasons.get(key, {})
+        reason = max(top, key=top.__getitem__) if top else ""
         first = rows[0]
+        if len(rows) == 1:  # most groups of the by-process view: nothing to sum
+            groups.append(WaitGroup(
+                key, first.pid if by_pid else 0, first.comm, first.cgroup, 1, first.on_cpu_ns,
+                first.runq_ns, first.blocked_d_ns, first.blocked_s_ns, first.blocked_other_ns,
+                first.blocked_count, reason, tuple(first.runq_hist),
+            ))
+            continue
         cgroups = {p.cgroup for p in rows}  # a command may run in several: then none to name
         groups.append(WaitGroup(
             key=key, pid=first.pid if by_pid else 0, comm=first.comm,
@@ -78,7 +86,7 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
             blocked_s_ns=sum(p.blocked_s_ns for p in rows),
             blocked_other_ns=sum(p.blocked_other_ns for p in rows),
             waits=sum(p.blocked_count for p in rows),
-            reason=max(top, key=lambda reason: top[reason]) if top else "",
+            reason=reason,
             runq_hist=tuple(map(sum, zip(*(p.runq_hist for p in rows)))),
         ))
     groups.sort(key=lambda g: (-g.waiting_ns, g.key))

@@ -412,3 +412,44 @@ def test_a_cgroups_own_pressure_is_read_from_its_files_and_shown_after_the_machi
     text = header_text(snapshot).plain
     assert ("PSI cpu 2.0 io 0.0/0.0 mem 0.0/0.0   "
             "PSI of /system.slice/web.service cpu 33.0 io 1.5/0.5 mem 0.0/0.5") in text
+
+
+def test_a_stack_is_named_and_its_reason_found_once_however_often_it_waits(monkeypatch):
+    # Named once per distinct stack, not per drained row: an idle machine's waits are the same
+    # few dozen stacks every interval, and naming each row again was most of folding them.
+    import ktop.aggregate.waits as waits  # noqa: PLC0415
+
+    calls = {"reason_of": 0, "interrupt_of": 0}
+    for name in calls:
+        real = getattr(waits, name)
+
+        def counted(frames, real=real, name=name):
+            calls[name] += 1
+            return real(frames)
+        monkeypatch.setattr(waits, name, counted)
+    agg = aggregator()
+    for second in range(5):
+        agg.add(drain(float(second), [
+            blocked(pid=pid, kernel=NANOSLEEP, waker_kernel=TIMER_WAKE) for pid in range(10, 30)
+        ], [times(pid=pid) for pid in range(10, 30)]))
+        agg.profile()
+    assert calls == {"reason_of": 1, "interrupt_of": 1}
+    profile = agg.profile()
+    assert len(profile.stacks) == 20 and all(s.reason == "do_nanosleep" for s in profile.stacks)
+    assert all(s.wakers[0].comm == "[hardirq]" for s in profile.stacks)
+
+
+def test_the_window_sums_its_intervals_alike_however_often_it_is_read():
+    # Each interval's counts are copied into the window's sum, never shared with it: reading
+    # the window again must not add an interval's counts or its wakers twice.
+    agg = aggregator()
+    wake = stack("try_to_wake_up", "futex_wake", "do_futex")
+    for second in range(3):
+        agg.add(drain(float(second), [blocked(kernel=NANOSLEEP, waker_kernel=wake, waker_pid=77,
+                                              waker_comm="ponger")], [times()]))
+    first, again = agg.profile(), agg.profile()
+    assert first == again
+    (stack_,) = first.stacks
+    assert stack_.count == 270 and stack_.wakers[0].count == 270
+    assert stack_.hist[14] == 270 and first.processes[0].runq_hist[6] == 270
+    assert agg.profile(latest=True).stacks[0].wakers[0].count == 90
