@@ -119,15 +119,17 @@ class KernelNamer:
         return named
 
     def _name(self, addresses: tuple[int, ...], waker: bool) -> tuple[str, ...]:
-        frames = [self._kallsyms.format(a) for a in addresses]
-        start = 0
-        while start < len(frames) and function_of(frames[start]).startswith(_TRACING_PREFIXES):
-            start += 1
-        frames = frames[start:]
-        if waker:  # a wake-up in an interrupt: what it interrupted says nothing about it
-            for i, frame in enumerate(frames):
-                if frame.startswith("asm_"):
-                    return tuple(frames[:i + 1])
+        """Innermost first, the tracing frames cut; a waker's named only down to the
+        interrupt it ran in (what it interrupted says nothing about it, and a new
+        instruction interrupted is a new stack: most wakers of a busy machine)."""
+        frames: list[str] = []
+        for address in addresses:
+            frame = self._kallsyms.format(address)
+            if not frames and function_of(frame).startswith(_TRACING_PREFIXES):
+                continue
+            frames.append(frame)
+            if waker and frame.startswith("asm_"):
+                break
         return tuple(frames)
 
 
