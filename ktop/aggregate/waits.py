@@ -338,17 +338,25 @@ class WaitAggregator:
                              self._min_walk_us)
 
 
+def _wakers(wakers: dict[WakerKey, list[int]]) -> tuple[WaitWaker, ...]:
+    """Most time first."""
+    if len(wakers) == 1:  # most stacks: one waker
+        for (pid, comm, frames), (count, total) in wakers.items():
+            return (WaitWaker(pid, comm, frames, count, total),)
+    return tuple(
+        WaitWaker(pid, comm, frames, count, total)
+        for (pid, comm, frames), (count, total) in sorted(
+            wakers.items(), key=lambda kv: (-kv[1][1], kv[0][:2]))
+    )
+
+
 def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
                   notes: dict[str, int], min_walk_us: int) -> WaitProfile:
     stacks = tuple(
         WaitStack(
             pid=pid, comm=comm, cgroup=cgroup, state=state, reason=b.reason, frames=frames,
             user=user, count=b.count, total_ns=b.total_ns, max_ns=b.max_ns, hist=tuple(b.hist),
-            wakers=tuple(
-                WaitWaker(wpid, wcomm, wframes, count, total)
-                for (wpid, wcomm, wframes), (count, total) in sorted(
-                    b.wakers.items(), key=lambda kv: (-kv[1][1], kv[0][:2]))
-            ),
+            wakers=_wakers(b.wakers),
         )
         for (pid, comm, cgroup, state, frames, user), b in sorted(
             counts.stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:5]))
