@@ -453,3 +453,36 @@ def test_the_window_sums_its_intervals_alike_however_often_it_is_read():
     assert stack_.count == 270 and stack_.wakers[0].count == 270
     assert stack_.hist[14] == 270 and first.processes[0].runq_hist[6] == 270
     assert agg.profile(latest=True).stacks[0].wakers[0].count == 90
+
+
+def test_a_busy_refresh_of_the_waits_pane_makes_fewer_young_objects_than_ktop_collects_at():
+    # A refresh's rows live until the next one: each young collection walks them all. Past
+    # ktop's threshold, every refresh of a busy machine paid one or more (17 ms each under
+    # churn) and found almost nothing to free.
+    import gc  # noqa: PLC0415
+
+    from ktop.cli import GC_THRESHOLDS  # noqa: PLC0415
+
+    wake = stack("try_to_wake_up", "futex_wake", "do_futex")
+    rows = []
+    for pid in range(1000, 1400):  # 400 processes, 5 stacks each: a machine under churn
+        for i, kernel in enumerate((NANOSLEEP, wake, stack("futex_do_wait", "do_futex"),
+                                    stack("io_schedule", "folio_wait_bit_common"),
+                                    stack("do_nanosleep"))):
+            rows.append(blocked(pid=pid, kernel=kernel, waker_kernel=TIMER_WAKE,
+                                waker_pid=pid + i, waker_comm="waker", total=1000 + i))
+    busy = [times(pid=pid) for pid in range(1000, 1400)]
+    agg = aggregator()
+    for second in range(3):  # the window full, as at every refresh after the first seconds
+        agg.add(drain(float(second), rows, busy))
+        agg.profile()
+    gc.disable()
+    try:
+        gc.collect()
+        before = gc.get_count()[0]
+        agg.add(drain(3.0, rows, busy))
+        by_process(agg.profile())
+        made = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert 10_000 < made < GC_THRESHOLDS[0] / 2, made
