@@ -486,3 +486,25 @@ def test_a_busy_refresh_of_the_waits_pane_makes_fewer_young_objects_than_ktop_co
     finally:
         gc.enable()
     assert 10_000 < made < GC_THRESHOLDS[0] / 2, made
+
+
+def test_a_user_stack_is_named_once_a_drain_however_many_wakers_it_has():
+    # One thread blocked in one place is a row per waker stack (thousands of rows under
+    # churn, ~80 distinct user stacks): each (pid, user stack) is named once a drain.
+    asked: list[tuple[int, tuple[int, ...]]] = []
+
+    def resolve_user(pid, addresses):
+        asked.append((pid, tuple(addresses)))
+        return [UserFrame(f"f{a:x}", "/bin/app") for a in addresses]
+
+    agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=5.0, resolve_user=resolve_user)
+    rows = [dataclasses.replace(blocked(kernel=NANOSLEEP, waker_pid=pid, waker_comm="w",
+                                        waker_kernel=stack("try_to_wake_up", "futex_wake")),
+                                user=(0x401000, 0x402000))
+            for pid in range(100, 150)]
+    rows.append(dataclasses.replace(blocked(pid=11, kernel=NANOSLEEP), user=(0x401000,)))
+    agg.add(drain(0.0, rows, [times()]))
+    assert sorted(set(asked)) == asked == [(10, (0x401000, 0x402000)), (11, (0x401000,))]
+    (first, second) = agg.profile().stacks
+    assert [f.symbol for f in first.user] == ["f401000", "f402000"] and first.count == 50 * 90
+    assert len(first.wakers) == 50 and second.user == (UserFrame("f401000", "/bin/app"),)
