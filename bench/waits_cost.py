@@ -26,7 +26,7 @@ from ktop.collectors.bpfsys import (  # noqa: E402
     enable_stats,
     program_info,
 )
-from ktop.collectors.waits import FLIP, FUNCTIONS, WaitCollector  # noqa: E402
+from ktop.collectors.waits import FLIP, FUNCTIONS, WaitCollector, raw_name  # noqa: E402
 
 PING_PONG = r"""
 import os, sys, time
@@ -157,7 +157,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--minimums", default="10,1000",
+    parser.add_argument("--minimums", default="10,100,1000",
                         help="stack-walk minimums to measure, in µs")
     parser.add_argument("--no-perf", action="store_true", help="leave perf top out")
     args = parser.parse_args()
@@ -171,8 +171,8 @@ def main() -> None:
         measure(args, rows, "none")
         with empty_programs(("sched_switch",)) as floor:
             measure(args, rows, "empty program, sched_switch", floor)
-        with empty_programs(tuple(FUNCTIONS.values())) as floor:
-            measure(args, rows, "empty program, all four", floor)
+        with empty_programs(tuple(raw_name(t) for t in FUNCTIONS.values())) as floor:
+            measure(args, rows, f"empty program, ktop's {len(FUNCTIONS)}", floor)
         for minimum in minimums:
             name = f"waits, stacks past {minimum} µs"
             with waits_collector(minimum) as collector:

@@ -36,36 +36,14 @@ BPF_F_TABLE("hash", s64, struct kernel_stack, stacks_1, STACK_ENTRIES, BPF_F_NO_
 BPF_F_TABLE("hash", s64, struct user_stack, user_stacks_0, USER_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("hash", s64, struct user_stack, user_stacks_1, USER_STACK_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_PERCPU_ARRAY(lost, u64, CPU_LOST_NR);
-/* Where each CPU walks a stack (too big for the BPF stack), and the hash's seed: user space
- * writes a random one, so no process can choose frames that hash alike. */
-#define WALK_SLOTS 128  /* a power of two above either depth: an index masked stays inside */
-struct stack_walk {
-	u64 ip[WALK_SLOTS];
-};
 BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
-BPF_ARRAY(hash_seed, u64, 1);
+BPF_ARRAY(hash_seed, u64, 1);	/* frames_hash's seed (ktop.h) */
 
-/* A 63-bit hash of the first `depth` frames (a key is >= 0; an error is -errno). */
-static __always_inline s64 frames_hash(const u64 *ip, u32 depth, u32 max_depth)
+static __always_inline u64 stack_seed(void)
 {
 	u32 zero = 0;
 	u64 *seed = hash_seed.lookup(&zero);
-	u64 h = (seed ? *seed : 0) ^ depth;
-
-	for (u32 i = 0; i < max_depth; i++) {
-		if (i >= depth)
-			break;
-		/* Masked out of clang's sight: it folds the two bounds into one count, and walks
-		 * a pointer the verifier cannot bound. */
-		u32 slot = i;
-		asm volatile("" : "+r"(slot));
-		h = (h ^ ip[slot & (WALK_SLOTS - 1)]) * 0x9e3779b97f4a7c15ULL;
-		h ^= h >> 31;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	return (s64)(h >> 1);
+	return seed ? *seed : 0;
 }
 
 /* Returns the kernel stack's key, or -errno: -EFAULT for a sample in user mode (no kernel
@@ -74,20 +52,14 @@ static __always_inline s64 kernel_stack_key(struct bpf_perf_event_data *ctx, u32
 {
 	u32 zero = 0;
 	struct stack_walk *walk = stack_walk.lookup(&zero);
-	long bytes;
-	u32 depth;
 	s64 key;
 
 	if (!walk)
 		return -ENOMEM;
-	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct kernel_stack), 0);
-	if (bytes < 0)
-		return bytes;
-	depth = (u32)bytes >> 3;
-	if (depth == 0)
-		return -EFAULT;
-	walk->ip[depth & (WALK_SLOTS - 1)] = 0;  /* readers stop at 0; past it, an older walk's */
-	key = frames_hash(walk->ip, depth, KTOP_KERNEL_STACK_DEPTH);
+	key = walked_stack_key(walk, bpf_get_stack(ctx, walk->ip, sizeof(struct kernel_stack), 0),
+			       stack_seed(), KTOP_KERNEL_STACK_DEPTH);
+	if (key < 0)
+		return key;
 	if (g ? stacks_1.lookup(&key) : stacks_0.lookup(&key))
 		return key;
 	if ((g ? stacks_1.insert(&key, (struct kernel_stack *)walk)
@@ -100,20 +72,15 @@ static __always_inline s64 user_stack_key(struct bpf_perf_event_data *ctx, u32 g
 {
 	u32 zero = 0;
 	struct stack_walk *walk = stack_walk.lookup(&zero);
-	long bytes;
-	u32 depth;
 	s64 key;
 
 	if (!walk)
 		return -ENOMEM;
-	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack), BPF_F_USER_STACK);
-	if (bytes < 0)
-		return bytes;
-	depth = (u32)bytes >> 3;
-	if (depth == 0)
-		return -EFAULT;
-	walk->ip[depth & (WALK_SLOTS - 1)] = 0;
-	key = frames_hash(walk->ip, depth, KTOP_USER_STACK_DEPTH);
+	key = walked_stack_key(walk, bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack),
+						   BPF_F_USER_STACK),
+			       stack_seed(), KTOP_USER_STACK_DEPTH);
+	if (key < 0)
+		return key;
 	if (g ? user_stacks_1.lookup(&key) : user_stacks_0.lookup(&key))
 		return key;
 	if ((g ? user_stacks_1.insert(&key, (struct user_stack *)walk)

@@ -22,6 +22,54 @@ static __always_inline int stack_loss(int stack_id, int collision, int full)
 	return stack_id == -EEXIST ? collision : stack_id == -ENOMEM ? full : -1;
 }
 
+/* Stacks keyed by a hash of their frames (cpu.bpf.c, waits.bpf.c): a stack is walked into a
+ * per-CPU `struct stack_walk` (too big for the BPF stack) and kept in a hash map under
+ * walked_stack_key's key, looked up and inserted by each program in its own file (bcc
+ * rewrites map calls only there). The seed is random, written by user space, so that no
+ * process can choose frames that hash alike. */
+#define WALK_SLOTS 128	/* a power of two above either depth: an index masked stays inside */
+struct stack_walk {
+	u64 ip[WALK_SLOTS];
+};
+
+/* A 63-bit hash of the first `depth` frames (a key is >= 0; an error is -errno). */
+static __always_inline s64 frames_hash(u64 seed, const u64 *ip, u32 depth, u32 max_depth)
+{
+	u64 h = seed ^ depth;
+
+	for (u32 i = 0; i < max_depth; i++) {
+		if (i >= depth)
+			break;
+		/* Masked out of clang's sight: it folds the two bounds into one count, and walks
+		 * a pointer the verifier cannot bound. */
+		u32 slot = i;
+		asm volatile("" : "+r"(slot));
+		h = (h ^ ip[slot & (WALK_SLOTS - 1)]) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 31;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (s64)(h >> 1);
+}
+
+/* The key of the stack bpf_get_stack just walked into `walk` (`bytes`: what it returned),
+ * or -errno (-EFAULT: no frames). The frames are ended with a 0 for readers: past it lie
+ * an older walk's. */
+static __always_inline s64 walked_stack_key(struct stack_walk *walk, long bytes, u64 seed,
+					    u32 max_depth)
+{
+	u32 depth;
+
+	if (bytes < 0)
+		return bytes;
+	depth = (u32)bytes >> 3;
+	if (depth == 0)
+		return -EFAULT;
+	walk->ip[depth & (WALK_SLOTS - 1)] = 0;
+	return frames_hash(seed, walk->ip, depth, max_depth);
+}
+
 /* ---- cpu.bpf.c: perf_event sampling ------------------------------------------------- */
 
 struct kernel_stack {

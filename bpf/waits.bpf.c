@@ -64,6 +64,9 @@ struct wait_kstack {
 };
 
 BPF_ARRAY(generation, u32, 1);
+/* Counts cgroup migrations: a thread reads its cgroup again at a switch-out only when this
+ * moved since it last did (a move of a whole process is one event, for all its threads). */
+BPF_ARRAY(cgroup_epoch, u32, 1);
 /* Allocated as threads come: room for many, memory for those that live. */
 BPF_F_TABLE("hash", u32, struct wait_thread, threads, THREAD_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_HASH(procs_0, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
@@ -81,14 +84,8 @@ BPF_PERCPU_ARRAY(lost, u64, WAIT_LOST_NR);
 BPF_PERCPU_ARRAY(zero_thread, struct wait_thread, 1);
 BPF_PERCPU_ARRAY(zero_proc, struct wait_proc, 1);
 BPF_PERCPU_ARRAY(zero_stack, struct wait_stack, 1);
-/* Where each CPU walks a stack, and the hash's seed (user space writes a random one, so no
- * process can choose frames that hash alike). */
-#define WALK_SLOTS 128	/* a power of two above either depth: an index masked stays inside */
-struct stack_walk {
-	u64 ip[WALK_SLOTS];
-};
 BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
-BPF_ARRAY(hash_seed, u64, 1);
+BPF_ARRAY(hash_seed, u64, 1);	/* frames_hash's seed (ktop.h) */
 
 static __always_inline void count_lost(int reason)
 {
@@ -135,27 +132,11 @@ static __always_inline u32 hist_slot(u64 ns)
 	return slot & (WAIT_HIST_SLOTS - 1);
 }
 
-/* A 63-bit hash of the first `depth` frames (a key is >= 0; an error is -errno). */
-static __always_inline s64 frames_hash(const u64 *ip, u32 depth, u32 max_depth)
+static __always_inline u64 stack_seed(void)
 {
 	u32 zero = 0;
 	u64 *seed = hash_seed.lookup(&zero);
-	u64 h = (seed ? *seed : 0) ^ depth;
-
-	for (u32 i = 0; i < max_depth; i++) {
-		if (i >= depth)
-			break;
-		/* Masked out of clang's sight: it folds the two bounds into one count, and walks
-		 * a pointer the verifier cannot bound. */
-		u32 slot = i;
-		asm volatile("" : "+r"(slot));
-		h = (h ^ ip[slot & (WALK_SLOTS - 1)]) * 0x9e3779b97f4a7c15ULL;
-		h ^= h >> 31;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdULL;
-	h ^= h >> 33;
-	return (s64)(h >> 1);
+	return seed ? *seed : 0;
 }
 
 /* Written out per map: bcc rewrites map references only in method-call form. */
@@ -163,20 +144,14 @@ static __always_inline s64 kernel_stack(void *ctx)
 {
 	u32 zero = 0;
 	struct stack_walk *walk = stack_walk.lookup(&zero);
-	long bytes;
-	u32 depth;
 	s64 key;
 
 	if (!walk)
 		return -ENOMEM;
-	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct wait_kstack), 0);
-	if (bytes < 0)
-		return bytes;
-	depth = (u32)bytes >> 3;
-	if (depth == 0)
-		return -EFAULT;
-	walk->ip[depth & (WALK_SLOTS - 1)] = 0;	/* readers stop at 0; past it, an older walk's */
-	key = frames_hash(walk->ip, depth, WAIT_STACK_DEPTH);
+	key = walked_stack_key(walk, bpf_get_stack(ctx, walk->ip, sizeof(struct wait_kstack), 0),
+			       stack_seed(), WAIT_STACK_DEPTH);
+	if (key < 0)
+		return key;
 	if (stacks.lookup(&key))
 		return key;
 	if (stacks.insert(&key, (struct wait_kstack *)walk) == -E2BIG) {
@@ -190,8 +165,6 @@ static __always_inline s64 user_stack(void *ctx, u32 tgid)
 {
 	u32 zero = 0;
 	struct stack_walk *walk;
-	long bytes;
-	u32 depth;
 	s64 key;
 
 	if (!USER_STACKS || !tgid)
@@ -199,14 +172,11 @@ static __always_inline s64 user_stack(void *ctx, u32 tgid)
 	walk = stack_walk.lookup(&zero);
 	if (!walk)
 		return -ENOMEM;
-	bytes = bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack), BPF_F_USER_STACK);
-	if (bytes < 0)
-		return bytes;
-	depth = (u32)bytes >> 3;
-	if (depth == 0)
-		return -EFAULT;
-	walk->ip[depth & (WALK_SLOTS - 1)] = 0;
-	key = frames_hash(walk->ip, depth, KTOP_USER_STACK_DEPTH);
+	key = walked_stack_key(walk, bpf_get_stack(ctx, walk->ip, sizeof(struct user_stack),
+						   BPF_F_USER_STACK),
+			       stack_seed(), KTOP_USER_STACK_DEPTH);
+	if (key < 0)
+		return key;
 	if (user_stacks.lookup(&key))
 		return key;
 	if (user_stacks.insert(&key, (struct user_stack *)walk) == -E2BIG) {
@@ -423,8 +393,8 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 				       u32 out, u64 now, u32 g)
 {
 	struct wait_thread *t = threads.lookup(&tid);
-	u64 comm[2] = {};
-	u64 cgroup;
+	u32 zero = 0, *moved = cgroup_epoch.lookup(&zero);
+	u32 epoch = moved ? *moved : 0;	/* read before the cgroup: a move after it is seen next time */
 
 	if (!t) {
 		/* On the CPU since before ktop looked: that time is not counted. */
@@ -432,14 +402,22 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		if (!t)
 			return;
 	}
-	cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(comm, sizeof(comm));
-	if (t->tgid != tgid || t->cgroup != cgroup || ((u64 *)t->comm)[0] != comm[0] ||
-	    ((u64 *)t->comm)[1] != comm[1]) {
+	/* The command changes only by a rename (on_task_rename, exec's too), the cgroup only
+	 * by a migration: neither is read at every switch. */
+	if (t->tgid != tgid) {	/* its first switch-out, or a new process (exec's de_thread) */
 		flush_thread(t, g);
 		t->tgid = tgid;
-		t->cgroup = cgroup;
-		__builtin_memcpy(t->comm, comm, sizeof(t->comm));
+		t->cgroup = bpf_get_current_cgroup_id();
+		t->cgroup_epoch = epoch;
+		bpf_get_current_comm(t->comm, sizeof(t->comm));
+	} else if (t->cgroup_epoch != epoch) {
+		u64 cgroup = bpf_get_current_cgroup_id();
+
+		if (cgroup != t->cgroup) {
+			flush_thread(t, g);
+			t->cgroup = cgroup;
+		}
+		t->cgroup_epoch = epoch;
 	}
 	/* Any other phase: its switch-in was missed (a run skipped): that time is unknown. */
 	u64 ns = claim(t, now);
@@ -557,6 +535,35 @@ int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	end_blocked(t, now, current_generation(), true);
 	t->phase = PHASE_RUNQ;
 	t->since = now;
+	return 0;
+}
+
+/* (struct task_struct *task, const char *comm), before the kernel copies the new name in
+ * (exec's, prctl's, or another thread's write to /proc/.../comm): what the thread added goes
+ * to its process under its old name, and it goes on under the new one. */
+int on_task_rename(struct bpf_raw_tracepoint_args *ctx)
+{
+	u32 tid = read_u32(ctx->args[0], TASK_PID);
+	struct wait_thread *t = threads.lookup(&tid);
+	u64 comm[2] = {};
+
+	/* A kernel string: were it unreadable, the old name would stay. */
+	if (!t || bpf_probe_read_kernel_str(comm, sizeof(comm), (const void *)ctx->args[1]) < 0)
+		return 0;
+	flush_thread(t, current_generation());
+	((u64 *)t->comm)[0] = comm[0];
+	((u64 *)t->comm)[1] = comm[1];
+	return 0;
+}
+
+/* (struct cgroup *dst, const char *path, struct task_struct *task, bool threadgroup), after
+ * the move: every thread reads its cgroup again at its next switch-out. */
+int on_cgroup_attach_task(struct bpf_raw_tracepoint_args *ctx)
+{
+	u32 zero = 0, *epoch = cgroup_epoch.lookup(&zero);
+
+	if (epoch)
+		__sync_fetch_and_add(epoch, 1);
 	return 0;
 }
 

@@ -26,11 +26,11 @@ enum wait_phase {
 					   accounting's and PSI's do, and run-queue time starts there */
 };
 
-/* One thread, kept from its first sighting to its exit, with its identity as of its last
- * switch-out: waits end in another thread's context (the waker's, or whoever switches it
- * in). Its time is added here as it comes (one lookup an event, no per-process one), and
- * moved to its process's totals at each interval's end (waits_flip), when its identity
- * changes (exec, another cgroup) and at its exit. */
+/* One thread, kept from its first sighting to its exit, with its identity (process,
+ * command, cgroup): waits end in another thread's context (the waker's, or whoever
+ * switches it in). Its time is added here as it comes (one lookup an event, no per-process
+ * one), and moved to its process's totals at each interval's end (waits_flip), when its
+ * identity changes (exec, a rename, another cgroup) and at its exit. */
 struct wait_thread {
 	u64 since;			/* bpf_ktime_get_ns() of the phase's start: its length */
 	/* How far the phase's time has been added: up to the end of each interval it spans
@@ -38,7 +38,7 @@ struct wait_thread {
 	 * by compare-and-swap: whoever moves it adds that time. */
 	u64 charged;
 	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
-	u64 cgroup;			/* as of the last switch-out */
+	u64 cgroup;			/* as of the last switch-out after a migration */
 	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
 	s64 ustack;
 	s64 waker_kstack;
@@ -47,8 +47,8 @@ struct wait_thread {
 	u32 state;			/* enum wait_state of the blocked phase */
 	u32 flags;			/* WAIT_THREAD_* */
 	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
-	u32 pad;
-	char comm[KTOP_COMM_LEN];
+	u32 cgroup_epoch;		/* the `cgroup_epoch` its cgroup was read at */
+	char comm[KTOP_COMM_LEN];	/* as of its first switch-out, then of each rename */
 	char waker_comm[KTOP_COMM_LEN];
 	/* Not yet in its process's totals (taken with an atomic exchange). */
 	u64 on_cpu_ns;

@@ -152,8 +152,11 @@ def test_direct_reads_are_blocked_in_io_schedule_as_delay_accounting_says(
         data.flush()
         os.fsync(data.fileno())
         with delay_accounting():
+            # On one CPU: delay accounting ends a wait woken onto another CPU at the wake-up
+            # (sched_waking), any other at the enqueue (sched_wakeup), as this pane does.
             dd = subprocess.Popen(
-                ["dd", f"if={data.name}", "of=/dev/null", "bs=4k", "iflag=direct"],
+                ["taskset", "-c", "1", "dd", f"if={data.name}", "of=/dev/null", "bs=4k",
+                 "iflag=direct"],
                 stderr=subprocess.DEVNULL,
             )
             try:
@@ -397,3 +400,125 @@ def test_a_long_wait_keeps_its_stack_while_new_stacks_churn(kallsyms) -> None:
     # Its user stack is its own (no other process maps its libraries where it does).
     assert all(s.user for s in ended), ([(s.count, s.user_error) for s in ended], missing)
     assert missing == 0, "a stack id named nothing"
+
+
+# Sleeps in short waits until told (a line on its stdin) to change its name, says when it
+# did (on a loaded machine that can be long after it was told), then goes on.
+CHANGES_LATER = (
+    "import os, select, sys, time\n"
+    "set_comm('before-name')\n"
+    "print('ready', flush=True)\n"
+    "while not select.select([sys.stdin], [], [], 0.01)[0]:\n"
+    "    pass\n"
+    "if sys.stdin.readline().strip() == 'exec':\n"
+    "    print(time.monotonic(), flush=True)\n"
+    "    os.execv('/bin/sleep', ['sleep', '3600'])\n"
+    "set_comm('after-name')\n"
+    "print(time.monotonic(), flush=True)\n"
+    "while True:\n"
+    "    select.select([], [], [], 0.01)\n"
+)
+# The same, renamed by another of its threads (only a thread of the same process may write
+# its /proc/.../comm), which names itself apart.
+RENAMED_BY_ANOTHER = (
+    "import sys, threading, time\n"
+    "set_comm('before-name')\n"
+    "sleeper = threading.get_native_id()\n"
+    "def rename():\n"
+    "    set_comm('renamer')\n"
+    "    sys.stdin.readline()\n"
+    "    with open(f'/proc/self/task/{sleeper}/comm', 'w') as f:\n"
+    "        f.write('after-name')\n"
+    "    print(time.monotonic(), flush=True)\n"
+    "threading.Thread(target=rename, daemon=True).start()\n"
+    "print('ready', flush=True)\n"
+    "while True:\n"
+    "    time.sleep(0.01)\n"
+)
+
+
+def split_watch(collector: WaitCollector, kallsyms: Kallsyms,
+                change) -> tuple[WaitProfile, float, float]:
+    """One interval of 3 s with a change made halfway: `change()` makes it and returns its
+    time.monotonic() (else the time it was called is taken); (the interval's profile, the
+    seconds before the change and after)."""
+    time.sleep(0.5)
+    aggregator = WaitAggregator(kallsyms)
+    collector.drain()
+    time.sleep(1.5)
+    changed = time.monotonic()
+    changed = change() or changed
+    time.sleep(max(0.0, changed + 1.5 - time.monotonic()))
+    drain = collector.drain()
+    aggregator.add(drain)
+    return aggregator.profile(latest=True), changed - drain.start, drain.end - changed
+
+
+def wall_of(row: WaitProcess) -> int:
+    return (row.on_cpu_ns + row.runq_ns + row.blocked_s_ns + row.blocked_d_ns
+            + row.blocked_other_ns)
+
+
+@pytest.mark.parametrize("how", ["prctl", "another thread", "exec"])
+def test_a_renamed_thread_goes_on_under_its_new_name(collector, kallsyms, how) -> None:
+    """A thread's command is not read at every switch but when it changes (its own prctl,
+    another thread's write to /proc/.../comm, exec): its time before the change is its old
+    name's, after it its new name's."""
+    new_name = "sleep" if how == "exec" else "after-name"
+    code = RENAMED_BY_ANOTHER if how == "another thread" else CHANGES_LATER
+    process = subprocess.Popen([sys.executable, "-c", SET_COMM + code], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+
+    def change() -> float:
+        process.stdin.write(f"{how}\n")
+        process.stdin.flush()
+        return float(process.stdout.readline())  # when it renamed itself (or began to exec)
+
+    try:
+        assert process.stdout.readline() == "ready\n"  # named: Python takes long to start
+        profile, before_s, after_s = split_watch(collector, kallsyms, change)
+    finally:
+        process.kill()
+        process.wait()
+    by_name = {p.comm: wall_of(p) for p in profile.processes if p.pid == process.pid}
+    assert set(by_name) - {"renamer"} == {"before-name", new_name}, by_name
+    # The exec's few ms after the time it gave, and its print's.
+    assert abs(by_name["before-name"] - before_s * 1e9) <= 0.05e9, (by_name, before_s)
+    assert abs(by_name[new_name] - after_s * 1e9) <= 0.05e9, (by_name, after_s)
+
+
+@contextlib.contextmanager
+def transient_cgroup() -> Iterator[tuple[str, str]]:
+    from ktop.cgroups import cgroup2_mount  # noqa: PLC0415
+
+    mount = cgroup2_mount()
+    assert mount is not None, "this machine has a cgroup v2 hierarchy"
+    relative = f"/ktop-test-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    os.mkdir(mount + relative)
+    try:
+        yield relative, mount + relative
+    finally:
+        for _ in range(50):  # its last task may take a moment to leave
+            try:
+                os.rmdir(mount + relative)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_a_process_moved_to_another_cgroup_goes_on_under_it(collector, kallsyms) -> None:
+    """A thread's cgroup is read again only after a migration: a process moved halfway is
+    under its old cgroup before the move and under the new one after it."""
+    code = "import time\nwhile True: time.sleep(0.01)\n"
+    with transient_cgroup() as (relative, path), started(code) as sleeper:
+        def move() -> None:
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(sleeper.pid))
+
+        profile, before_s, after_s = split_watch(collector, kallsyms, move)
+    by_cgroup = {p.cgroup: wall_of(p) for p in profile.processes if p.pid == sleeper.pid}
+    assert len(by_cgroup) == 2 and relative in by_cgroup, (by_cgroup, relative)
+    (old,) = set(by_cgroup) - {relative}
+    # A sleeper is moved in one of its 10 ms sleeps: the rest of that sleep is the old one's.
+    assert abs(by_cgroup[old] - before_s * 1e9) <= 0.05e9, (by_cgroup, before_s)
+    assert abs(by_cgroup[relative] - after_s * 1e9) <= 0.05e9, (by_cgroup, after_s)

@@ -1,6 +1,7 @@
 """Waits: bpf/waits.bpf.c on the raw tracepoints sched_switch / sched_waking /
-sched_wakeup(_new), drained every interval: where threads' time goes when they are not on a
-CPU, and who woke them."""
+sched_wakeup(_new) (and task_rename / cgroup_attach_task, which say when a thread's name
+changes), drained every interval: where threads' time goes when they are not on a CPU, and
+who woke them."""
 
 from __future__ import annotations
 
@@ -27,15 +28,20 @@ from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.maps import SharedAddresses, TwoGenerationProgram, forget_entries
 
 PROGRAM = "waits.bpf.c"
-# Raw tracepoints, attached in this order: switch first, so a wait never begins unseen after
-# its wake-up is watched; wakeup_new last (a thread it misses is first seen at its switch-in).
+# Raw tracepoints, attached in this order: first the rare ones that tell the program a
+# thread's command or cgroup changed (it reads them only then, not at every switch), so that
+# no name is read before a change of it is watched; then switch, so a wait never begins
+# unseen after its wake-up is watched; wakeup_new last (a thread it misses is first seen at
+# its switch-in).
 FUNCTIONS = {
-    "on_sched_switch": "sched_switch",
-    "on_sched_waking": "sched_waking",
-    "on_sched_wakeup": "sched_wakeup",
-    "on_sched_wakeup_new": "sched_wakeup_new",
+    "on_task_rename": "task:task_rename",
+    "on_cgroup_attach_task": "cgroup:cgroup_attach_task",
+    "on_sched_switch": "sched:sched_switch",
+    "on_sched_waking": "sched:sched_waking",
+    "on_sched_wakeup": "sched:sched_wakeup",
+    "on_sched_wakeup_new": "sched:sched_wakeup_new",
 }
-TRACEPOINTS = [f"sched:{name}" for name in FUNCTIONS.values()]
+TRACEPOINTS = list(FUNCTIONS.values())
 FLIP = "waits_flip"  # run by drain(), attached nowhere
 FLIP_THREADS = 11  # thread ids a run of FLIP takes (bpf/waits.bpf.c)
 # Map names, as bpf/waits.bpf.c declares them.
@@ -135,8 +141,13 @@ def parse_min_walk_us(text: str) -> int:
     return value
 
 
+def raw_name(tracepoint: str) -> str:
+    """A raw tracepoint's name: "sched:sched_switch" -> "sched_switch"."""
+    return tracepoint.split(":", 1)[1]
+
+
 def require_sched_tracepoints(root: str = TRACEFS) -> None:
-    require_tracepoints(TRACEPOINTS, "sched tracepoints, Linux >= 4.x", root)
+    require_tracepoints(TRACEPOINTS, "sched, task and cgroup tracepoints, Linux >= 4.x", root)
 
 
 def task_flags(btf: KernelBtf) -> list[str]:
@@ -272,7 +283,8 @@ class WaitCollector:
         seed[0] = seed.Leaf(int.from_bytes(os.urandom(8), "little"))
         try:
             for function, tracepoint in FUNCTIONS.items():
-                program.keep(attach_raw_tracepoint(program.programs[function], tracepoint))
+                program.keep(attach_raw_tracepoint(program.programs[function],
+                                                   raw_name(tracepoint)))
         except OSError as e:
             self.close()
             raise Unavailable(f"cannot attach the sched raw tracepoints: {e.strerror}") from None
