@@ -23,7 +23,7 @@ from ktop.panes import PANES
 from ktop.text import printable
 
 MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most machines anyway
-GC_THRESHOLDS = (10_000, 10, 10)  # Python's default: (700, 10, 10)
+GC_THRESHOLDS = (50_000, 10, 10)  # Python's default: (700, 10, 10)
 
 
 # The longest any duration may be: far beyond use, far within what a timer can wait
@@ -587,9 +587,10 @@ def run_interactive(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     global _messages
     args = parse_args(argv)
-    # Collect young objects every 10,000 allocations, not 700: each refresh allocates tens of
-    # thousands of short-lived rows and builds almost no cycles, so most collections found
-    # nothing and, through the older generations, walked every long-lived object.
+    # Collect young objects every 50,000 allocations, not 700: each refresh allocates tens of
+    # thousands of rows that live until the next one and builds few cycles, so most
+    # collections found nothing and, through the older generations, walked every long-lived
+    # object (README: Garbage collection).
     gc.set_threshold(*GC_THRESHOLDS)
     pin_mmap_threshold()
     try:

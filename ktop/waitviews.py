@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
 
 from ktop.model import Bucket, WaitProcess, WaitProfile, WaitStack
 
@@ -47,26 +49,39 @@ class WaitReason:
     processes: int
 
 
+_pid = attrgetter("pid")
+
+
 def percent(ns: int, window_s: float) -> float:
     """A share of one thread's wall time over the window (threads add up past 100)."""
     return 100.0 * ns / (window_s * NS_PER_S) if window_s > 0 else 0.0
 
 
 def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
-            key_of: Callable[[WaitProcess], str], stack_key: Callable[[WaitStack], str],
+            key_of: Callable[[WaitProcess], Any], stack_key: Callable[[WaitStack], Any],
             by_pid: bool = False) -> list[WaitGroup]:
-    members: dict[str, list[WaitProcess]] = {}
+    """key_of, stack_key: the group's key (by_pid: the pid, named by it as text)."""
+    members: dict[Any, list[WaitProcess]] = {}
     for p in processes:
         members.setdefault(key_of(p), []).append(p)
-    reasons: dict[str, dict[str, int]] = {}
+    reasons: dict[Any, dict[str, int]] = {}
     for s in stacks:
         if not s.reason.startswith("["):
             per = reasons.setdefault(stack_key(s), {})
             per[s.reason] = per.get(s.reason, 0) + s.total_ns
     groups = []
-    for key, rows in members.items():
-        top = reasons.get(key, {})
+    for member_key, rows in members.items():
+        top = reasons.get(member_key, {})
+        reason = max(top, key=top.__getitem__) if top else ""
+        key = str(member_key) if by_pid else member_key
         first = rows[0]
+        if len(rows) == 1:  # most groups of the by-process view: nothing to sum
+            groups.append(WaitGroup(
+                key, first.pid if by_pid else 0, first.comm, first.cgroup, 1, first.on_cpu_ns,
+                first.runq_ns, first.blocked_d_ns, first.blocked_s_ns, first.blocked_other_ns,
+                first.blocked_count, reason, tuple(first.runq_hist),
+            ))
+            continue
         cgroups = {p.cgroup for p in rows}  # a command may run in several: then none to name
         groups.append(WaitGroup(
             key=key, pid=first.pid if by_pid else 0, comm=first.comm,
@@ -78,7 +93,7 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
             blocked_s_ns=sum(p.blocked_s_ns for p in rows),
             blocked_other_ns=sum(p.blocked_other_ns for p in rows),
             waits=sum(p.blocked_count for p in rows),
-            reason=max(top, key=lambda reason: top[reason]) if top else "",
+            reason=reason,
             runq_hist=tuple(map(sum, zip(*(p.runq_hist for p in rows)))),
         ))
     groups.sort(key=lambda g: (-g.waiting_ns, g.key))
@@ -88,7 +103,7 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
 def by_process(profile: WaitProfile, shows: Callable[[int, str], bool] | None = None) -> list[WaitGroup]:
     """One row per process, its threads (and their commands) summed."""
     procs = [p for p in profile.processes if shows is None or shows(p.pid, p.cgroup)]
-    return _groups(procs, profile.stacks, lambda p: str(p.pid), lambda s: str(s.pid), by_pid=True)
+    return _groups(procs, profile.stacks, _pid, _pid, by_pid=True)
 
 
 def by_command(profile: WaitProfile, shows: Callable[[int, str], bool] | None = None) -> list[WaitGroup]:

@@ -477,3 +477,22 @@ def test_a_kernel_whose_btf_lacks_a_field_leaves_out_that_part_with_a_note(monke
     assert "-DOWNERS=1" in flags and "-DNAMES=1" not in flags and "-DINODE_PATHS=1" not in flags
     assert notes == ["lock names left out: struct inode has no i_no_such_field (kernel BTF)"]
     assert any(flag.startswith("-DMUTEX_OWNER_OFF=") for flag in flags)
+
+
+def test_the_window_is_the_same_however_often_it_is_read(kallsyms):
+    # The window's sum copies each interval's waits (no interval shares an entry with it):
+    # reading it again adds nothing, and the newest interval keeps its own figures.
+    aggregator = LockAggregator(kallsyms, window_s=5.0,
+                                resolve_user=lambda pid, addresses: (UserFrame("f+0x1", "m"),))
+    for second in range(3):
+        aggregator.add(drain(float(second), second + 1.0,
+                             [stack_row(SPIN_STACK, contended=2, total=300, slots=((6, 2),))],
+                             tasks=[task_row(101, "rm", SPIN_STACK, contended=2, total=300)]))
+    first, again = aggregator.profile(), aggregator.profile()
+    assert first == again
+    (caller,) = first.callers
+    assert (caller.contended, caller.total_wait_ns) == (6, 900)
+    assert caller.hist_ns == (Bucket(64, 127, 6),)
+    assert [(t.contended, t.total_wait_ns) for t in caller.task_stacks] == [(6, 900)]
+    (newest,) = aggregator.profile(latest=True).callers
+    assert (newest.contended, newest.tasks[0].contended) == (2, 2)

@@ -412,3 +412,99 @@ def test_a_cgroups_own_pressure_is_read_from_its_files_and_shown_after_the_machi
     text = header_text(snapshot).plain
     assert ("PSI cpu 2.0 io 0.0/0.0 mem 0.0/0.0   "
             "PSI of /system.slice/web.service cpu 33.0 io 1.5/0.5 mem 0.0/0.5") in text
+
+
+def test_a_stack_is_named_and_its_reason_found_once_however_often_it_waits(monkeypatch):
+    # Named once per distinct stack, not per drained row: an idle machine's waits are the same
+    # few dozen stacks every interval, and naming each row again was most of folding them.
+    import ktop.aggregate.waits as waits  # noqa: PLC0415
+
+    calls = {"reason_of": 0, "interrupt_of": 0}
+    for name in calls:
+        real = getattr(waits, name)
+
+        def counted(frames, real=real, name=name):
+            calls[name] += 1
+            return real(frames)
+        monkeypatch.setattr(waits, name, counted)
+    agg = aggregator()
+    for second in range(5):
+        agg.add(drain(float(second), [
+            blocked(pid=pid, kernel=NANOSLEEP, waker_kernel=TIMER_WAKE) for pid in range(10, 30)
+        ], [times(pid=pid) for pid in range(10, 30)]))
+        agg.profile()
+    assert calls == {"reason_of": 1, "interrupt_of": 1}
+    profile = agg.profile()
+    assert len(profile.stacks) == 20 and all(s.reason == "do_nanosleep" for s in profile.stacks)
+    assert all(s.wakers[0].comm == "[hardirq]" for s in profile.stacks)
+
+
+def test_the_window_sums_its_intervals_alike_however_often_it_is_read():
+    # Each interval's counts are copied into the window's sum, never shared with it: reading
+    # the window again must not add an interval's counts or its wakers twice.
+    agg = aggregator()
+    wake = stack("try_to_wake_up", "futex_wake", "do_futex")
+    for second in range(3):
+        agg.add(drain(float(second), [blocked(kernel=NANOSLEEP, waker_kernel=wake, waker_pid=77,
+                                              waker_comm="ponger")], [times()]))
+    first, again = agg.profile(), agg.profile()
+    assert first == again
+    (stack_,) = first.stacks
+    assert stack_.count == 270 and stack_.wakers[0].count == 270
+    assert stack_.hist[14] == 270 and first.processes[0].runq_hist[6] == 270
+    assert agg.profile(latest=True).stacks[0].wakers[0].count == 90
+
+
+def test_a_busy_refresh_of_the_waits_pane_makes_fewer_young_objects_than_ktop_collects_at():
+    # A refresh's rows live until the next one: each young collection walks them all. Past
+    # ktop's threshold, every refresh of a busy machine paid one or more (17 ms each under
+    # churn) and found almost nothing to free.
+    import gc  # noqa: PLC0415
+
+    from ktop.cli import GC_THRESHOLDS  # noqa: PLC0415
+
+    wake = stack("try_to_wake_up", "futex_wake", "do_futex")
+    rows = []
+    for pid in range(1000, 1400):  # 400 processes, 5 stacks each: a machine under churn
+        for i, kernel in enumerate((NANOSLEEP, wake, stack("futex_do_wait", "do_futex"),
+                                    stack("io_schedule", "folio_wait_bit_common"),
+                                    stack("do_nanosleep"))):
+            rows.append(blocked(pid=pid, kernel=kernel, waker_kernel=TIMER_WAKE,
+                                waker_pid=pid + i, waker_comm="waker", total=1000 + i))
+    busy = [times(pid=pid) for pid in range(1000, 1400)]
+    agg = aggregator()
+    for second in range(3):  # the window full, as at every refresh after the first seconds
+        agg.add(drain(float(second), rows, busy))
+        agg.profile()
+    gc.disable()
+    try:
+        gc.collect()
+        before = gc.get_count()[0]
+        agg.add(drain(3.0, rows, busy))
+        by_process(agg.profile())
+        made = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert 10_000 < made < GC_THRESHOLDS[0] / 2, made
+
+
+def test_a_user_stack_is_named_once_a_drain_however_many_wakers_it_has():
+    # One thread blocked in one place is a row per waker stack (thousands of rows under
+    # churn, ~80 distinct user stacks): each (pid, user stack) is named once a drain.
+    asked: list[tuple[int, tuple[int, ...]]] = []
+
+    def resolve_user(pid, addresses):
+        asked.append((pid, tuple(addresses)))
+        return [UserFrame(f"f{a:x}", "/bin/app") for a in addresses]
+
+    agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=5.0, resolve_user=resolve_user)
+    rows = [dataclasses.replace(blocked(kernel=NANOSLEEP, waker_pid=pid, waker_comm="w",
+                                        waker_kernel=stack("try_to_wake_up", "futex_wake")),
+                                user=(0x401000, 0x402000))
+            for pid in range(100, 150)]
+    rows.append(dataclasses.replace(blocked(pid=11, kernel=NANOSLEEP), user=(0x401000,)))
+    agg.add(drain(0.0, rows, [times()]))
+    assert sorted(set(asked)) == asked == [(10, (0x401000, 0x402000)), (11, (0x401000,))]
+    (first, second) = agg.profile().stacks
+    assert [f.symbol for f in first.user] == ["f401000", "f402000"] and first.count == 50 * 90
+    assert len(first.wakers) == 50 and second.user == (UserFrame("f401000", "/bin/app"),)

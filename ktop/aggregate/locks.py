@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import add
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ktop.aggregate.exited import crowded, fold_exited, forget_addresses, rekey
@@ -125,6 +126,12 @@ class _Waits:
     def merge(self, other: _Waits) -> None:
         self.add(other.contended, other.total_ns, other.max_ns, other.min_ns)
 
+    def copy(self) -> _Waits:
+        """What merging it into a new _Waits() gives."""
+        if not self.contended:
+            return _Waits()
+        return _Waits(self.contended, self.total_ns, self.max_ns, self.min_ns)
+
 
 K = TypeVar("K")
 TaskStackKey = tuple[int, str, tuple[str, ...], tuple[UserFrame, ...]]
@@ -160,11 +167,16 @@ class _CallerWaits:
 
     def merge(self, other: _CallerWaits) -> None:
         self.waits.merge(other.waits)
-        self.hist = [a + b for a, b in zip(self.hist, other.hist)]
+        self.hist = list(map(add, self.hist, other.hist))
         _merge_into(self.stacks, other.stacks)
         _merge_into(self.tasks, other.tasks)
         _merge_into(self.user_stacks, other.user_stacks)
         _merge_into(self.task_stacks, other.task_stacks)
+
+    def copy(self) -> _CallerWaits:
+        return _CallerWaits(self.waits.copy(), list(self.hist), _copied(self.stacks),
+                            _copied(self.tasks), _copied(self.user_stacks),
+                            _copied(self.task_stacks))
 
 
 @dataclass(slots=True)
@@ -177,8 +189,13 @@ class _Contention:
     owners: dict[OwnerKey, _Waits] = field(default_factory=dict)
 
     def merge(self, other: _Contention) -> None:
+        callers = self.callers
         for key, caller in other.callers.items():
-            self.callers.setdefault(key, _CallerWaits()).merge(caller)
+            mine = callers.get(key)
+            if mine is None:
+                callers[key] = caller.copy()
+            else:
+                mine.merge(caller)
         _merge_into(self.locks, other.locks)
         _merge_into(self.tasks, other.tasks)
         _merge_into(self.owners, other.owners)
@@ -191,7 +208,15 @@ def _merged(into: _Waits, other: _Waits) -> _Waits:
 
 def _merge_into(into: dict[K, _Waits], other: dict[K, _Waits]) -> None:
     for key, waits in other.items():
-        into.setdefault(key, _Waits()).merge(waits)
+        mine = into.get(key)
+        if mine is None:
+            into[key] = waits.copy()
+        else:
+            mine.merge(waits)
+
+
+def _copied(waits: dict[K, _Waits]) -> dict[K, _Waits]:
+    return {key: w.copy() for key, w in waits.items()}
 
 
 _RARE_KERNEL = (RARE_STACKS,)
@@ -284,7 +309,7 @@ class LockAggregator:
                 (caller, lock_type_name(row.flags)), _CallerWaits()
             )
             waits.waits.add(row.contended, row.total_ns, row.max_ns, row.min_ns)
-            waits.hist = [a + b for a, b in zip(waits.hist, row.hist)]
+            waits.hist = list(map(add, waits.hist, row.hist))
             waits.stacks.setdefault(frames, _Waits()).add(
                 row.contended, row.total_ns, row.max_ns, row.min_ns
             )
