@@ -297,10 +297,10 @@ class WaitAggregator:
                 if named is None:
                     named = users[row.pid, row.user] = tuple(resolve_user(row.pid, row.user))
                 user = named
-            key = (row.pid, row.comm, row.cgroup, row.state, frames, user)
-            blocked = stacks.get(key)
+            stack_key = (row.pid, row.comm, row.cgroup, row.state, frames, user)
+            blocked = stacks.get(stack_key)
             if blocked is None:
-                stacks[key] = _Blocked(reason, row.count, row.total_ns, row.max_ns,
+                stacks[stack_key] = _Blocked(reason, row.count, row.total_ns, row.max_ns,
                                        list(row.hist), {self._waker(row): [row.count, row.total_ns]})
             else:
                 blocked.add(row.count, row.total_ns, row.max_ns, row.hist)
