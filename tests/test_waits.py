@@ -125,6 +125,19 @@ def test_a_fold_names_stacks_cuts_tracing_frames_and_tells_interrupts_from_tasks
     assert row.reason == "do_nanosleep" and row.blocked_s_ns == 900_000_000
 
 
+def test_the_bpf_programs_own_frame_is_cut_when_the_kernel_does_not_name_it():
+    """Without BPF symbols in kallsyms (the program loaded after ktop read it) the stack's
+    innermost frame is the program's hex address: every process's reason read
+    0xffffffffc002cf4d, and every drill-down began with it."""
+    program = 0xFFFFFFFFC002CF4D
+    agg = aggregator()
+    agg.add(drain(0.0, [blocked(kernel=(program, *NANOSLEEP))], [times()]))
+    first = agg.profile().stacks[0]
+    assert first.reason == "do_nanosleep"
+    assert first.frames[0].startswith("__schedule")
+    assert not any(frame.startswith("0x") for frame in first.frames)
+
+
 def test_a_waker_in_task_context_is_the_task():
     wake = stack("try_to_wake_up", "futex_wake", "do_futex")
     assert interrupt_of(["try_to_wake_up+0x1", "futex_wake+0x1", "do_futex+0x1"]) == ""

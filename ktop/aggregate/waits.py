@@ -19,6 +19,7 @@ from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
+from ktop.symbolize.frames import KernelFrames
 from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class KernelNamer:
     than that was named again and again, every interval)."""
 
     def __init__(self, kallsyms: Kallsyms) -> None:
-        self._kallsyms = kallsyms
+        self._frames = KernelFrames(kallsyms)
         self._blocked: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
         self._wakers: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
 
@@ -119,14 +120,13 @@ class KernelNamer:
         return named
 
     def _name(self, addresses: tuple[int, ...], waker: bool) -> tuple[str, ...]:
-        """Innermost first, the tracing frames cut; a waker's named only down to the
-        interrupt it ran in (what it interrupted says nothing about it, and a new
-        instruction interrupted is a new stack: most wakers of a busy machine)."""
+        """Innermost first, the tracing frames cut (the BPF program's own among them, hex
+        when the kernel names no BPF symbols, as every other pane cuts them); a waker's
+        named only down to the interrupt it ran in (what it interrupted says nothing about
+        it, and a new instruction interrupted is a new stack: most wakers of a busy
+        machine)."""
         frames: list[str] = []
-        for address in addresses:
-            frame = self._kallsyms.format(address)
-            if not frames and function_of(frame).startswith(_TRACING_PREFIXES):
-                continue
+        for frame in self._frames.without_tracing(addresses)[1]:
             frames.append(frame)
             if waker and frame.startswith("asm_"):
                 break
