@@ -145,41 +145,44 @@ def blkio_ticks(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[39])  # field 42
 
 
+DIRECT_READER = """
+import mmap, os
+fd = os.open(PATH, os.O_RDONLY | os.O_DIRECT)
+buffer = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT asks
+size, offset = os.fstat(fd).st_size, 0
+while True:  # round and round the file until killed: never done before the watch is
+    os.preadv(fd, [buffer], offset)
+    offset = (offset + 4096) % size
+"""
+
+
 def test_direct_reads_are_blocked_in_io_schedule_as_delay_accounting_says(
         collector, kallsyms) -> None:
     with tempfile.NamedTemporaryFile(dir="/var/tmp") as data:
-        data.write(os.urandom(1 << 20) * 256)
+        data.write(os.urandom(1 << 20) * 16)
         data.flush()
         os.fsync(data.fileno())
-        with delay_accounting():
-            # On one CPU: delay accounting ends a wait woken onto another CPU at the wake-up
-            # (sched_waking), any other at the enqueue (sched_wakeup), as this pane does.
-            dd = subprocess.Popen(
-                ["taskset", "-c", "1", "dd", f"if={data.name}", "of=/dev/null", "bs=4k",
-                 "iflag=direct"],
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                def stop_then_ticks() -> int:
-                    os.kill(dd.pid, signal.SIGSTOP)  # finishes its read, then waits in T
-                    time.sleep(0.2)
-                    return blkio_ticks(dd.pid)
+        # On one CPU: delay accounting ends a wait woken onto another CPU at the wake-up
+        # (sched_waking), any other at the enqueue (sched_wakeup), as this pane does.
+        code = f"os.sched_setaffinity(0, {{1}})\nPATH = {data.name!r}\n" + DIRECT_READER
+        with delay_accounting(), started("import os\n" + code) as reader:
+            def stop_then_ticks() -> int:
+                os.kill(reader.pid, signal.SIGSTOP)  # finishes its read, then waits in T
+                time.sleep(0.2)
+                return blkio_ticks(reader.pid)
 
-                profile, _, before, after = watch(
-                    collector, kallsyms, before=lambda: blkio_ticks(dd.pid),
-                    after=stop_then_ticks,
-                )
-            finally:
-                dd.kill()
-                dd.wait()
-    assert dd.returncode == -signal.SIGKILL, "dd ended before the watch did: a bigger file"
+            profile, _, before, after = watch(
+                collector, kallsyms, before=lambda: blkio_ticks(reader.pid),
+                after=stop_then_ticks,
+            )
+            assert reader.poll() is None, "the reader ended before the watch did"
     ticks_ns = (after - before) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     io = sum(s.total_ns for s in profile.stacks
-             if s.pid == dd.pid and s.state == "D" and s.reason.startswith("io_schedule"))
-    assert ticks_ns > 0.5e9, f"dd should have waited for its reads: {ticks_ns} ns"
-    row = process(profile, dd.pid)
+             if s.pid == reader.pid and s.state == "D" and s.reason.startswith("io_schedule"))
+    assert ticks_ns > 0.5e9, f"the reader should have waited for its reads: {ticks_ns} ns"
+    row = process(profile, reader.pid)
     others = {s.reason: s.total_ns for s in profile.stacks
-              if s.pid == dd.pid and not s.reason.startswith("io_schedule")}
+              if s.pid == reader.pid and not s.reason.startswith("io_schedule")}
     assert abs(io - ticks_ns) <= 0.10 * ticks_ns, (io, ticks_ns, row.blocked_d_ns, others)
 
 
