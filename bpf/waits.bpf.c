@@ -50,6 +50,8 @@
 #endif
 #define WAIT_STACK_DEPTH 48
 #define FLIP_THREADS 11		/* thread ids a waits_flip run takes: args[1..11] */
+#define FLIP_SETTLE 0		/* waits_flip's args[0] */
+#define FLIP_END 1
 
 /* The raw task state at switch-out (prev_state, include/linux/sched.h): stable since 4.14. */
 #define KTOP_TASK_INTERRUPTIBLE		0x0001
@@ -63,7 +65,12 @@ struct wait_kstack {
 	u64 ip[WAIT_STACK_DEPTH];
 };
 
-BPF_ARRAY(generation, u32, 1);
+/* The interval being filled: its start (bpf_ktime_get_ns() at the last one's end) with the
+ * generation of maps it fills in bit 0, one word written at once by waits_flip, so that no
+ * event sees the one without the other. A thread's first event after the start settles its
+ * part of the interval before (settle), waits_flip that of a thread with no event: however
+ * late user space gets to it, nothing past an interval's end is added to it. */
+BPF_ARRAY(generation, u64, 1);
 /* Counts cgroup migrations: a thread reads its cgroup again at a switch-out only when this
  * moved since it last did (a move of a whole process is one event, for all its threads). */
 BPF_ARRAY(cgroup_epoch, u32, 1);
@@ -94,11 +101,15 @@ static __always_inline void count_lost(int reason)
 		(*n)++;
 }
 
-static __always_inline u32 current_generation(void)
+static __always_inline u64 interval_word(void)
 {
-	u32 zero = 0, *g = generation.lookup(&zero);
-	return g ? *g : 0;
+	u32 zero = 0;
+	u64 *word = generation.lookup(&zero);
+	return word ? *word : 0;
 }
+
+#define WORD_GENERATION(word)	((u32)((word) & 1))
+#define WORD_START(word)	((word) & ~1ULL)
 
 static __always_inline u32 read_u32(u64 base, u32 offset)
 {
@@ -224,6 +235,7 @@ static __always_inline u32 switched_out(u64 preempt, u64 state)
 
 static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 now)
 {
+	u64 word = interval_word();
 	u32 zero = 0;
 	struct wait_thread *fresh = zero_thread.lookup(&zero);
 	struct wait_thread *t;
@@ -239,6 +251,7 @@ static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 no
 	t->phase = phase;
 	t->since = now;
 	t->charged = now;
+	t->interval = WORD_START(word);
 	t->kstack = -ENOENT;
 	t->ustack = -ENOENT;
 	return t;
@@ -364,6 +377,48 @@ static __always_inline void flush_thread(struct wait_thread *t, u32 g)
 		flush(t, p);
 }
 
+/* The thread's part in the interval that ended at `end`, to that interval's generation g:
+ * its phase's time up to the end, and what it added before. Done once, by whoever moves
+ * `interval` on first: the thread's first event after the end, or waits_flip. */
+static __always_inline void settle(struct wait_thread *t, u64 from, u64 end, u32 g)
+{
+	u32 phase = t->phase;
+	struct wait_proc *p;
+	u64 ns;
+
+	if (!t->tgid)
+		return;	/* its name is known at its first switch-out: all added then */
+	if (__sync_val_compare_and_swap(&t->interval, from, end) != from)
+		return;	/* being settled on another CPU */
+	p = thread_proc(t, g);
+	if (!p)
+		return;
+	ns = claim(t, end);
+	if (ns) {
+		if (phase == PHASE_ON_CPU) {
+			__sync_fetch_and_add(&p->on_cpu_ns, ns);
+		} else if (phase == PHASE_RUNQ) {
+			__sync_fetch_and_add(&p->runq_ns, ns);
+		} else {
+			add_blocked(p->blocked_ns, p->blocked_count, t->state, ns, 0);
+			struct wait_stack *w = stack_entry(t, g, false, false);
+			if (w)
+				__sync_fetch_and_add(&w->total_ns, ns);
+		}
+	}
+	flush(t, p);
+}
+
+/* Before a thread's event adds anything: its part of an interval that has ended since its
+ * last event goes to that interval (one comparison when none has). */
+static __always_inline void catch_up(struct wait_thread *t, u64 word)
+{
+	u64 start = WORD_START(word), from = t->interval;
+
+	if (from != start)
+		settle(t, from, start, WORD_GENERATION(word) ^ 1);
+}
+
 /* A blocked wait ends, by a wake-up (or, unseen, by the switch-in): its time since the
  * last interval's end, and its count and whole length. */
 static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, bool woken)
@@ -390,8 +445,9 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
  * (what it added before goes to its process under its old name if that changed: exec,
  * another cgroup); then its new wait begins. */
 static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tid, u32 tgid,
-				       u32 out, u64 now, u32 g)
+				       u32 out, u64 now, u64 word)
 {
+	u32 g = WORD_GENERATION(word);
 	struct wait_thread *t = threads.lookup(&tid);
 	u32 zero = 0, *moved = cgroup_epoch.lookup(&zero);
 	u32 epoch = moved ? *moved : 0;	/* read before the cgroup: a move after it is seen next time */
@@ -402,6 +458,7 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		if (!t)
 			return;
 	}
+	catch_up(t, word);
 	/* The command changes only by a rename (on_task_rename, exec's too), the cgroup only
 	 * by a migration: neither is read at every switch. */
 	if (t->tgid != tgid) {	/* its first switch-out, or a new process (exec's de_thread) */
@@ -444,9 +501,10 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 	}
 }
 
-static __always_inline void switch_in(u32 tid, u64 now, u32 g)
+static __always_inline void switch_in(u32 tid, u64 now, u64 word)
 {
 	struct wait_thread *t = threads.lookup(&tid);
+	u32 g = WORD_GENERATION(word);
 
 	if (!t) {
 		/* Waiting since before ktop looked (threads created since are seen at
@@ -455,6 +513,7 @@ static __always_inline void switch_in(u32 tid, u64 now, u32 g)
 		new_thread(tid, PHASE_ON_CPU, now);
 		return;
 	}
+	catch_up(t, word);
 	if (t->phase == PHASE_RUNQ) {
 		u64 wait_ns = now > t->since ? now - t->since : 0;
 		u64 ns = claim(t, now);
@@ -478,7 +537,7 @@ static __always_inline void switch_in(u32 tid, u64 now, u32 g)
 int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
-	u32 g = current_generation();
+	u64 word = interval_word();
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 prev = (u32)pid_tgid, next = read_u32(ctx->args[2], TASK_PID);
 
@@ -489,10 +548,10 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 #else	/* before Linux 5.18: the state as the tracepoint fires */
 		u64 state = read_u32(ctx->args[1], TASK_STATE);
 #endif
-		switch_out(ctx, prev, pid_tgid >> 32, switched_out(ctx->args[0], state), now, g);
+		switch_out(ctx, prev, pid_tgid >> 32, switched_out(ctx->args[0], state), now, word);
 	}
 	if (next)
-		switch_in(next, now, g);
+		switch_in(next, now, word);
 	return 0;
 }
 
@@ -532,7 +591,10 @@ int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	if (!t || t->phase != PHASE_WAKING)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
-	end_blocked(t, now, current_generation(), true);
+	u64 word = interval_word();
+
+	catch_up(t, word);
+	end_blocked(t, now, WORD_GENERATION(word), true);
 	t->phase = PHASE_RUNQ;
 	t->since = now;
 	return 0;
@@ -550,7 +612,10 @@ int on_task_rename(struct bpf_raw_tracepoint_args *ctx)
 	/* A kernel string: were it unreadable, the old name would stay. */
 	if (!t || bpf_probe_read_kernel_str(comm, sizeof(comm), (const void *)ctx->args[1]) < 0)
 		return 0;
-	flush_thread(t, current_generation());
+	u64 word = interval_word();
+
+	catch_up(t, word);
+	flush_thread(t, WORD_GENERATION(word));
 	((u64 *)t->comm)[0] = comm[0];
 	((u64 *)t->comm)[1] = comm[1];
 	return 0;
@@ -573,43 +638,31 @@ int on_sched_wakeup_new(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-/* Run by user space (BPF_PROG_TEST_RUN) as it ends an interval, before it points the
- * programs at the other generation: args[0] is the interval's end, args[1..] thread ids
- * (0 ends the list). Each thread's phase in progress is added up to the end, with what the
- * thread added since the last time, to the generation ending: a wait spanning intervals is
- * spread over them. */
+/* Run by user space (BPF_PROG_TEST_RUN) to end an interval. args[0] FLIP_END: now, the
+ * clock read and the word written together (user space may be preempted anywhere, this
+ * program is not between the two). Then FLIP_SETTLE with args[1..] thread ids (0 ends the
+ * list): each one not settled by an event of its own since is settled now, to the generation
+ * ending: a wait spanning intervals is spread over them. */
 int waits_flip(struct bpf_raw_tracepoint_args *ctx)
 {
-	u64 end = ctx->args[0];
-	u32 g = current_generation();
+	u32 zero = 0;
+	u64 *current = generation.lookup(&zero);
 
+	if (!current)
+		return 0;
+	u64 word = *current;
+	if (ctx->args[0] == FLIP_END) {
+		*current = (bpf_ktime_get_ns() & ~1ULL) | (WORD_GENERATION(word) ^ 1);
+		return 0;
+	}
 #pragma unroll
 	for (int i = 1; i <= FLIP_THREADS; i++) {
 		u32 tid = ctx->args[i];
 		if (!tid)
 			break;
 		struct wait_thread *t = threads.lookup(&tid);
-		/* tgid 0: never switched out, its name unknown: added at its switch-out */
-		if (!t || !t->tgid)
-			continue;
-		struct wait_proc *p = thread_proc(t, g);
-		if (!p)
-			continue;
-		u32 phase = t->phase;
-		u64 ns = claim(t, end);
-		if (ns) {
-			if (phase == PHASE_ON_CPU) {
-				__sync_fetch_and_add(&p->on_cpu_ns, ns);
-			} else if (phase == PHASE_RUNQ) {
-				__sync_fetch_and_add(&p->runq_ns, ns);
-			} else {
-				add_blocked(p->blocked_ns, p->blocked_count, t->state, ns, 0);
-				struct wait_stack *w = stack_entry(t, g, false, false);
-				if (w)
-					__sync_fetch_and_add(&w->total_ns, ns);
-			}
-		}
-		flush(t, p);
+		if (t)
+			catch_up(t, word);
 	}
 	return 0;
 }

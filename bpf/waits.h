@@ -37,6 +37,9 @@ struct wait_thread {
 	 * (waits_flip, as user space ends the interval), then the rest when it ends. Advanced
 	 * by compare-and-swap: whoever moves it adds that time. */
 	u64 charged;
+	/* The start of the interval its counts below belong to: its first event after that
+	 * interval ends (or waits_flip) settles them to it, by compare-and-swap. */
+	u64 interval;
 	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
 	u64 cgroup;			/* as of the last switch-out after a migration */
 	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */

@@ -25,7 +25,12 @@ from ktop.collectors.bpfsys import (
     run_raw_tracepoint_program,
 )
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
-from ktop.collectors.maps import SharedAddresses, TwoGenerationProgram, forget_entries
+from ktop.collectors.maps import (
+    MAP_GENERATION,
+    SharedAddresses,
+    TwoGenerationProgram,
+    forget_entries,
+)
 
 PROGRAM = "waits.bpf.c"
 # Raw tracepoints, attached in this order: first the rare ones that tell the program a
@@ -44,6 +49,7 @@ FUNCTIONS = {
 TRACEPOINTS = list(FUNCTIONS.values())
 FLIP = "waits_flip"  # run by drain(), attached nowhere
 FLIP_THREADS = 11  # thread ids a run of FLIP takes (bpf/waits.bpf.c)
+FLIP_SETTLE, FLIP_END = 0, 1  # what a run of FLIP does (its args[0])
 # Map names, as bpf/waits.bpf.c declares them.
 MAP_THREADS = "threads"
 MAP_PROCS = ("procs_0", "procs_1")
@@ -290,29 +296,34 @@ class WaitCollector:
             raise Unavailable(f"cannot attach the sched raw tracepoints: {e.strerror}") from None
         self._last = time.monotonic()
 
-    def _end_interval(self) -> float:
-        """Every thread's phase in progress added up to now, to the generation ending (each
-        wait is charged to the intervals it spans); the time of that end."""
-        assert self._program is not None
-        end_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as bpf_ktime_get_ns()
-        tids = array("I", b"".join(self._program.table(MAP_THREADS).snapshot_keys()))
-        flip = self._program.program.programs[FLIP]
+    def _end_interval(self) -> tuple[int, float]:
+        """End the interval in the kernel (the programs pointed at the other generation, the
+        end in the same word), then settle every thread with no event since (a thread's own
+        first event after the end settles it): nothing after the end is added to the
+        interval, however long this takes. (The generation to drain, the end.)"""
+        program = self._program
+        assert program is not None
+        flip = program.program.programs[FLIP]
         args = (ct.c_uint64 * (FLIP_THREADS + 1))()
-        args[0] = end_ns
+        args[0] = FLIP_END
+        run_raw_tracepoint_program(flip, args)
+        word = int(program.table(MAP_GENERATION)[0])
+        program.generation = word & 1
+        args[0] = FLIP_SETTLE
+        tids = array("I", b"".join(program.table(MAP_THREADS).snapshot_keys()))
         for start in range(0, len(tids), FLIP_THREADS):
             batch = tids[start:start + FLIP_THREADS]
             for i in range(FLIP_THREADS):
                 args[i + 1] = batch[i] if i < len(batch) else 0
             run_raw_tracepoint_program(flip, args)
-        return end_ns / 1e9
+        time.sleep(0.001)  # a program that read the old word may still be writing: us
+        return program.generation ^ 1, (word & ~1) / 1e9
 
     def drain(self) -> WaitDrain:
-        """End the interval, swap map generations, then read and empty the one the program
-        just left."""
+        """End the interval, then read and empty the generation of maps it filled."""
         assert self._program is not None, "start() first"
         program = self._program
-        end = self._end_interval()
-        old, _ = program.swap()
+        old, end = self._end_interval()
         kernel, user = self._kernel_stacks, self._user_stacks_read
         kernel.take(program.table(MAP_STACKS))
         user.take(program.table(MAP_USER_STACKS))
