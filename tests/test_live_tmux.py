@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 from conftest import (
+    FIXTURES,
     HeldPrograms,
     first_in_line,
     root_only,
@@ -165,6 +166,29 @@ def test_keys_reach_the_app_in_a_real_terminal_a_lone_esc_too(terminal):
     while "ktop: columns and keys (Esc closes)" in terminal.screen():
         assert time.monotonic() < deadline, "Esc never closed the help screen"
         time.sleep(0.1)
+    terminal.send("q")
+    assert exit_code(terminal) == "0"
+
+
+def test_stopped_and_continued_from_outside_ktop_keeps_one_input_and_output_thread(terminal):
+    """kill -STOP then kill -CONT (not Ctrl-Z, which Textual sees): Textual started
+    application mode again beside the running one, with a second input and output thread;
+    two threads then read one terminal, and `q` could wait in read() for another key
+    (30-80 s at load 13)."""
+    terminal.run(f"sh -c '{shlex.quote(sys.executable)} -m ktop --replay "
+                 f"{shlex.quote(str(FIXTURES / 'recorded.json'))}; "
+                 "printf \"KTOP_%s=%s\\n\" EXIT $?'")
+    terminal.wait_for("Processes")
+    ktop = next(p for p in psutil.Process(int(terminal.display("#{pane_pid}"))).children(True)
+                if p.cmdline()[1:3] == ["-m", "ktop"])
+    time.sleep(1.0)
+    threads = ktop.num_threads()
+    for _ in range(3):
+        ktop.suspend()
+        time.sleep(0.3)
+        ktop.resume()
+        time.sleep(0.5)
+    assert ktop.num_threads() == threads, "SIGCONT started more terminal threads"
     terminal.send("q")
     assert exit_code(terminal) == "0"
 

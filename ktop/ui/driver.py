@@ -47,6 +47,17 @@ class QuietLinuxDriver(LinuxDriver):
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.exit_event = _WakingEvent(self._wake_write)
 
+    def start_application_mode(self) -> None:
+        """Textual starts application mode again at every SIGCONT, also one after a SIGSTOP it
+        never saw (kill -STOP, a debugger), whose input thread still runs: two threads then
+        read one terminal, and at exit the one joined could block in read() until a key
+        (`q` took 30-80 s to quit at load 13). The running threads are stopped first."""
+        if self._key_thread is not None and self._key_thread.is_alive():
+            self.disable_input()
+        if self._writer_thread is not None and self._writer_thread.is_alive():
+            self._writer_thread.stop()  # its queue is forgotten: it would wait on it forever
+        super().start_application_mode()
+
     def run_input_thread(self) -> None:
         """Textual's loop (linux_driver.py), waiting without a timeout while nothing is
         pending."""
