@@ -265,6 +265,11 @@ def run_app(app, scenario: Callable[[Any], Awaitable[None]], size=SCREEN_SIZE, *
     The app is left by exit(), as a user's `q` does, not by tearing the screen down under a
     live collect loop (that race is tested on its own in test_ui.py)."""
 
+    if kwargs.get("notifications"):
+        # Toasts a test reads stay until read: at load 19 the 5 s of Textual's default
+        # passed between a key and the test's look at the screen.
+        app.NOTIFICATION_TIMEOUT = 120
+
     async def main() -> None:
         async with app.run_test(size=size, **kwargs) as pilot:
             await wait_for_data(pilot)
