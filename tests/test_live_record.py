@@ -80,14 +80,19 @@ def test_dd_is_found_in_the_replay_at_the_time_it_ran(tmp_path):
     lost = sum(sum(s.blockio.lost.values()) for s in recording.snapshots())
     recorded = sum(n for _, n, _ in with_dd)
     assert written - lost * BLOCK <= recorded <= written
-    busiest, _, busiest_index = max(with_dd, key=lambda row: row[1])
+    busiest, _, _ = max(with_dd, key=lambda row: row[1])
     assert busiest.io_latency_ms > 0
 
-    # A second typed names the first record that holds it, and 1 s records share their
-    # boundary seconds: take a second of the busiest record that names it alone.
-    seconds = {time.strftime("%H:%M:%S", time.localtime(busiest.taken_at - lag))
-               for lag in (busiest.duration_s / 2, 0.0)}
-    at = next(s for s in sorted(seconds) if find_time(recording.records, s) == busiest_index)
+    # A second typed names the first record that holds it, and records share their boundary
+    # seconds (a record cut short by a late refresh may hold no second of its own): type a
+    # second of dd's run that names a record holding dd's writes.
+    dd_records = {index for _, _, index in with_dd}
+    seconds = sorted({time.strftime("%H:%M:%S", time.localtime(second))
+                      for info, _, _ in with_dd
+                      for second in range(int(info.taken_at - info.duration_s),
+                                          int(info.taken_at) + 1)})
+    at = next((s for s in seconds if find_time(recording.records, s) in dd_records), None)
+    assert at is not None, (seconds, [(i.taken_at, i.duration_s) for i in recording.records])
     out = tmp_path / "at.txt"
     result = ktop("--replay", path, "--snapshot", str(out), "--at", at, "-w", "1")
     assert result.returncode == 0, result.stderr
