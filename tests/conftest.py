@@ -363,3 +363,18 @@ def check_contract(d: dict[str, Any]) -> None:
             },
             "process",
         )
+
+
+def _needs_the_machine(item: pytest.Item) -> bool:
+    """A test that runs the real kernel's collectors, starts ktop as root or times a workload:
+    run alone (`make test` runs the others two at a time first)."""
+    if item.get_closest_marker("live") or item.path.name.startswith("test_live_"):
+        return True
+    return any(mark.kwargs.get("reason") == "needs root"
+               for mark in item.iter_markers("skipif"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _needs_the_machine(item):
+            item.add_marker(pytest.mark.machine)
