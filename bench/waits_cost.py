@@ -77,13 +77,15 @@ def ping_pong(seconds: float) -> float:
     return float(out.stdout.split()[0])
 
 
-def ping_pong_cpu_ns(seconds: float) -> float:
-    """CPU time a round trip costs with both processes on CPU 0, in ns: every switch and
-    wake-up then runs in one of the two, so the tracer's cost is charged to them, whatever
-    else the machine runs (round trips a second on a shared machine vary by 2x)."""
+def ping_pong_cpu_ns(seconds: float) -> tuple[float, float]:
+    """CPU time a round trip costs with both processes on CPU 0, in ns, and the round trips
+    made: every switch and wake-up then runs in one of the two, so the tracer's cost is
+    charged to them, whatever else the machine runs (round trips a second on a shared
+    machine vary by 2x)."""
     out = subprocess.run([sys.executable, "-c", PING_PONG, str(seconds), "0", "0"],
                          capture_output=True, text=True, check=True)
-    return float(out.stdout.split()[1])
+    rate, ns = out.stdout.split()
+    return float(ns), float(rate) * seconds
 
 
 @contextlib.contextmanager
@@ -153,17 +155,22 @@ def by_program(programs: dict[str, int]) -> dict[str, tuple[int, int]]:
 def measure(args: argparse.Namespace, rows: dict[str, dict[str, list[float]]], name: str,
             programs: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
     """One run of both ping-pongs under a tracer: round trips a second on two CPUs, CPU ns
-    a round trip on one, and BPF ns an event; what each program ran (delta)."""
-    row = rows.setdefault(name, {"rate": [], "cpu": [], "event": []})
+    a round trip on one, BPF ns an event, and BPF ns a round trip on one CPU (its programs'
+    share of that round trip's CPU, however loaded the machine); what each program ran."""
+    row = rows.setdefault(name, {"rate": [], "cpu": [], "event": [], "trip": []})
     before = by_program(programs or {})
     row["rate"].append(ping_pong(args.seconds))
-    row["cpu"].append(ping_pong_cpu_ns(args.seconds))
+    middle = by_program(programs or {})
+    cpu, trips = ping_pong_cpu_ns(args.seconds)
+    row["cpu"].append(cpu)
     after = by_program(programs or {})
     delta = {p: (after[p][0] - before[p][0], after[p][1] - before[p][1])
              for p in after if p in before and p != FLIP}
     ns, count = sum(d[0] for d in delta.values()), sum(d[1] for d in delta.values())
     if count:
         row["event"].append(ns / count)
+        one_cpu = sum(after[p][0] - middle[p][0] for p in after if p in middle and p != FLIP)
+        row["trip"].append(one_cpu / trips)
     return delta
 
 
@@ -233,12 +240,15 @@ def main() -> None:
     print(f"pipe ping-pong, {args.seconds:g} s x {args.runs} interleaved runs: medians "
           f"[range of the runs]; load average {min(loads):.1f}-{max(loads):.1f}")
     print(f"{'tracer':30} {'trips/s, 2 CPUs':>15} {'vs none [range]':>20} "
-          f"{'ns/trip, 1 CPU':>14} {'vs none [range]':>20} {'BPF ns/event':>12}")
+          f"{'ns/trip, 1 CPU':>14} {'vs none [range]':>20} {'BPF ns/event':>12} "
+          f"{'BPF ns/trip, 1 CPU':>18}")
     for name, row in rows.items():
         rate, cpu = statistics.median(row["rate"]), statistics.median(row["cpu"])
         event = f"{statistics.median(row['event']):12.0f}" if row["event"] else f"{'-':>12}"
+        trip = (f"{statistics.median(row['trip']):7.0f} ({100 * statistics.median(row['trip']) / cpu:4.1f}%)"
+                if row["trip"] else "-")
         print(f"{name:30} {rate:15.0f} {spread(row['rate'], base_rate):>20} {cpu:14.0f} "
-              f"{spread(row['cpu'], base_cpu):>20} {event}")
+              f"{spread(row['cpu'], base_cpu):>20} {event} {trip:>18}")
     floor_rate = statistics.median(rows[ours]["rate"])
     print(f"goal: within 5% of none at the default; the floor ({ours}) is "
           f"{100 * (floor_rate / base_rate - 1):+.1f}% of it")
