@@ -439,8 +439,6 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 	u64 ns = claim(t, now);
 	struct wait_stack *w = t->tgid ? stack_entry(t, g, woken, true) : 0;
 
-	u32 d = t->state == WAIT_STATE_D;
-
 	if (wait_ns >= min_walk_ns(t->state) && t->kstack == -ENOENT)
 		count_lost(WAIT_LOST_LONG_UNWALKED);
 	add_blocked(t->blocked_ns, t->blocked_count, t->state, ns, 1);
@@ -451,7 +449,7 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 			w->max_ns = wait_ns;
 		__sync_fetch_and_add(&w->hist[hist_slot(wait_ns)], 1);
 	}
-	if (d) {
+	if (t->state == WAIT_STATE_D) {
 		t->last_blocked_ns[1] = wait_ns;
 		t->flags |= WAIT_THREAD_SEEN_D;
 	} else {
