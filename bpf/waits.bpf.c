@@ -14,8 +14,9 @@
  * sched_switch fires ~10^5 times a second on a busy machine, so: raw tracepoints (no trace
  * record is built, and no perf event walked after the program); one thread lookup per
  * task an event; stacks walked only for waits that matter: a blocking thread's stacks at
- * switch-out only when its previous blocked wait lasted at least MIN_WALK_NS (or it has none
- * yet), the waker's only for a wait that did. The length of a wait is known only when it
+ * switch-out only when its previous blocked wait in the same state (D, or S and other)
+ * lasted at least that state's minimum (MIN_WALK_D_NS, MIN_WALK_S_NS) or it has none
+ * yet, the waker's only for a wait that did. The length of a wait is known only when it
  * ends, and by then the stack cannot be walked from a tracepoint (bpf_get_task_stack needs
  * a BTF task pointer, and fentry/tp_btf programs are refused on this kernel); a thread's
  * waits tend to repeat, so the last one predicts the next. Long waits that were
@@ -41,8 +42,13 @@
 #ifndef USER_STACKS
 #define USER_STACKS 1
 #endif
-#ifndef MIN_WALK_NS
-#define MIN_WALK_NS 10000ULL
+/* The stack-walk minimums by state: D (I/O, mostly 16-128 us here) from 10 us; S and other
+ * (pipes, futexes, polls, timers: the switch-heavy kind) from 1 ms. */
+#ifndef MIN_WALK_S_NS
+#define MIN_WALK_S_NS 1000000ULL
+#endif
+#ifndef MIN_WALK_D_NS
+#define MIN_WALK_D_NS 10000ULL
 #endif
 /* Offsets in struct task_struct, from the kernel's BTF (collectors/waits.py). */
 #ifndef TASK_PID
@@ -210,6 +216,12 @@ static __always_inline u64 claim(struct wait_thread *t, u64 until)
 			return until - from;
 	}
 	return 0;
+}
+
+/* The stack-walk minimum of a wait in this state. */
+static __always_inline u64 min_walk_ns(u32 state)
+{
+	return state == WAIT_STATE_D ? MIN_WALK_D_NS : MIN_WALK_S_NS;
 }
 
 /* What a switch-out leaves the thread as: (prev_state as the kernel passes it). */
@@ -427,7 +439,7 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 	u64 ns = claim(t, now);
 	struct wait_stack *w = t->tgid ? stack_entry(t, g, woken, true) : 0;
 
-	if (wait_ns >= MIN_WALK_NS && t->kstack == -ENOENT)
+	if (wait_ns >= min_walk_ns(t->state) && t->kstack == -ENOENT)
 		count_lost(WAIT_LOST_LONG_UNWALKED);
 	add_blocked(t->blocked_ns, t->blocked_count, t->state, ns, 1);
 	if (w) {
@@ -437,8 +449,13 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 			w->max_ns = wait_ns;
 		__sync_fetch_and_add(&w->hist[hist_slot(wait_ns)], 1);
 	}
-	t->last_blocked_ns = wait_ns;
-	t->flags |= WAIT_THREAD_SEEN_BLOCKED;
+	if (t->state == WAIT_STATE_D) {
+		t->last_blocked_ns[1] = wait_ns;
+		t->flags |= WAIT_THREAD_SEEN_D;
+	} else {
+		t->last_blocked_ns[0] = wait_ns;
+		t->flags |= WAIT_THREAD_SEEN_S;
+	}
 }
 
 /* The switch-out of the current thread: its on-CPU time is added, under its name now
@@ -492,7 +509,10 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 	}
 	t->phase = PHASE_BLOCKED;
 	t->state = out == OUT_S ? WAIT_STATE_S : out == OUT_D ? WAIT_STATE_D : WAIT_STATE_OTHER;
-	if (!(t->flags & WAIT_THREAD_SEEN_BLOCKED) || t->last_blocked_ns >= MIN_WALK_NS) {
+	bool walk = out == OUT_D
+		? !(t->flags & WAIT_THREAD_SEEN_D) || t->last_blocked_ns[1] >= MIN_WALK_D_NS
+		: !(t->flags & WAIT_THREAD_SEEN_S) || t->last_blocked_ns[0] >= MIN_WALK_S_NS;
+	if (walk) {
 		t->kstack = kernel_stack(ctx);
 		t->ustack = user_stack(ctx, tgid);
 	} else {
@@ -575,7 +595,7 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 	t->waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
 	t->waker_kstack = -ENOENT;
-	if (t->kstack != -ENOENT && bpf_ktime_get_ns() - t->since >= MIN_WALK_NS)
+	if (t->kstack != -ENOENT && bpf_ktime_get_ns() - t->since >= min_walk_ns(t->state))
 		t->waker_kstack = kernel_stack(ctx);
 	return 0;
 }

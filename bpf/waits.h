@@ -40,7 +40,9 @@ struct wait_thread {
 	/* The start of the interval its counts below belong to: its first event after that
 	 * interval ends (or waits_flip) settles them to it, by compare-and-swap. */
 	u64 interval;
-	u64 last_blocked_ns;		/* the length of the last blocked wait: predicts the next */
+	/* The length of the last blocked wait in D, and in S or other: predicts the next one
+	 * in that state (a thread's short futex waits say nothing of its disk reads). */
+	u64 last_blocked_ns[2];
 	u64 cgroup;			/* as of the last switch-out after a migration */
 	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
 	s64 ustack;
@@ -62,7 +64,8 @@ struct wait_thread {
 	u64 runq_hist[WAIT_HIST_SLOTS];
 };
 
-#define WAIT_THREAD_SEEN_BLOCKED	4	/* last_blocked_ns is known */
+#define WAIT_THREAD_SEEN_S	4	/* last_blocked_ns[0] is known (S or other) */
+#define WAIT_THREAD_SEEN_D	8	/* last_blocked_ns[1] is known */
 
 /* Time per (process, command, cgroup), every wait counted whatever its length. */
 struct wait_proc_key {

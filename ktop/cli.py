@@ -16,7 +16,7 @@ import traceback
 
 from ktop import __version__
 from ktop.collectors.bpfload import pin_mmap_threshold
-from ktop.collectors.waits import DEFAULT_MIN_WALK_US, parse_min_walk_us
+from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums, parse_min_walk
 from ktop.engine import Options
 from ktop.model import PANE_FUNCTIONS
 from ktop.panes import PANES
@@ -125,9 +125,9 @@ def _megabytes(text: str) -> int:
 _DRILL_FORMS = [f"{spec.name}:{spec.drill_by.upper()}" for spec in PANES]
 
 
-def _offcpu_min(text: str) -> int:
+def _offcpu_min(text: str) -> WalkMinimums:
     try:
-        return parse_min_walk_us(text)
+        return parse_min_walk(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--offcpu-min ")) from None
 
@@ -218,10 +218,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dump", choices=("jsonl", "csv"),
                         help="with --replay of a recording: write every record to stdout, one "
                         "line per interval")
-    parser.add_argument("--offcpu-min", type=_offcpu_min, default=DEFAULT_MIN_WALK_US,
-                        metavar="US", help="waits pane: walk the stacks of waits predicted at "
-                        f"least this long, in µs (default {DEFAULT_MIN_WALK_US}; every wait's "
-                        "time is counted regardless)")
+    parser.add_argument("--offcpu-min", type=_offcpu_min, default=DEFAULT_MIN_WALK,
+                        metavar="US|S=US,D=US", help="waits pane: walk the stacks of waits "
+                        "predicted at least this long, in µs: one minimum for every state, or "
+                        "S (and the rest) and D (I/O) apart (default "
+                        f"{DEFAULT_MIN_WALK}; every wait's time is counted regardless)")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     args = parser.parse_args(argv)
     for option, path in (("--snapshot", args.snapshot), ("--record", args.record),
@@ -322,7 +323,7 @@ def _options(args: argparse.Namespace) -> Options:
         window_s=max(args.window, args.interval),
         cumulative=args.cumulative,
         vmlinux=args.vmlinux,
-        offcpu_min_us=args.offcpu_min,
+        offcpu_min=args.offcpu_min,
         cgroup=args.cgroup,
     )
 
@@ -392,7 +393,7 @@ def run_record(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     options = Options(hz=args.frequency, interval_s=args.interval, window_s=args.interval,
-                      vmlinux=args.vmlinux, offcpu_min_us=args.offcpu_min)
+                      vmlinux=args.vmlinux, offcpu_min=args.offcpu_min)
     return record(args.record, options, args.duration, args.max_size, say=_say, stop=stop)
 
 

@@ -30,7 +30,7 @@ from ktop.collectors.pressure import PressureReader
 from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
-from ktop.collectors.waits import DEFAULT_MIN_WALK_US
+from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.panes import Aggregator, Collector, bpf_panes
 from ktop.symbolize.kernel import Kallsyms, hidden_reason
@@ -49,7 +49,7 @@ class Options:
     window_s: float = 5.0
     cumulative: bool = False
     vmlinux: str | None = None  # debug ELF of the kernel for file:line (default: distro path)
-    offcpu_min_us: int = DEFAULT_MIN_WALK_US  # waits pane: stacks of waits predicted this long
+    offcpu_min: WalkMinimums = DEFAULT_MIN_WALK  # waits pane: stacks of waits predicted this long
     cgroup: str | None = None  # --cgroup, as resolved: the header shows its own PSI too
     panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
 

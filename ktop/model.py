@@ -523,7 +523,8 @@ class WaitProfile:
     stacks: tuple[WaitStack, ...]  # by total wait, most first
     lost: Mapping[str, int]  # by reason, over the profile's span (as every pane's lost)
     notes: Mapping[str, int] = field(default_factory=dict)  # counted, not losses
-    min_walk_us: int = 0  # stacks walked for waits predicted at least this long
+    min_walk_us: int = 0  # stacks walked for S (and other) waits predicted at least this long
+    min_walk_d_us: int = 0  # and for D waits
     window_s: float = 0.0
 
 

@@ -198,7 +198,7 @@ def full_snapshot() -> Snapshot:
             total_ns=40, max_ns=20, hist=(0, 3),
             wakers=(WaitWaker(9, "kworker/0:1", ("blk_mq_end_request+0x1d",), 3, 40),),
         ),),
-        lost={"wait_stacks_full": 1}, notes={"unseen_start": 4}, min_walk_us=10,
+        lost={"wait_stacks_full": 1}, notes={"unseen_start": 4}, min_walk_us=1000, min_walk_d_us=10,
         window_s=5 + THIRD,
     )
     return Snapshot(

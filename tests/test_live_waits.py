@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from ktop.aggregate.waits import WaitAggregator, function_of
-from ktop.collectors.waits import WaitCollector
+from ktop.collectors.waits import MAX_MIN_WALK_US, WaitCollector, WalkMinimums
 from ktop.model import WaitProcess, WaitProfile
 from ktop.symbolize.kernel import Kallsyms
 
@@ -184,6 +184,35 @@ def test_direct_reads_are_blocked_in_io_schedule_as_delay_accounting_says(
     others = {s.reason: s.total_ns for s in profile.stacks
               if s.pid == reader.pid and not s.reason.startswith("io_schedule")}
     assert abs(io - ticks_ns) <= 0.10 * ticks_ns, (io, ticks_ns, row.blocked_d_ns, others)
+
+
+def test_stacks_are_walked_by_the_minimum_of_the_state_waited_in(kallsyms) -> None:
+    """S waits short of the S minimum keep no stack but all their time; D waits as short
+    (direct reads: 16-128 µs here) past the D minimum of 10 µs keep theirs."""
+    collector = WaitCollector(min_walk=WalkMinimums(s_us=MAX_MIN_WALK_US, d_us=10))
+    collector.start()
+    sleep = "import time\nwhile True: time.sleep(0.001)\n"
+    try:
+        with tempfile.NamedTemporaryFile(dir="/var/tmp") as data:
+            data.write(os.urandom(1 << 20) * 4)
+            data.flush()
+            os.fsync(data.fileno())
+            code = f"import os\nPATH = {data.name!r}\n" + DIRECT_READER
+            with started(code) as reader, started(sleep) as sleeper:
+                profile, *_ = watch(collector, kallsyms)
+    finally:
+        collector.close()
+    row = process(profile, sleeper.pid)
+    s_stacks = [s for s in profile.stacks if s.pid == sleeper.pid and s.state == "S"]
+    assert row.blocked_s_ns > 0 and s_stacks, row
+    # Its first wait (before the watch) was walked; none since: every S wait, all of its time.
+    assert {s.reason for s in s_stacks} == {"[not walked: a short wait]"}, s_stacks[:3]
+    assert sum(s.total_ns for s in s_stacks) == row.blocked_s_ns, (s_stacks, row)
+    d_row = process(profile, reader.pid)
+    io = sum(s.total_ns for s in profile.stacks
+             if s.pid == reader.pid and s.state == "D" and s.reason.startswith("io_schedule"))
+    assert d_row.blocked_d_ns > 0, d_row
+    assert io >= 0.9 * d_row.blocked_d_ns, (io, d_row)
 
 
 PING_PONG = """

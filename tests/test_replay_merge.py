@@ -36,6 +36,7 @@ from ktop.collectors.locks import (
     TaskWaits,
 )
 from ktop.collectors.procstat import CpuTicks
+from ktop.collectors.waits import WalkMinimums
 from ktop.model import IoRequest, Snapshot, UserFrame
 from ktop.record.fileformat import REQUEST_DIGITS, decode_snapshot, encode_snapshot
 
@@ -349,7 +350,8 @@ def test_a_window_of_wait_records_equals_the_live_window(window):
     drains = [dataclasses.replace(d, stacks=tuple(
         dataclasses.replace(s, user=(0x401000,)) for s in d.stacks)) for d in drains]
     aggregator = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=float(window),
-                                resolve_user=lambda pid, addresses: frames, min_walk_us=10)
+                                resolve_user=lambda pid, addresses: frames,
+                                min_walk=WalkMinimums(s_us=1000, d_us=10))
     records, live = recorded_and_window(aggregator, drains, "waits")
     assert fields_never_set(live) == set()
     merged = pane("waits").merge(records[-window:])

@@ -19,7 +19,8 @@ from ktop.collectors.waits import (
     BlockedStack,
     ProcessTimes,
     WaitDrain,
-    parse_min_walk_us,
+    WalkMinimums,
+    parse_min_walk,
 )
 from ktop.engine import RecordedSource
 from ktop.exports.folded import to_folded
@@ -247,13 +248,20 @@ def test_exports_carry_off_cpu_time(recorded_snapshot):
 
 
 def test_offcpu_min_is_checked_in_one_line(capsys):
-    assert parse_args(["--offcpu-min", "0"]).offcpu_min == 0
-    assert parse_min_walk_us("250") == 250
-    for bad in ("-1", "ten", "99999999999"):
+    assert parse_args([]).offcpu_min == WalkMinimums(s_us=1000, d_us=10)  # the default
+    assert parse_args(["--offcpu-min", "0"]).offcpu_min == WalkMinimums(0, 0)  # one for all
+    assert parse_min_walk("250") == WalkMinimums(250, 250)
+    assert parse_min_walk("S=500,D=20") == parse_min_walk(" d=20, s=500 ") == WalkMinimums(500, 20)
+    assert parse_min_walk("S=100") == WalkMinimums(100, 10)  # D keeps its default
+    assert parse_min_walk("D=0") == WalkMinimums(1000, 0)
+    assert str(WalkMinimums(1000, 10)) == "S=1000,D=10"  # as --help and the README give it
+    for bad in ("-1", "ten", "99999999999", "S=", "S=-5", "D=x", "R=10", "S=1,S=2", "S=1,,D=2",
+                "10,D=2", "S:10", ""):
         with pytest.raises(SystemExit):
             parse_args(["--offcpu-min", bad])
-        error = capsys.readouterr().err.strip().splitlines()[-1]
-        assert error.startswith("ktop: error: argument --offcpu-min:") and "Traceback" not in error
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) >= 1 and "Traceback" not in "\n".join(error)
+        assert error[-1].startswith("ktop: error: argument --offcpu-min:"), (bad, error)
 
 
 def test_pressure_and_run_delay_files_parse():

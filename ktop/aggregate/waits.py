@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ktop.aggregate import exited
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
-from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain
+from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain, WalkMinimums
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
 from ktop.symbolize.frames import KernelFrames
 from ktop.symbolize.kernel import Kallsyms
@@ -259,13 +259,13 @@ class WaitAggregator:
         kallsyms: Kallsyms,
         window_s: float = 5.0,
         resolve_user: Callable[[int, Sequence[int]], Sequence[UserFrame]] | None = None,
-        min_walk_us: int = 0,
+        min_walk: WalkMinimums | None = None,
     ) -> None:
         self._resolve_user = resolve_user
         self.namer = KernelNamer(kallsyms)
         self._window = Window(window_s, WaitCounts, WaitCounts.merge)
         self._notes: dict[str, int] = {}
-        self._min_walk_us = min_walk_us
+        self._min_walk = min_walk or WalkMinimums(0, 0)  # carried into profiles: unknown
 
     def add(self, drain: WaitDrain) -> None:
         self._window.add(drain.start, drain.end, self.fold(drain), drain.lost)
@@ -341,7 +341,7 @@ class WaitAggregator:
         """The window's profile, the totals since start, or the newest interval's alone."""
         counts, span = self._window.latest() if latest else self._window.counts(cumulative)
         return build_profile(counts, span, self._window.lost(cumulative, latest), self._notes,
-                             self._min_walk_us)
+                             self._min_walk)
 
 
 def _wakers(wakers: dict[WakerKey, list[int]]) -> tuple[WaitWaker, ...]:
@@ -357,7 +357,7 @@ def _wakers(wakers: dict[WakerKey, list[int]]) -> tuple[WaitWaker, ...]:
 
 
 def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
-                  notes: dict[str, int], min_walk_us: int) -> WaitProfile:
+                  notes: dict[str, int], min_walk: WalkMinimums) -> WaitProfile:
     stacks = tuple(
         WaitStack(
             pid=pid, comm=comm, cgroup=cgroup, state=state, reason=b.reason, frames=frames,
@@ -383,7 +383,8 @@ def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
             key=lambda kv: (-(kv[1].runq_ns + sum(kv[1].blocked_ns)), kv[0]))
     )
     return WaitProfile(processes=processes, stacks=stacks, lost=dict(lost), notes=dict(notes),
-                       min_walk_us=min_walk_us, window_s=window_s)
+                       min_walk_us=min_walk.s_us, min_walk_d_us=min_walk.d_us,
+                       window_s=window_s)
 
 
 def counts_of(profile: WaitProfile) -> WaitCounts:
@@ -416,15 +417,16 @@ def merge_profiles(profiles: Sequence[WaitProfile]) -> WaitProfile:
         counts.merge(counts_of(profile))
     newest = profiles[-1] if profiles else WaitProfile((), (), {})
     return build_profile(counts, sum(p.window_s for p in profiles), sum_lost(p.lost for p in profiles),
-                         dict(newest.notes), newest.min_walk_us)
+                         dict(newest.notes),
+                         WalkMinimums(newest.min_walk_us, newest.min_walk_d_us))
 
 
 def build(source: LiveSource) -> tuple[WaitCollector, WaitAggregator]:
     """The waits pane's collector and aggregator (ktop.panes)."""
     from ktop.collectors.waits import WaitCollector  # noqa: PLC0415
 
-    minimum = source.options.offcpu_min_us
-    return WaitCollector(source.options.interval_s, min_walk_us=minimum), WaitAggregator(
+    minimum = source.options.offcpu_min
+    return WaitCollector(source.options.interval_s, min_walk=minimum), WaitAggregator(
         source.kallsyms(), source.options.window_s, resolve_user=source.resolve_user,
-        min_walk_us=minimum,
+        min_walk=minimum,
     )

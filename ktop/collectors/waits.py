@@ -77,10 +77,29 @@ HIST_SLOTS = 32  # WAIT_HIST_SLOTS: slot k >= 1 holds [2^(k-1), 2^k) us, slot 0 
 STATES = ("S", "D", "other")  # enum wait_state
 NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)
 STILL_WAITING = -115  # -EINPROGRESS as a waker's stack: the wait went on past the interval
-DEFAULT_MIN_WALK_US = 10
 WAKER_NONE = "[no wake-up seen]"  # the waker of a wait whose wake-up was not seen
 WAKER_WAITING = "[still waiting]"  # the time so far of a wait going on at an interval's end
 MAX_MIN_WALK_US = 10_000_000
+
+
+@dataclass(frozen=True)
+class WalkMinimums:
+    """How long a wait must be predicted to get its stacks walked, in µs, by the state it
+    blocks in: D (uninterruptible: I/O), and S with the rest (pipes, futexes, polls,
+    timers; stopped, idle kernel threads). Every wait's time is counted whatever these."""
+
+    s_us: int
+    d_us: int
+
+    def __str__(self) -> str:
+        return f"S={self.s_us},D={self.d_us}"
+
+
+# D from 10 µs: direct reads here wait 16-128 µs, and at 100 µs only 13% of a dd
+# iflag=direct reader's I/O time kept its stack. S from 1 ms: S waits are the
+# switch-heavy kind (a pipe ping-pong's are ~30 µs), and walking them cost it ~10%
+# (README, the waits pane's cost).
+DEFAULT_MIN_WALK = WalkMinimums(s_us=1000, d_us=10)
 # Stacks read, remembered by key (a hash of their frames) for the threads still blocked
 # on them and the stacks that come back; past this many each, forgotten and read anew.
 STACKS_REMEMBERED = 8192
@@ -134,17 +153,36 @@ class WaitDrain:
     notes: dict[str, int]  # cumulative counts that are not losses (NOT_LOSSES)
 
 
-def parse_min_walk_us(text: str) -> int:
-    """The --offcpu-min value in microseconds; ValueError with the one-line reason."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(
-            f"--offcpu-min {text!r} is not a whole number of microseconds (e.g. 10)"
-        ) from None
-    if not 0 <= value <= MAX_MIN_WALK_US:
-        raise ValueError(f"--offcpu-min {value} is out of range: use 0 to {MAX_MIN_WALK_US} µs")
-    return value
+def parse_min_walk(text: str) -> WalkMinimums:
+    """The --offcpu-min value: "US" for every state (as perf's --off-cpu-thresh), or
+    "S=US,D=US" (either alone keeps the other's default); ValueError with the one-line
+    reason."""
+    def micros(value: str, what: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"--offcpu-min {what}{value!r} is not a whole number of "
+                             "microseconds (e.g. 10, or S=1000,D=10)") from None
+        if not 0 <= number <= MAX_MIN_WALK_US:
+            raise ValueError(f"--offcpu-min {what}{number} is out of range: use 0 to "
+                             f"{MAX_MIN_WALK_US} µs")
+        return number
+
+    if "=" not in text:
+        value = micros(text.strip(), "")
+        return WalkMinimums(s_us=value, d_us=value)
+    given: dict[str, int] = {}
+    for part in text.split(","):
+        state, _, value = part.partition("=")
+        state = state.strip().upper()
+        if state not in ("S", "D") or not _:
+            raise ValueError(f"--offcpu-min {text!r}: give US, or S=US,D=US (S and D are the "
+                             "states whose waits' stacks are walked from US µs)")
+        if state in given:
+            raise ValueError(f"--offcpu-min {text!r} gives {state} twice")
+        given[state] = micros(value.strip(), f"{state}=")
+    return WalkMinimums(s_us=given.get("S", DEFAULT_MIN_WALK.s_us),
+                        d_us=given.get("D", DEFAULT_MIN_WALK.d_us))
 
 
 def raw_name(tracepoint: str) -> str:
@@ -241,17 +279,18 @@ class WaitCollector:
 
     def __init__(
         self, interval_s: float = 1.0, user_stacks: bool = True,
-        min_walk_us: int = DEFAULT_MIN_WALK_US, cgroups: CgroupNames | None = None,
+        min_walk: WalkMinimums = DEFAULT_MIN_WALK, cgroups: CgroupNames | None = None,
         map_entries: dict[str, int] | None = None,
     ) -> None:
-        """min_walk_us: walk a blocking thread's stacks only when its previous blocked wait
-        lasted this long, and the waker's only for a wait that did (every wait's time is
+        """min_walk: walk a blocking thread's stacks only when its previous blocked wait in
+        the same state (D, or S and the rest) lasted that state's minimum, and the waker's
+        only for a wait that did (every wait's time is
         counted regardless). user_stacks: walk user stacks too. map_entries: sizes other
         than bpf/waits.bpf.c's defaults ({"PROC_ENTRIES": 2}: the tests fill maps)."""
         self._map_entries = dict(map_entries or {})
         self._interval_s = interval_s
         self._user_stacks = user_stacks
-        self.min_walk_us = min_walk_us
+        self.min_walk = min_walk
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
         self._stale_threads = 0
@@ -280,7 +319,8 @@ class WaitCollector:
         program = load_program(
             PROGRAM,
             [f"-DUSER_STACKS={int(self._user_stacks)}",
-             f"-DMIN_WALK_NS={self.min_walk_us * 1000}ULL", *task_flags(btf),
+             f"-DMIN_WALK_S_NS={self.min_walk.s_us * 1000}ULL",
+             f"-DMIN_WALK_D_NS={self.min_walk.d_us * 1000}ULL", *task_flags(btf),
              *(f"-D{name}={int(size)}" for name, size in self._map_entries.items())],
             {name: "RAW_TRACEPOINT" for name in (*FUNCTIONS, FLIP)},
         )
