@@ -184,3 +184,20 @@ def test_hidden_addresses_as_root_say_why_and_the_fix(tmp_path, monkeypatch, res
         LiveSource(Options(), []).kallsyms()
     assert says in str(error.value) and fix in str(error.value)
     assert "run as root" not in str(error.value)
+
+
+def test_symbols_at_one_address_keep_the_order_read_across_runs():
+    """Lines out of address order are merged by run; symbols sharing an address stay in the
+    order read (the last one names the address), as a stable sort of every line did."""
+    text = "\n".join([
+        "ffffffff81000000 T first", "ffffffff81000100 T alias_a", "ffffffff81000200 T after",
+        "ffffffffc0000000 t mod_fn [mod]", "ffffffff81000100 T alias_b",
+        "ffffffff81000080 t between", "0000000000000000 T hidden", "not-hex T junk",
+    ])
+    kallsyms = Kallsyms.from_text(text)
+    assert len(kallsyms) == 6
+    assert kallsyms.format(0xFFFFFFFF81000104) == "alias_b+0x4"
+    assert kallsyms.format(0xFFFFFFFF81000084) == "between+0x4"
+    assert kallsyms.lookup(0xFFFFFFFFC0000004).module == "[mod]"
+    assert [kallsyms._names[i] for i in range(6)] == [
+        "first", "between", "alias_a", "alias_b", "after", "mod_fn"]
