@@ -8,6 +8,7 @@ import random
 import pytest
 from conftest import root_only
 
+from ktop.symbolize import kernel
 from ktop.symbolize.kernel import KERNEL_MODULE, IdleClassifier, Kallsyms
 
 
@@ -201,3 +202,19 @@ def test_symbols_at_one_address_keep_the_order_read_across_runs():
     assert kallsyms.lookup(0xFFFFFFFFC0000004).module == "[mod]"
     assert [kallsyms._names[i] for i in range(6)] == [
         "first", "between", "alias_a", "alias_b", "after", "mod_fn"]
+
+
+def test_named_addresses_are_bounded_and_hot_ones_keep_their_object(monkeypatch):
+    """The addresses named are kept in two generations within RESOLVED_KEPT: a hot address
+    keeps one Resolved (and one string) across any number of turns, a cold one is dropped."""
+    monkeypatch.setattr(kernel, "RESOLVED_KEPT", 64)
+    kallsyms = Kallsyms([(0xFFFFFFFF81000000 + 0x1000 * i, "T", f"fn{i}", KERNEL_MODULE)
+                         for i in range(1000)])
+    hot = kallsyms.lookup(0xFFFFFFFF81000010)
+    for i in range(1, 1000):
+        kallsyms.lookup(0xFFFFFFFF81000000 + 0x1000 * i + 8)
+        assert len(kallsyms._resolved) + len(kallsyms._resolved_before) <= 64
+        if i % 16 == 0:
+            assert kallsyms.lookup(0xFFFFFFFF81000010) is hot
+    assert str(kallsyms.lookup(0xFFFFFFFF81000010)) == "fn0+0x10"
+    assert 0xFFFFFFFF81000008 + 0x1000 not in kallsyms._resolved  # cold: gone

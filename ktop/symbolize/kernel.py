@@ -17,10 +17,11 @@ KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
 # a gap (or past the end of text), and naming it after that symbol would be a lie.
 MAX_SYMBOL_SPAN = 256 * 1024
 # Addresses named lately, kept for the next lookup: every refresh names the same hot ones.
-# Bounded so that days of new stacks do not grow it (README: Memory).
+# Bounded so that days of new stacks do not grow it (README: Memory): both generations.
 RESOLVED_KEPT = 16384
 
 KPTR_RESTRICT = "/proc/sys/kernel/kptr_restrict"
+_UNNAMED = object()  # not in the older generation of names
 _JOINED = 4096  # names joined into one string at a time while parsing
 _first = operator.itemgetter(0)
 
@@ -103,6 +104,7 @@ class Kallsyms:
         # Every collector resolves the same hot addresses each interval: remember them here,
         # once for all, bounded over days of running.
         self._resolved: dict[int, Resolved | None] = {}
+        self._resolved_before: dict[int, Resolved | None] = {}
 
     @classmethod
     def from_text(cls, text: str) -> Kallsyms:
@@ -168,9 +170,15 @@ class Kallsyms:
             return self._resolved[address]
         except KeyError:
             pass
-        if len(self._resolved) > RESOLVED_KEPT:
-            self._resolved.clear()
-        resolved = self._resolved[address] = self._lookup(address)
+        # Two generations: when the newer fills, the older goes, and an address asked for
+        # meanwhile moves up with its object. Emptying all at once named the hot addresses
+        # again, as new objects and strings beside the old ones the kept stacks still held.
+        resolved = self._resolved_before.get(address, _UNNAMED)
+        if resolved is _UNNAMED:
+            resolved = self._lookup(address)
+        if len(self._resolved) >= RESOLVED_KEPT // 2:
+            self._resolved_before, self._resolved = self._resolved, {}
+        self._resolved[address] = resolved
         return resolved
 
     def _lookup(self, address: int) -> Resolved | None:
