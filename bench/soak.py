@@ -253,6 +253,12 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         parts += [("snapshot shown", app.snapshot), ("app and widgets", app)]
         print("  held (MiB): " + ", ".join(
             f"{name} {deep(thing) / 2**20:.1f}" for name, thing in parts), flush=True)
+        symbols = source._user_symbols
+        if symbols is not None:  # the binaries whose symbol tables are loaded, largest first
+            tables = sorted(((len(t), key[0]) for key, t in symbols._by_stat.items()),
+                            reverse=True)
+            print("  user symbol tables (functions): " + ", ".join(
+                f"{os.path.basename(path)} {n}" for n, path in tables[:8]), flush=True)
         # Within each collector and aggregator: its largest attributes (walked afresh).
         for name, thing in parts[:2] + parts[3:-2]:
             seen.clear()
