@@ -208,9 +208,27 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         # Garbage in reference cycles not yet collected (ktop raises the collector's threshold):
         # collected here, in the copy, to see what it holds.
         before = allocated_mib()
+        gc.unfreeze()  # garbage can hide in what start-up froze too
+        gc.set_debug(gc.DEBUG_SAVEALL)  # kept, to say what made the cycles
         unreachable = gc.collect()
+        kinds: dict[str, int] = {}
+        for thing in gc.garbage:
+            name = type(thing).__qualname__
+            kinds[name] = kinds.get(name, 0) + 1
+        widgets: dict[str, int] = {}
+        for thing in gc.garbage:
+            if hasattr(type(thing), "_css_type_name"):  # Textual's nodes: which widgets
+                widgets[type(thing).__qualname__] = widgets.get(type(thing).__qualname__, 0) + 1
+        if widgets:
+            print("  widgets in cycles' garbage: " + ", ".join(
+                f"{name} {n}" for name, n in sorted(widgets.items(), key=lambda k: -k[1])[:10]))
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.collect()
         print(f"  cycles' garbage: {unreachable} objects, "
-              f"{before - allocated_mib():.1f} MiB of pymalloc's blocks", flush=True)
+              f"{before - allocated_mib():.1f} MiB of pymalloc's blocks; most: " + ", ".join(
+                  f"{name} {n}" for name, n in sorted(kinds.items(), key=lambda k: -k[1])[:10]),
+              flush=True)
 
         seen: set[int] = set()
         stop = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
@@ -235,10 +253,19 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         parts += [("snapshot shown", app.snapshot), ("app and widgets", app)]
         print("  held (MiB): " + ", ".join(
             f"{name} {deep(thing) / 2**20:.1f}" for name, thing in parts), flush=True)
+        symbols = source._user_symbols
+        if symbols is not None:  # the binaries whose symbol tables are loaded, largest first
+            tables = sorted(((len(t), key[0]) for key, t in symbols._by_stat.items()),
+                            reverse=True)
+            print("  user symbol tables (functions): " + ", ".join(
+                f"{os.path.basename(path)} {n}" for n, path in tables[:8]), flush=True)
         # Within each collector and aggregator: its largest attributes (walked afresh).
-        for name, thing in parts[3:-2]:
+        for name, thing in parts[:2] + parts[3:-2]:
             seen.clear()
-            fields = getattr(thing, "__dict__", {})
+            fields = getattr(thing, "__dict__", None)
+            if fields is None:  # a class with __slots__
+                fields = {k: getattr(thing, k) for k in getattr(thing, "__slots__", ())
+                          if hasattr(thing, k)}
             inner = sorted(((deep(value), key) for key, value in fields.items()), reverse=True)
             print(f"    {name}: " + ", ".join(f"{key} {size / 2**20:.1f}"
                                               for size, key in inner[:4]), flush=True)

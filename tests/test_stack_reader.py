@@ -53,3 +53,19 @@ def test_sharing_is_bounded_and_never_changes_a_stack(monkeypatch):
     shared = dict(reader._shared._addresses)
     assert reader.read(SimpleNamespace(fd=8, max_entries=8192), 3) == entries[3]
     assert reader._shared._addresses == shared
+
+
+def test_collectors_share_one_table_of_addresses(monkeypatch):
+    """Two collectors' readers (the panes walk the same kernel paths) hold one int object
+    per address between them, and the one table stays within its bound."""
+    monkeypatch.setattr(maps, "_ADDRESSES", {})
+    entries = {1: (0xFFFFFFFF81000001, *CALLERS)}
+    first = reader_of(entries, monkeypatch).read(KERNEL, 1, kernel=True)
+    second = reader_of(entries, monkeypatch).read(KERNEL, 1, kernel=True)
+    assert first == second and all(a is b for a, b in zip(first, second))
+    assert len(maps._ADDRESSES) == len(first)
+    monkeypatch.setattr(maps, "ADDRESSES_SHARED", 8)
+    wide = reader_of({i: (0xFFFFFFFF82000000 + i,) for i in range(100)}, monkeypatch)
+    for i in range(100):
+        wide.read(KERNEL, i, kernel=True)
+        assert len(maps._ADDRESSES) <= 9

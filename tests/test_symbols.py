@@ -8,6 +8,7 @@ import random
 import pytest
 from conftest import root_only
 
+from ktop.symbolize import kernel
 from ktop.symbolize.kernel import KERNEL_MODULE, IdleClassifier, Kallsyms
 
 
@@ -184,3 +185,36 @@ def test_hidden_addresses_as_root_say_why_and_the_fix(tmp_path, monkeypatch, res
         LiveSource(Options(), []).kallsyms()
     assert says in str(error.value) and fix in str(error.value)
     assert "run as root" not in str(error.value)
+
+
+def test_symbols_at_one_address_keep_the_order_read_across_runs():
+    """Lines out of address order are merged by run; symbols sharing an address stay in the
+    order read (the last one names the address), as a stable sort of every line did."""
+    text = "\n".join([
+        "ffffffff81000000 T first", "ffffffff81000100 T alias_a", "ffffffff81000200 T after",
+        "ffffffffc0000000 t mod_fn [mod]", "ffffffff81000100 T alias_b",
+        "ffffffff81000080 t between", "0000000000000000 T hidden", "not-hex T junk",
+    ])
+    kallsyms = Kallsyms.from_text(text)
+    assert len(kallsyms) == 6
+    assert kallsyms.format(0xFFFFFFFF81000104) == "alias_b+0x4"
+    assert kallsyms.format(0xFFFFFFFF81000084) == "between+0x4"
+    assert kallsyms.lookup(0xFFFFFFFFC0000004).module == "[mod]"
+    assert [kallsyms._names[i] for i in range(6)] == [
+        "first", "between", "alias_a", "alias_b", "after", "mod_fn"]
+
+
+def test_named_addresses_are_bounded_and_hot_ones_keep_their_object(monkeypatch):
+    """The addresses named are kept in two generations within RESOLVED_KEPT: a hot address
+    keeps one Resolved (and one string) across any number of turns, a cold one is dropped."""
+    monkeypatch.setattr(kernel, "RESOLVED_KEPT", 64)
+    kallsyms = Kallsyms([(0xFFFFFFFF81000000 + 0x1000 * i, "T", f"fn{i}", KERNEL_MODULE)
+                         for i in range(1000)])
+    hot = kallsyms.lookup(0xFFFFFFFF81000010)
+    for i in range(1, 1000):
+        kallsyms.lookup(0xFFFFFFFF81000000 + 0x1000 * i + 8)
+        assert len(kallsyms._resolved) + len(kallsyms._resolved_before) <= 64
+        if i % 16 == 0:
+            assert kallsyms.lookup(0xFFFFFFFF81000010) is hot
+    assert str(kallsyms.lookup(0xFFFFFFFF81000010)) == "fn0+0x10"
+    assert 0xFFFFFFFF81000008 + 0x1000 not in kallsyms._resolved  # cold: gone

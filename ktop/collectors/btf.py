@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import struct
+from array import array
 
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 
@@ -35,7 +36,9 @@ class KernelBtf:
         type_off, type_len, str_off, _str_len = struct.unpack_from("<IIII", data, 8)
         self._data = data
         self._strings = header_len + str_off
-        self._types: list[int] = [0]  # type id -> offset of its struct btf_type; 0 is void
+        # type id -> offset of its struct btf_type; 0 is void. An array, not a list of ints:
+        # the kernel's 126,000 types were as many int objects, made by each pane that loads.
+        self._types = array("Q", [0])
         self._structs: dict[str, int] = {}
         self._typedefs: dict[str, int] = {}
         pos, end = header_len + type_off, header_len + type_off + type_len

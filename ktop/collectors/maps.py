@@ -56,16 +56,18 @@ STACKS_KEPT_S = 60.0
 # Kernel addresses shared by the stacks read (see StackReader.read), at most this many (the
 # kernel's text is a bounded set; more means an unusual machine, and sharing starts over).
 ADDRESSES_SHARED = 32768
+_ADDRESSES: dict[int, int] = {}  # every collector's (read in the one collect thread)
 
 
 class SharedAddresses:
     """Each kernel address read, as one int object: stacks that differ in one frame share
     the others' (a 20-frame stack held ~640 bytes of ints of its own, and at 4000 Hz the
     totals since start gain ~25 new stacks a second, most a new innermost instruction under
-    callers already seen)."""
+    callers already seen). One table for every collector: the panes walk the same kernel
+    paths (each pane's own table held the same addresses again, up to the bound each)."""
 
-    def __init__(self) -> None:
-        self._addresses: dict[int, int] = {}
+    def __init__(self, addresses: dict[int, int] | None = None) -> None:
+        self._addresses = _ADDRESSES if addresses is None else addresses
 
     def __call__(self, stack: tuple[int, ...]) -> tuple[int, ...]:
         shared = self._addresses

@@ -51,6 +51,7 @@ MAX_LOAD_CPU_S = 2.0  # CPU time spent on one binary's tables, its debug files i
 UNREADABLE_KEPT = 4096  # binaries remembered as not worth reading again
 
 _STT_FUNC = 2
+_NAME_MASK = (1 << 56) - 1
 _STT_GNU_IFUNC = 10
 _STB_GLOBAL = 1
 _STB_WEAK = 2
@@ -143,19 +144,22 @@ class _SymTable:
     def __init__(
         self,
         segments: list[tuple[int, int, int]],
-        symbols: list[tuple[int, int, bool, int, int]],
+        starts: array,
+        ends: array,
+        sized: bytes,
+        names: Iterable[int],
         strtabs: list[bytes],
     ) -> None:
-        # segments: (p_offset, p_filesz, p_vaddr); symbols: (start, end, sized, name_off, strtab_idx)
+        # segments: (p_offset, p_filesz, p_vaddr); starts, ends, sized: one per symbol, by
+        # start; names: each symbol's name offset | its string table's index << 56
         self._segs = segments
-        self._starts = array("Q", (s[0] for s in symbols))
-        self._ends = array("Q", (s[1] for s in symbols))
-        self._sized = bytes(1 if s[2] else 0 for s in symbols)
+        self._starts, self._ends, self._sized = starts, ends, sized
         # Only these functions' names are kept: a string table also names every object,
         # section and import, and tables stay loaded as long as their binary runs.
         text, offsets = bytearray(), array("I")
-        for _start, _end, _sized, name_off, tab_idx in symbols:
-            table = strtabs[tab_idx]
+        for packed in names:
+            table = strtabs[packed >> 56]
+            name_off = packed & _NAME_MASK
             end = table.find(b"\0", name_off)
             offsets.append(len(text))
             text += memoryview(table)[name_off : end if end >= 0 else len(table)]
@@ -201,7 +205,7 @@ class _SymTable:
         return f"{self._name(fallback)}+0x{vaddr - self._starts[fallback]:x}"
 
 
-_EMPTY = _SymTable([], [], [])
+_EMPTY = _SymTable([], array("Q"), array("Q"), b"", (), [])
 
 
 def _read_exact(f: BinaryIO, offset: int, size: int, file_size: int) -> bytes | None:
@@ -288,7 +292,15 @@ class _ElfProbe:
             return _EMPTY
         probes = [*extra, self]
         strtabs: list[bytes] = []
-        best: dict[int, tuple[tuple[int, int, int, int], int, int, int, int]] = {}
+        # Every function symbol is a candidate, in columns; a binary's tables hold tens of
+        # thousands (libLLVM: 35,000), and a tuple or two per candidate made a transient
+        # ~20 MiB of small objects, which stayed as Python's arenas after.
+        values, sizes, names = array("Q"), array("Q"), array("Q")
+        shndxs, owners = array("I"), array("B")
+        # (value, rank, candidate) in one int each: sorted, the first of each value is the
+        # symbol kept (sized before unsized, .symtab before .dynsym, global before weak before
+        # local, a name without a leading underscore first, then the first read).
+        keys: list[int] = []
         # .symtab before .dynsym so the fuller table wins ties.
         tables = [(p, hdr) for p in range(len(probes)) for _, hdr in probes[p].symtabs]
         ordered = sorted(tables, key=lambda t: t[1]["sh_type"] != "SHT_SYMTAB")
@@ -321,36 +333,45 @@ class _ElfProbe:
                     continue
                 bind = info >> 4
                 rank = (
-                    0 if size else 1,
-                    src_rank,
-                    0 if bind == _STB_GLOBAL else 1 if bind == _STB_WEAK else 2,
-                    0 if strtab[name_off : name_off + 1] != b"_" else 1,
+                    (0 if size else 1) << 20
+                    | src_rank << 4
+                    | (0 if bind == _STB_GLOBAL else 1 if bind == _STB_WEAK else 2) << 1
+                    | (0 if strtab[name_off : name_off + 1] != b"_" else 1)
                 )
-                prev = best.get(value)
-                if prev is None or rank < prev[0]:
-                    best[value] = (rank, size, name_off | (tab_idx << 56), shndx, p)
-        starts = sorted(best)
-        symbols: list[tuple[int, int, bool, int, int]] = []
-        for k, start in enumerate(starts):
+                keys.append(value << 64 | rank << 32 | len(values))
+                values.append(value)
+                sizes.append(size)
+                names.append(name_off | (tab_idx << 56))
+                shndxs.append(shndx)
+                owners.append(p)
+        keys.sort()
+        chosen, last = array("I"), -1
+        for key in keys:
+            value = key >> 64
+            if value != last:
+                chosen.append(key & 0xFFFFFFFF)
+                last = value
+        del keys
+        starts, ends = array("Q", (values[c] for c in chosen)), array("Q")
+        for k, c in enumerate(chosen):
             if k & 0xFFFF == 0:
                 _check_deadline(self.deadline)
-            _rank, size, packed, shndx, p = best[start]
+            start, size, shndx = values[c], sizes[c], shndxs[c]
             if size:
                 end = start + size
             else:
                 nxt = starts[k + 1] if k + 1 < len(starts) else None
                 sec_end = None
-                sections = probes[p].sections
+                sections = probes[owners[c]].sections
                 if shndx < _SHN_LORESERVE and shndx < len(sections):
                     sh = sections[shndx]
                     if sh["sh_addr"] <= start < sh["sh_addr"] + sh["sh_size"]:
                         sec_end = sh["sh_addr"] + sh["sh_size"]
                 cands = [e for e in (nxt, sec_end) if e is not None]
                 end = min(cands) if cands else start + 1
-            symbols.append(
-                (start, min(end, 2**64 - 1), bool(size), packed & ((1 << 56) - 1), packed >> 56)
-            )
-        return _SymTable(segments, symbols, strtabs)
+            ends.append(min(end, 2**64 - 1))
+        sized = bytes(1 if sizes[c] else 0 for c in chosen)
+        return _SymTable(segments, starts, ends, sized, (names[c] for c in chosen), strtabs)
 
 
 def _minidebuginfo(probe: _ElfProbe) -> _ElfProbe | None:

@@ -23,6 +23,7 @@ from ktop.codec import RecordingError
 from ktop.engine import DataSource
 from ktop.model import Snapshot
 from ktop.text import printable
+from ktop.ui import restyle
 from ktop.ui.screens.main import MainScreen
 from ktop.ui.widgets.pane import Display
 from ktop.units import format_span
@@ -31,6 +32,8 @@ from ktop.writer import SnapshotError, write_atomically
 if TYPE_CHECKING:
     from ktop.compare import Baseline
     from ktop.record.session import SessionRecorder
+
+restyle.install()  # before any app restyles: tables keep their component styles' nodes
 
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 # A refresh this much later than due (beyond one interval) was held up: SIGSTOP, a
