@@ -86,6 +86,21 @@ def open_fds() -> set[str]:
             if os.path.exists(f"/proc/self/fd/{fd}")}
 
 
+def asleep_in_nanosleep(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until the process sleeps in its system call with its I/O counts still: a
+    loaded machine may still be running its exec (reading the binary) a moment after."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/wchan") as wchan, open(f"/proc/{pid}/io") as io:
+            now = wchan.read() + io.read()
+        if "nanosleep" in now and now == last:
+            return
+        last = now
+        time.sleep(0.1)
+    raise AssertionError(f"pid {pid} never settled in nanosleep: {last!r}")
+
+
 def test_an_exited_process_leaves_its_row_and_its_open_stat_file():
     """/proc/PID/stat stays open between refreshes; a process that exits takes both its row
     and that descriptor with it, and an unchanged process keeps its row."""
@@ -95,6 +110,7 @@ def test_an_exited_process_leaves_its_row_and_its_open_stat_file():
     child = subprocess.Popen(["sleep", "30"])
     collector = ProcessCollector()
     try:
+        asleep_in_nanosleep(child.pid)  # its exec's reads done: nothing changes after
         collector.collect()
         time.sleep(0.05)
         rows = {r.pid: r for r in collector.collect()}

@@ -176,7 +176,7 @@ def test_a_stop_mid_interval_writes_the_interval_in_progress_with_its_true_span(
     records = Recording(path).records
     # Its true span: from the start to the stop, however late a loaded machine stopped it;
     # not the 10 s of -d.
-    assert len(records) == 1 and 0.6 <= records[0].duration_s <= took
+    assert len(records) == 1 and 0.55 <= records[0].duration_s <= took
 
 
 def test_duration_is_wall_time_however_long_an_interval_takes(tmp_path):

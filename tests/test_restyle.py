@@ -36,12 +36,13 @@ def _cursor_colour(part: Part) -> str:
     return {"#ff0000": "red", "#0000ff": "blue"}.get(colour.name, colour.name)
 
 
-def _virtual_nodes_in_garbage() -> int:
-    """How many virtual nodes wait in reference cycles for the collector (collected here)."""
+def _virtual_nodes_in_garbage(*parts: Part) -> int:
+    """How many virtual nodes of these parts wait in reference cycles for the collector
+    (collected here; other tests' garbage in the same process is not counted)."""
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
-        return sum(type(thing) is DOMNode for thing in gc.garbage)
+        return sum(type(thing) is DOMNode and thing._parent in parts for thing in gc.garbage)
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -64,7 +65,7 @@ def test_focus_changes_leave_no_virtual_nodes_and_styles_follow_focus():
                     a.focus()
                     await pilot.pause()
                     colours.append(_cursor_colour(a) + "/" + _cursor_colour(b))
-                garbage = _virtual_nodes_in_garbage()
+                garbage = _virtual_nodes_in_garbage(a, b)
                 same = kept == a.__dict__[restyle._NODES]
                 await pilot.exit(None)
             return colours, garbage, same
@@ -92,7 +93,7 @@ def test_textual_alone_leaves_virtual_nodes():
                 await pilot.pause()
                 a.focus()
                 await pilot.pause()
-            garbage = _virtual_nodes_in_garbage()
+            garbage = _virtual_nodes_in_garbage(a, b)
             await pilot.exit(None)
         return garbage
 
