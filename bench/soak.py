@@ -411,12 +411,16 @@ def headless(args: argparse.Namespace) -> list[float]:
                                stdin=subprocess.DEVNULL)
     assert process.stdout is not None
     samples = []
-    for text in process.stdout:
-        if " RSS " in text:
-            samples.append(float(text.split(" RSS ")[1].split()[0]))
-            text = text.rstrip("\n") + f"  load {os.getloadavg()[0]:.1f}\n"
-        print(text, end="", flush=True)
-    process.wait()
+    try:
+        for text in process.stdout:
+            if " RSS " in text:
+                samples.append(float(text.split(" RSS ")[1].split()[0]))
+                text = text.rstrip("\n") + f"  load {os.getloadavg()[0]:.1f}\n"
+            print(text, end="", flush=True)
+    finally:
+        if process.poll() is None and sys.exc_info()[0] is not None:  # stopped early
+            process.kill()
+        process.wait()
     if process.returncode:
         errors.seek(0)
         print("soak: ktop failed:\n" + "".join(errors.readlines()[-20:]), file=sys.stderr)
@@ -440,11 +444,19 @@ def main() -> int:
     if os.geteuid() != 0:
         print("soak: run as root (the BPF panes)", file=sys.stderr)
         return 2
+    # Stopped by SIGTERM (timeout, kill) or SIGINT (even started in the background, where a
+    # shell ignores it): the load, the terminal and ktop are cleaned up on the way out.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda signum, frame: signal.default_int_handler(signum, frame))
     print(f"soak: {args.minutes:g} min of ktop's five panes "
           f"{'headless' if args.headless else 'in a terminal'} under two dd, file churn and "
           f"{SPAWNS_PER_S} processes/s; RSS and losses every {EVERY_S:.0f} s", flush=True)
-    with churning(SPAWNS_PER_S), writing_dd():
-        samples = headless(args) if args.headless else in_terminal(args.minutes)
+    try:
+        with churning(SPAWNS_PER_S), writing_dd():
+            samples = headless(args) if args.headless else in_terminal(args.minutes)
+    except KeyboardInterrupt:
+        print("soak: stopped; the load and ktop are gone", file=sys.stderr)
+        return 130
     if not samples:
         print("soak: no figure came", file=sys.stderr)
         return 1
