@@ -22,7 +22,8 @@ from ktop.text import csv_cell
 
 CSV_COLUMNS = (
     "time", "unix_time", "duration_s",
-    "cpu_kernel_pct", "cpu_user_pct", "cpu_idle_pct", "cpu_iowait_pct", "samples", "top_function", "top_function_pct",
+    "cpu_kernel_pct", "cpu_user_pct", "cpu_idle_pct", "cpu_iowait_pct", "cpu_steal_pct",
+    "samples", "top_function", "top_function_pct",
     "lock_contended", "lock_wait_ms", "top_lock_caller", "top_lock_wait_ms",
     "io_requests", "io_bytes", "io_avg_latency_ms", "top_io_pid", "top_io_comm", "top_io_bytes",
     "processes", "lost_in_interval",
@@ -39,14 +40,14 @@ def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
         functions = [f for f in cpu.functions if show_idle or not f.idle]
         top = functions[0] if functions else None
         row += [f"{cpu.times.kernel:.2f}", f"{cpu.times.user:.2f}", f"{cpu.times.idle:.2f}",
-                f"{cpu.times.iowait:.2f}", cpu.total_samples, csv_cell(top.symbol) if top else "",
+                f"{cpu.times.iowait:.2f}", f"{cpu.times.steal:.2f}", cpu.total_samples, csv_cell(top.symbol) if top else "",
                 f"{top.percent:.3f}" if top else ""]
     elif snapshot.cpu_times is not None:  # no sampler (not root): /proc/stat's split
         times = snapshot.cpu_times
         row += [f"{times.kernel:.2f}", f"{times.user:.2f}", f"{times.idle:.2f}",
-                f"{times.iowait:.2f}", "", "", ""]
+                f"{times.iowait:.2f}", f"{times.steal:.2f}", "", "", ""]
     else:
-        row += [""] * 7
+        row += [""] * 8
     if locks:
         top_lock = locks.callers[0] if locks.callers else None
         row += [locks.events, f"{sum(c.total_wait_ns for c in locks.callers) / 1e6:.3f}",
