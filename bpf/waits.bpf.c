@@ -224,6 +224,18 @@ static __always_inline u64 min_walk_ns(u32 state)
 	return state == WAIT_STATE_D ? MIN_WALK_D_NS : MIN_WALK_S_NS;
 }
 
+/* A thread's last blocked wait is kept per kind, D or the rest: last_blocked_ns[is_d]. */
+#define SEEN_FLAG(is_d)	((is_d) ? WAIT_THREAD_SEEN_D : WAIT_THREAD_SEEN_S)
+
+/* Whether the wait the thread begins in this state is predicted long enough to walk: its
+ * last one of the same kind was (or it has none yet). */
+static __always_inline bool predicted_long(struct wait_thread *t, u32 state)
+{
+	u32 is_d = state == WAIT_STATE_D;
+
+	return !(t->flags & SEEN_FLAG(is_d)) || t->last_blocked_ns[is_d & 1] >= min_walk_ns(state);
+}
+
 /* What a switch-out leaves the thread as: (prev_state as the kernel passes it). */
 enum switched_out { OUT_RUNNABLE, OUT_S, OUT_D, OUT_OTHER, OUT_DEAD };
 
@@ -449,13 +461,9 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 			w->max_ns = wait_ns;
 		__sync_fetch_and_add(&w->hist[hist_slot(wait_ns)], 1);
 	}
-	if (t->state == WAIT_STATE_D) {
-		t->last_blocked_ns[1] = wait_ns;
-		t->flags |= WAIT_THREAD_SEEN_D;
-	} else {
-		t->last_blocked_ns[0] = wait_ns;
-		t->flags |= WAIT_THREAD_SEEN_S;
-	}
+	u32 is_d = t->state == WAIT_STATE_D;
+	t->last_blocked_ns[is_d & 1] = wait_ns;
+	t->flags |= SEEN_FLAG(is_d);
 }
 
 /* The switch-out of the current thread: its on-CPU time is added, under its name now
@@ -509,10 +517,7 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 	}
 	t->phase = PHASE_BLOCKED;
 	t->state = out == OUT_S ? WAIT_STATE_S : out == OUT_D ? WAIT_STATE_D : WAIT_STATE_OTHER;
-	bool walk = out == OUT_D
-		? !(t->flags & WAIT_THREAD_SEEN_D) || t->last_blocked_ns[1] >= MIN_WALK_D_NS
-		: !(t->flags & WAIT_THREAD_SEEN_S) || t->last_blocked_ns[0] >= MIN_WALK_S_NS;
-	if (walk) {
+	if (predicted_long(t, t->state)) {
 		t->kstack = kernel_stack(ctx);
 		t->ustack = user_stack(ctx, tgid);
 	} else {

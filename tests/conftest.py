@@ -37,7 +37,8 @@ PANE_TITLES = ("Hot kernel functions", "Lock contention", "Block I/O", "Processe
                "Waits (off-CPU)")
 
 # Live tests load BPF programs; a few unit tests mount, chattr or chown in tmp_path.
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+NEEDS_ROOT = "needs root"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason=NEEDS_ROOT)
 
 
 @pytest.fixture
@@ -370,8 +371,8 @@ def _needs_the_machine(item: pytest.Item) -> bool:
     run alone (`make test` runs the others two at a time first)."""
     if item.get_closest_marker("live") or item.path.name.startswith("test_live_"):
         return True
-    return any(mark.kwargs.get("reason") == "needs root"
-               for mark in item.iter_markers("skipif"))
+    # Not a skip: root_only tests are told apart by their marker, to run them alone.
+    return any(mark.kwargs.get("reason") == NEEDS_ROOT for mark in item.iter_markers("skipif"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -173,9 +173,9 @@ def parse_min_walk(text: str) -> WalkMinimums:
         return WalkMinimums(s_us=value, d_us=value)
     given: dict[str, int] = {}
     for part in text.split(","):
-        state, _, value = part.partition("=")
+        state, equals, value = part.partition("=")
         state = state.strip().upper()
-        if state not in ("S", "D") or not _:
+        if state not in ("S", "D") or not equals:
             raise ValueError(f"--offcpu-min {text!r}: give US, or S=US,D=US (S and D are the "
                              "states whose waits' stacks are walked from US µs)")
         if state in given:
