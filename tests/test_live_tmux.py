@@ -203,7 +203,14 @@ def test_a_stopped_ktop_measures_its_first_refresh_over_the_gap_and_says_so(term
         # stops (and tmux continues a stopped child of its own at once).
         terminal.run(f"sh -c '{shlex.quote(sys.executable)} -m ktop -p {busy.pid}; "
                      "printf \"KTOP_%s=%s\\n\" EXIT $?'")
-        terminal.wait_for(f" {busy.pid}  root ")  # the processes pane: the BPF ones may still load
+        terminal.wait_for(f" {busy.pid}  root ")
+        # Every BPF pane attached (the header's BPF figure names each): a pane attaching after
+        # SIGCONT brings a refresh over ~0.3 s of compiling, truly ~100% of a CPU.
+        deadline = time.monotonic() + 60
+        while not all(f"{pane} " in terminal.screen().splitlines()[0]
+                      for pane in ("waits", "functions", "locks", "blockio")):
+            assert time.monotonic() < deadline, f"the BPF panes never loaded:\n{terminal.screen()}"
+            time.sleep(0.2)
         ktop = next(p for p in psutil.Process(int(terminal.display("#{pane_pid}"))).children(True)
                     if p.cmdline()[1:3] == ["-m", "ktop"])
         time.sleep(1.5)
