@@ -511,11 +511,16 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		return;
 	}
 	t->since = now;
+	u32 pending = t->flags & WAIT_THREAD_WAKE_PENDING;
+	if (pending)
+		t->flags &= ~WAIT_THREAD_WAKE_PENDING;
 	if (out == OUT_RUNNABLE) {	/* preempted, or yielded while runnable */
 		t->phase = PHASE_RUNQ;
 		return;
 	}
-	t->phase = PHASE_BLOCKED;
+	/* Woken already (sched_waking saw it still on the CPU): its sched_wakeup comes once
+	 * it is off the CPU, and ends the wait. */
+	t->phase = pending ? PHASE_WAKING : PHASE_BLOCKED;
 	t->state = out == OUT_S ? WAIT_STATE_S : out == OUT_D ? WAIT_STATE_D : WAIT_STATE_OTHER;
 	if (predicted_long(t, t->state)) {
 		t->kstack = kernel_stack(ctx);
@@ -594,12 +599,22 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 		new_thread(tid, PHASE_RUNQ, now);
 		return 0;
 	}
-	if (t->phase != PHASE_BLOCKED)
-		return 0;	/* woken before it left the CPU, or already runnable */
-	t->phase = PHASE_WAKING;
+	if (t->phase == PHASE_ON_CPU) {
+		/* Woken while still switching out (its state set, the switch-out's program yet
+		 * to run), or before it blocked at all (its sched_wakeup follows at once, on the
+		 * CPU: the mark is dropped there). Without the mark, such a wait read as one with
+		 * no wake-up seen, its run-queue time counted as blocked. */
+		t->flags |= WAIT_THREAD_WAKE_PENDING;
+	} else if (t->phase == PHASE_BLOCKED) {
+		t->phase = PHASE_WAKING;
+	} else {
+		return 0;	/* already runnable */
+	}
 	t->waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
 	t->waker_kstack = -ENOENT;
+	if (t->phase == PHASE_ON_CPU)
+		return 0;	/* its wait's length unknown: the waker's stack is not walked */
 	if (t->kstack != -ENOENT && bpf_ktime_get_ns() - t->since >= min_walk_ns(t->state))
 		t->waker_kstack = kernel_stack(ctx);
 	return 0;
@@ -613,8 +628,13 @@ int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	u32 tid = read_u32(ctx->args[0], TASK_PID);
 	struct wait_thread *t = threads.lookup(&tid);
 
-	if (!t || t->phase != PHASE_WAKING)
+	if (!t)
 		return 0;
+	if (t->phase != PHASE_WAKING) {
+		if (t->phase == PHASE_ON_CPU && (t->flags & WAIT_THREAD_WAKE_PENDING))
+			t->flags &= ~WAIT_THREAD_WAKE_PENDING;	/* woken before it blocked */
+		return 0;
+	}
 	u64 now = bpf_ktime_get_ns();
 	u64 word = interval_word();
 

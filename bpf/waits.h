@@ -66,6 +66,9 @@ struct wait_thread {
 
 #define WAIT_THREAD_SEEN_S	4	/* last_blocked_ns[0] is known (S or other) */
 #define WAIT_THREAD_SEEN_D	8	/* last_blocked_ns[1] is known */
+#define WAIT_THREAD_WAKE_PENDING 16	/* woken while still on the CPU, about to block: sched_waking
+					   ran before the switch-out's program (the waker spins on
+					   the task's on_cpu meanwhile); the waker fields hold who */
 
 /* Time per (process, command, cgroup), every wait counted whatever its length. */
 struct wait_proc_key {

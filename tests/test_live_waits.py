@@ -281,6 +281,42 @@ def test_pipe_reader_woken_by_its_writer(collector, kallsyms) -> None:
     assert woken.get("pipe-writer", 0) >= 0.9 * total, (woken, total)
 
 
+FAST_PIPE = """
+import os
+a_r, a_w = os.pipe(); b_r, b_w = os.pipe()
+if os.fork() == 0:
+    os.close(a_w); os.close(b_r)  # the reader's end of file when the parent is killed
+    set_comm("pp-pong")
+    os.sched_setaffinity(0, {1})
+    while os.read(a_r, 1):
+        os.write(b_w, b"x")
+    os._exit(0)
+os.close(a_r); os.close(b_w)
+set_comm("pp-ping")
+os.sched_setaffinity(0, {0})
+while True:
+    os.write(a_w, b"x"); os.read(b_r, 1)
+"""
+
+
+def test_a_wake_up_racing_the_switch_out_still_names_its_waker(collector) -> None:
+    """A pipe ping-pong on two CPUs wakes each side just as it switches out: sched_waking
+    runs before that switch-out's program. Those waits read as "no wake-up seen" (0.65% of
+    them under load, their run-queue time counted as blocked); each is woken by the other."""
+    with started(FAST_PIPE):
+        time.sleep(0.5)
+        collector.drain()
+        time.sleep(WATCH_S)
+        drain = collector.drain()
+    mine = [s for s in drain.stacks if s.comm in ("pp-ping", "pp-pong")]
+    waits = sum(s.count for s in mine)
+    unseen = sum(s.count for s in mine if s.waker_pid == 0)
+    assert waits >= 5000, (waits, mine[:3])
+    assert unseen <= waits / 5000, (unseen, waits)
+    woken_by_the_other = sum(s.count for s in mine if {s.waker_comm, s.comm} == {"pp-ping", "pp-pong"})
+    assert woken_by_the_other >= 0.99 * waits, (woken_by_the_other, waits)
+
+
 def test_single_thread_time_adds_up_to_wall_time(collector, kallsyms) -> None:
     code = (
         "import time\n"
