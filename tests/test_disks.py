@@ -6,7 +6,15 @@ import os
 
 import pytest
 
-from ktop.collectors.disks import DiskNames, bio_based_devices, idle_disks, kernel_dev, split_dev
+from ktop.collectors.blockio import BUSY_SETTLED_S, STALE_AFTER_S, SWEEP_EVERY_S, proven_stale
+from ktop.collectors.disks import (
+    DiskNames,
+    bio_based_devices,
+    idle_disks,
+    in_flight_counts,
+    kernel_dev,
+    split_dev,
+)
 
 
 def write(path, text: str = "") -> None:
@@ -134,3 +142,36 @@ def test_idle_disks_are_those_the_kernel_says_have_nothing_in_flight(tmp_path):
     vda, vdb, sda, gone = kernel_dev(254, 0), kernel_dev(254, 16), kernel_dev(8, 0), kernel_dev(9, 9)
     # a disk with no inflight file (gone, or never a disk) is not called idle
     assert idle_disks({vda, vdb, sda, gone}, str(tmp_path)) == {vda}
+
+
+def test_in_flight_counts_are_reads_and_writes_the_kernel_holds(tmp_path):
+    (tmp_path / "dev" / "block" / "254:0").mkdir(parents=True)
+    (tmp_path / "dev" / "block" / "254:0" / "inflight").write_text("       2        3\n")
+    (tmp_path / "dev" / "block" / "8:0").mkdir(parents=True)
+    (tmp_path / "dev" / "block" / "8:0" / "inflight").write_text("garbage\n")
+    vda, sda = kernel_dev(254, 0), kernel_dev(8, 0)
+    assert in_flight_counts({vda, sda, kernel_dev(9, 9)}, str(tmp_path)) == {vda: 5}
+
+
+def test_unseen_completions_on_a_busy_disk_are_found_by_the_kernels_in_flight_count():
+    """Another process keeps the disk busy: its in-flight count never reaches 0, and a dd's
+    requests whose completion went unseen sat a minute "in flight", its bytes read short.
+    Those beyond the kernel's count, oldest first, are stale once past BUSY_SETTLED_S."""
+    now = 1000.0
+    vda, vdb, unknown = kernel_dev(254, 0), kernel_dev(254, 16), kernel_dev(9, 9)
+
+    def ago(s):
+        return int((now - s) * 1e9)
+
+    entries = [
+        ("lost-1", ago(BUSY_SETTLED_S + 9), vda), ("lost-2", ago(BUSY_SETTLED_S + 5), vda),
+        ("slow", ago(BUSY_SETTLED_S + 1), vda),  # the kernel holds one old request: this one
+        ("young", ago(SWEEP_EVERY_S + 1), vda),  # in the scheduler, perhaps: not judged yet
+        ("idle-old", ago(SWEEP_EVERY_S + 1), vdb), ("idle-new", ago(1), vdb),
+        ("ancient", ago(STALE_AFTER_S + 1), unknown), ("unknown", ago(BUSY_SETTLED_S + 1), unknown),
+    ]
+    stale = proven_stale(entries, {vda: 1, vdb: 0}, now)
+    assert sorted(key for key, _ in stale) == ["ancient", "idle-old", "lost-1", "lost-2"]
+    assert dict(stale)["lost-1"] == ago(BUSY_SETTLED_S + 9)  # the start, to check before deleting
+    # as many in flight as held: none is proven lost
+    assert proven_stale(entries[:3], {vda: 3}, now) == []

@@ -11,6 +11,7 @@ import ctypes as ct
 import errno
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ktop.cgroups import CgroupNames, shared_names
 from ktop.collectors.bpfload import (
@@ -23,7 +24,7 @@ from ktop.collectors.bpfload import (
 )
 from ktop.collectors.bpfsys import RingBuffer
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
-from ktop.collectors.disks import bio_based_devices, idle_disks
+from ktop.collectors.disks import bio_based_devices, in_flight_counts
 from ktop.collectors.maps import TwoGenerationProgram
 
 PROGRAM = "blockio.bpf.c"
@@ -84,7 +85,13 @@ TRACEPOINT_ARGS = {
 }
 STALE_AFTER_S = 60.0  # older than any block layer timeout with retries: never completing
 SWEEP_EVERY_S = 5.0
+# On a busy disk, a request is held against the kernel's in-flight count once this old: past
+# mq-deadline's write_expire (5 s), the longest a request waits in the scheduler, which the
+# kernel's count (issued requests) leaves out.
+BUSY_SETTLED_S = 15.0
 BIO_DEVICES_EVERY_S = 10.0  # zram/dm devices come and go
+
+K = TypeVar("K")  # an in-flight map key
 
 
 def struct_offset_flags(btf: KernelBtf) -> list[str]:
@@ -340,19 +347,17 @@ class BlockCollector:
 
     def _sweep_stale(self, now: float) -> None:
         """Delete in-flight entries that will never complete (their completion went unseen):
-        older than STALE_AFTER_S, or older than a sweep on a disk the kernel says has
-        nothing in flight (a dd's missed completions counted within seconds, not a minute
-        later; its bytes read short meanwhile)."""
+        older than STALE_AFTER_S, or more of them older than a while on a disk than the
+        kernel says that disk has in flight (a dd's missed completions counted within
+        seconds, not a minute later, even while another process keeps the disk busy)."""
         self._last_sweep = now
         inflight = self._program.table(MAP_INFLIGHT)
         entries = inflight.snapshot()  # before the disks are asked: these started before
-        idle = idle_disks({req.dev for _, req in entries}, self._sys_root)
-        old_ns, settled_ns = int((now - STALE_AFTER_S) * 1e9), int((now - SWEEP_EVERY_S) * 1e9)
-        for key, req in entries:
-            if req.start_ns >= old_ns and (req.start_ns >= settled_ns or req.dev not in idle):
-                continue
+        in_flight = in_flight_counts({req.dev for _, req in entries}, self._sys_root)
+        for key, start_ns in proven_stale(
+                [(key, req.start_ns, req.dev) for key, req in entries], in_flight, now):
             try:
-                if inflight[key].start_ns != req.start_ns:
+                if inflight[key].start_ns != start_ns:
                     continue  # completed meanwhile, and its address holds a new request
                 del inflight[key]
                 self._stale += 1
@@ -396,3 +401,27 @@ class BlockCollector:
         if self._program is not None:
             self._program.close()
             self._program = None
+
+
+def proven_stale(entries: list[tuple[K, int, int]], in_flight: dict[int, int],
+                 now: float) -> list[tuple[K, int]]:
+    """(key, start_ns) of the in-flight entries whose completion went unseen, from (key,
+    start_ns, dev) read before in_flight (the kernel's count per disk, now: every request
+    still in flight that began before the read is among the entries). Past STALE_AFTER_S,
+    any; on a disk with nothing in flight, any older than a sweep; on a busy one, the
+    oldest of those older than BUSY_SETTLED_S beyond the count in flight there (a disk
+    the kernel cannot tell of: none)."""
+    old_ns = int((now - STALE_AFTER_S) * 1e9)
+    stale = [(key, start) for key, start, _ in entries if start < old_ns]
+    settled: dict[int, list[tuple[int, K]]] = {}
+    for key, start, dev in entries:
+        count = in_flight.get(dev)
+        if start < old_ns or count is None:
+            continue
+        before_ns = int((now - (SWEEP_EVERY_S if count == 0 else BUSY_SETTLED_S)) * 1e9)
+        if start < before_ns:
+            settled.setdefault(dev, []).append((start, key))
+    for dev, held in settled.items():
+        held.sort(key=lambda entry: entry[0])
+        stale.extend((key, start) for start, key in held[:max(0, len(held) - in_flight[dev])])
+    return stale

@@ -120,16 +120,20 @@ def bio_based_devices(sys_root: str = "/sys") -> set[int]:
     return found
 
 
-def idle_disks(devs: set[int], sys_root: str = "/sys") -> set[int]:
-    """The devices (kernel dev_t) with no request in flight now, as the kernel counts them
-    (/sys/dev/block/MAJ:MIN/inflight); one it cannot tell of is not idle."""
-    idle = set()
+def in_flight_counts(devs: set[int], sys_root: str = "/sys") -> dict[int, int]:
+    """Requests in flight now on each device (kernel dev_t), as the kernel counts them
+    (/sys/dev/block/MAJ:MIN/inflight, reads and writes); one it cannot tell of is left out."""
+    counts = {}
     for dev in devs:
         try:
             with open(f"{sys_root}/dev/block/{dev >> 20}:{dev & 0xFFFFF}/inflight", "rb") as f:
                 reads, writes = map(int, f.read().split())
         except (OSError, ValueError):
             continue
-        if reads == writes == 0:
-            idle.add(dev)
-    return idle
+        counts[dev] = reads + writes
+    return counts
+
+
+def idle_disks(devs: set[int], sys_root: str = "/sys") -> set[int]:
+    """The devices with no request in flight now; one the kernel cannot tell of is not idle."""
+    return {dev for dev, count in in_flight_counts(devs, sys_root).items() if count == 0}
