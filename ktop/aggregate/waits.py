@@ -125,12 +125,13 @@ class KernelNamer:
         named only down to the interrupt it ran in (what it interrupted says nothing about
         it, and a new instruction interrupted is a new stack: most wakers of a busy
         machine)."""
-        frames: list[str] = []
-        for frame in self._frames.without_tracing(addresses)[1]:
-            frames.append(frame)
-            if waker and frame.startswith("asm_"):
-                break
-        return tuple(frames)
+        if waker:
+            return self._frames.named_until(addresses, _is_interrupt_entry)
+        return self._frames.without_tracing(addresses)[1]
+
+
+def _is_interrupt_entry(frame: str) -> bool:
+    return frame.startswith("asm_")
 
 
 def _make_room(cache: dict) -> None:

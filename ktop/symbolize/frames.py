@@ -48,10 +48,27 @@ class KernelFrames:
         """(addresses, frames) from past the outermost tracing frame among the innermost
         TRACING_DEPTH (an unnamed BPF frame may sit between two of them)."""
         frames = [self.format(a) for a in addresses]
+        start = self._past_tracing(addresses, frames)
+        return tuple(addresses[start:]), tuple(frames[start:])
+
+    def named_until(self, addresses: Sequence[int], last: Callable[[str], bool]) -> tuple[str, ...]:
+        """The frames of without_tracing, down to the first that is `last` only: the rest
+        are not named at all (a waker in an interrupt: what it interrupted, ~half of its
+        frames)."""
+        head = [self.format(a) for a in addresses[:TRACING_DEPTH]]
+        frames: list[str] = []
+        for i in range(self._past_tracing(addresses, head), len(addresses)):
+            frame = head[i] if i < len(head) else self.format(addresses[i])
+            frames.append(frame)
+            if last(frame):
+                break
+        return tuple(frames)
+
+    def _past_tracing(self, addresses: Sequence[int], frames: Sequence[str]) -> int:
+        """The index past the outermost tracing frame among the innermost TRACING_DEPTH."""
         tracing = [i for i in range(min(TRACING_DEPTH, len(frames)))
                    if self.is_tracing(addresses[i], frames[i])]
-        start = tracing[-1] + 1 if tracing else 0
-        return tuple(addresses[start:]), tuple(frames[start:])
+        return tracing[-1] + 1 if tracing else 0
 
 
 # Section markers in kallsyms: a lock past one of these is not "inside" it.
