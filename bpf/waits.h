@@ -98,7 +98,8 @@ struct wait_stack_key {
 	s64 kstack;			/* a key in `stacks`, or -errno */
 	s64 ustack;			/* a key in `user_stacks`, or -errno */
 	s64 waker_kstack;		/* a key in `stacks`, or -errno (-EINPROGRESS: still waiting
-					   at an interval's end, its time up to there) */
+					   at an interval's end, its time up to there; -EINTR: not
+					   walked, woken in an interrupt) */
 	u32 waker_pid;			/* tgid of the waker (0: no wake-up seen) */
 	u32 pad;
 	u64 cgroup;

@@ -475,7 +475,7 @@ class WaitWaker:
     """Who ended some of a stack's blocked waits: offwaketime's one hop."""
 
     pid: int  # 0 for an interrupt or no wake-up seen (comm says which)
-    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[no wake-up seen]"
+    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[interrupt]" (not walked), "[no wake-up seen]"
     frames: tuple[str, ...]  # the waker's kernel frames, innermost first ("" if not walked)
     count: int
     total_ns: int

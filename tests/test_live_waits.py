@@ -317,6 +317,31 @@ def test_a_wake_up_racing_the_switch_out_still_names_its_waker(collector) -> Non
     assert woken_by_the_other >= 0.99 * waits, (woken_by_the_other, waits)
 
 
+def test_a_short_sleep_woken_by_the_timer_is_not_charged_to_the_task_it_interrupted(
+        collector, kallsyms) -> None:
+    """Short waits' wakers are not walked: the waker was whatever task ran when the wake-up
+    came, and a sleeper's timer interrupt landing on a kernel-bound dd read "woken by dd".
+    The wake-up ran on the interrupt's stack, so no task woke it."""
+    hog = subprocess.Popen(["taskset", "-c", "1", "dd", "if=/dev/zero", "of=/dev/null", "bs=1M"])
+    try:
+        with started("import os, time\nos.sched_setaffinity(0, {1})\nset_comm('short-sleeper')\n"
+                     "while True:\n    time.sleep(0.0002)\n") as sleeper:
+            profile, *_ = watch(collector, kallsyms)
+    finally:
+        hog.kill()
+        hog.wait()
+    wakers: dict[str, int] = {}
+    for stack in profile.stacks:
+        if stack.pid == sleeper.pid and stack.reason != "[no stack: -2]":
+            for waker in stack.wakers:
+                wakers[waker.comm] = wakers.get(waker.comm, 0) + waker.count
+    total = sum(wakers.values())
+    assert total > 1000, wakers
+    by_interrupt = sum(n for comm, n in wakers.items() if comm in ("[interrupt]", "[hardirq]"))
+    assert wakers.get("dd", 0) <= 0.15 * total, wakers  # interrupts from user mode only
+    assert by_interrupt >= 0.5 * total, wakers
+
+
 def test_single_thread_time_adds_up_to_wall_time(collector, kallsyms) -> None:
     code = (
         "import time\n"

@@ -80,6 +80,9 @@ NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)
 STILL_WAITING = -115  # -EINPROGRESS as a waker's stack: the wait went on past the interval
 WAKER_NONE = "[no wake-up seen]"  # the waker of a wait whose wake-up was not seen
 WAKER_WAITING = "[still waiting]"  # the time so far of a wait going on at an interval's end
+# A waker's stack not walked, the wake-up run on an interrupt's stack: no task woke it.
+IN_INTERRUPT = -4  # -EINTR
+WAKER_INTERRUPT = "[interrupt]"
 MAX_MIN_WALK_US = 10_000_000
 
 
@@ -203,6 +206,10 @@ def task_flags(btf: KernelBtf) -> list[str]:
         if size != 4:
             raise BtfError(f"task_struct.pid is {size} bytes, not 4")
         flags = [f"-DTASK_PID={offset}"]
+        offset, size = btf.member("task_struct", "stack")
+        if size != 8:
+            raise BtfError(f"task_struct.stack is {size} bytes, not 8")
+        flags.append(f"-DTASK_STACK={offset}")
         if btf.tracepoint_arity("sched_switch") >= 4:  # prev_state passed since Linux 5.18
             flags.append("-DSWITCH_STATE_ARG=3")
         else:
@@ -224,6 +231,8 @@ def _comm(raw: bytes) -> str:
 def _waker_comm(pid: int, raw: bytes, waker_stack: int) -> str:
     if waker_stack == STILL_WAITING:
         return WAKER_WAITING
+    if waker_stack == IN_INTERRUPT:
+        return WAKER_INTERRUPT
     if pid == 0 and not raw:
         return WAKER_NONE
     return _comm(raw)
