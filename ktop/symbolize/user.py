@@ -257,28 +257,37 @@ class _ElfProbe:
         self.f = f
         self.file_size = file_size
         self.deadline = deadline  # time.thread_time() past which reading stops
-        self.elf = ELFFile(f)
-        sections, segments = self.elf.num_sections(), self.elf.num_segments()
-        if sections > MAX_SECTIONS or segments > MAX_SEGMENTS:
-            raise BinaryTooBig(f"{sections} sections and {segments} segments")
-        self.build_id = _build_id(self.elf)
-        # Headers only (pyelftools' iter_sections would parse every section's contents).
-        self.sections = [self.elf._get_section_header(i) for i in range(sections)]
+        elf = ELFFile(f)
+        try:
+            sections, segments = elf.num_sections(), elf.num_segments()
+            if sections > MAX_SECTIONS or segments > MAX_SEGMENTS:
+                raise BinaryTooBig(f"{sections} sections and {segments} segments")
+            self.build_id = _build_id(elf)
+            # Headers only (pyelftools' iter_sections would parse every section's contents).
+            self.sections = [elf._get_section_header(i) for i in range(sections)]
+            self.segments = [
+                (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
+                for seg in elf.iter_segments()
+                if seg["p_type"] == "PT_LOAD"
+            ]
+            self.is64, self.little_endian = elf.elfclass == 64, elf.little_endian
+            self.names_index = elf["e_shstrndx"]  # the section of section names
+        finally:
+            # pyelftools' ELFFile, its structures and the sections it parsed refer to each
+            # other: each file read left ~440 objects in reference cycles for the collector.
+            for parsed in (getattr(elf, "structs", None), elf):
+                if parsed is not None:
+                    parsed.__dict__.clear()
         self.symtabs = [
             (i, h)
             for i, h in enumerate(self.sections)
             if h["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM")
         ]
-        self.segments = [
-            (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
-            for seg in self.elf.iter_segments()
-            if seg["p_type"] == "PT_LOAD"
-        ]
         self.has_symtab = any(h["sh_type"] == "SHT_SYMTAB" for _, h in self.symtabs)
 
     def section_data(self, name: bytes) -> bytes | None:
         """The contents of the section named `name` (.gnu_debugdata, .gnu_debuglink)."""
-        index = self.elf["e_shstrndx"]
+        index = self.names_index
         if not 0 < index < len(self.sections):
             return None
         names = self.sections[index]
@@ -321,8 +330,8 @@ class _ElfProbe:
         ordered = sorted(tables, key=lambda t: t[1]["sh_type"] != "SHT_SYMTAB")
         for src_rank, (p, hdr) in enumerate(ordered):
             probe = probes[p]
-            is64 = probe.elf.elfclass == 64
-            fmt = ("<" if probe.elf.little_endian else ">") + ("IBBHQQ" if is64 else "IIIBBH")
+            is64 = probe.is64
+            fmt = ("<" if probe.little_endian else ">") + ("IBBHQQ" if is64 else "IIIBBH")
             entsize = struct.calcsize(fmt)
             link = hdr["sh_link"]
             if not 0 < link < len(probe.sections):
