@@ -299,6 +299,19 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         parts += [("snapshot shown", app.snapshot), ("app and widgets", app)]
         print("  held (MiB): " + ", ".join(
             f"{name} {deep(thing) / 2**20:.1f}" for name, thing in parts), flush=True)
+        functions = dict(source._running).get("functions")
+        if functions is not None:  # what the hot functions' totals since start hold
+            from ktop.model import EXITED_PID
+
+            keys = functions[1]._ids.keys
+            kinds: dict[str, int] = {}
+            for number in functions[1]._window.total.stacks:
+                key = keys[number]
+                kind = (("cut" if key.callers_dropped else "whole")
+                        + (", exited" if key.pid == EXITED_PID else ", live"))
+                kinds[kind] = kinds.get(kind, 0) + 1
+            print(f"  functions' totals: {len(keys)} stack numbers; totals by kind: "
+                  + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())), flush=True)
         symbols = source._user_symbols
         if symbols is not None:  # the binaries whose symbol tables are loaded, largest first
             tables = sorted(((len(t), key[0], len(getattr(t, "_names", ())))
