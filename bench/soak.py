@@ -112,6 +112,48 @@ def arenas() -> str:
                      for name, value in found.items())
 
 
+# What another ktop (or any bcc tool) starting beside does: clang and LLVM compiling a BPF
+# program, in a fresh process each time. ktop's CPU pane samples them, and names their frames
+# from libclang-cpp's and libLLVM's symbol tables (the largest a machine like this maps).
+_COMPILE = """import sys, time
+from bcc import BPF
+while True:
+    BPF(text=sys.argv[1])
+"""
+_COMPILED = """#include <linux/sched.h>
+BPF_HASH(counts, u32, u64);
+int count(void *ctx) {
+    struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+    u32 key = task->tgid;
+    counts.increment(key);
+    return 0;
+}
+"""
+
+
+@contextlib.contextmanager
+def compiling(from_minute: float | None) -> Iterator[None]:
+    """From `from_minute` on (None: never), a loop that starts a process compiling a BPF
+    program with bcc, one after the other."""
+    if from_minute is None:
+        yield
+        return
+    from ktop.collectors import bpfload
+
+    source = bpfload.kernel_headers().source
+    command = (f"sleep {from_minute * 60:.0f}; while :; do /usr/bin/python3 -c "
+               f"{shlex.quote(_COMPILE.replace('while True:', 'for _ in range(3):'))} "
+               f"{shlex.quote(_COMPILED)}; done")
+    loop = subprocess.Popen(["sh", "-c", command], stdin=subprocess.DEVNULL,
+                            start_new_session=True,
+                            env={**os.environ, **({"BCC_KERNEL_SOURCE": source} if source else {})})
+    try:
+        yield
+    finally:
+        os.killpg(loop.pid, signal.SIGKILL)
+        loop.wait()
+
+
 @contextlib.contextmanager
 def writing_dd() -> Iterator[None]:
     """A dd writing 64 MiB with O_DIRECT again and again: block I/O the whole time."""
@@ -248,19 +290,39 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         parts: list[tuple[str, object]] = [("kallsyms", source._kallsyms),
                                            ("user symbols", source._user_symbols),
                                            ("processes", source._processes)]
+        user_module = sys.modules.get("ktop.symbolize.user")
+        if user_module is not None:  # module-level caches of names, outside any part
+            parts += [(f"user names cache {name}", getattr(user_module, name))
+                      for name in ("_demangle",) if hasattr(user_module, name)]
         for pane, (collector, aggregator) in dict(source._running).items():
             parts += [(f"{pane} collector", collector), (f"{pane} aggregator", aggregator)]
         parts += [("snapshot shown", app.snapshot), ("app and widgets", app)]
         print("  held (MiB): " + ", ".join(
             f"{name} {deep(thing) / 2**20:.1f}" for name, thing in parts), flush=True)
+        functions = dict(source._running).get("functions")
+        if functions is not None:  # what the hot functions' totals since start hold
+            from ktop.model import EXITED_PID
+
+            keys = functions[1]._ids.keys
+            kinds: dict[str, int] = {}
+            for number in functions[1]._window.total.stacks:
+                key = keys[number]
+                kind = (("cut" if key.callers_dropped else "whole")
+                        + (", exited" if key.pid == EXITED_PID else ", live"))
+                kinds[kind] = kinds.get(kind, 0) + 1
+            print(f"  functions' totals: {len(keys)} stack numbers; totals by kind: "
+                  + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())), flush=True)
         symbols = source._user_symbols
         if symbols is not None:  # the binaries whose symbol tables are loaded, largest first
-            tables = sorted(((len(t), key[0]) for key, t in symbols._by_stat.items()),
-                            reverse=True)
-            print("  user symbol tables (functions): " + ", ".join(
-                f"{os.path.basename(path)} {n}" for n, path in tables[:8]), flush=True)
+            tables = sorted(((len(t), key[0], len(getattr(t, "_names", ())))
+                             for key, t in symbols._by_stat.items()), reverse=True)
+            print("  user symbol tables (functions, names decoded): " + ", ".join(
+                f"{os.path.basename(path)} {n} {named}" for n, path, named in tables[:8]),
+                flush=True)
         # Within each collector and aggregator: its largest attributes (walked afresh).
-        for name, thing in parts[:2] + parts[3:-2]:
+        for name, thing in parts[:-2]:
+            if name == "processes" or name.startswith("user names cache"):
+                continue
             seen.clear()
             fields = getattr(thing, "__dict__", None)
             if fields is None:  # a class with __slots__
@@ -391,8 +453,8 @@ def in_terminal(minutes: float) -> list[float]:
                              if re.search(r" in (\d+(?:\.\d)?s)", h)), None)
                 print(f"{time.monotonic() - began:6.0f} s  RSS {mib:6.1f} MiB  lost "
                       f"{lost.group(1) if lost else '?'} in the last "
-                      f"{span.group(1) if span else '?'}  load {os.getloadavg()[0]:.1f}",
-                      flush=True)
+                      f"{span.group(1) if span else '?'}  load {os.getloadavg()[0]:.1f}  "
+                      f"({resident(pid)})", flush=True)
         terminal.tmux("send-keys", "-t", "soak", "q")
     finally:
         terminal.close()
@@ -436,6 +498,9 @@ def main() -> int:
                         help="with --headless: where Python's allocations grew (slows ktop)")
     parser.add_argument("--objects", action="store_true",
                         help="with --headless: the object types whose counts grow")
+    parser.add_argument("--compile-from", type=float, metavar="MINUTE",
+                        help="from this minute on, a loop of processes compiling a BPF program "
+                             "with bcc (clang and LLVM), as another ktop starting beside does")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -450,9 +515,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: signal.default_int_handler(signum, frame))
     print(f"soak: {args.minutes:g} min of ktop's five panes "
           f"{'headless' if args.headless else 'in a terminal'} under two dd, file churn and "
-          f"{SPAWNS_PER_S} processes/s; RSS and losses every {EVERY_S:.0f} s", flush=True)
+          f"{SPAWNS_PER_S} processes/s"
+          f"{'' if args.compile_from is None else f', bcc compiling from minute {args.compile_from:g}'}"
+          f"; RSS and losses every {EVERY_S:.0f} s", flush=True)
     try:
-        with churning(SPAWNS_PER_S), writing_dd():
+        with churning(SPAWNS_PER_S), writing_dd(), compiling(args.compile_from):
             samples = headless(args) if args.headless else in_terminal(args.minutes)
     except KeyboardInterrupt:
         print("soak: stopped; the load and ktop are gone", file=sys.stderr)

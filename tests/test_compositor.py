@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 
 from conftest import run_app
@@ -9,6 +10,7 @@ from rich.cells import cell_len
 from rich.segment import ControlType
 from test_ui import INTERVAL, SwitchableSource, many_processes, next_frames
 from textual._compositor import Compositor
+from textual.strip import Strip
 
 from ktop.ui.app import build_app
 from ktop.ui.widgets.compositor import ChangedRowsCompositor
@@ -110,3 +112,35 @@ def test_a_changed_row_asks_only_the_widgets_under_it(recorded_snapshot):
     assert asked, "nothing was repainted"
     assert {name for name, _ in asked} == {"KeyedTable#processes-processes"}, asked
     assert all(height <= 2 for _, height in asked), asked
+
+
+def _strips_in_cycles_of_their_own() -> int:
+    """Strips waiting in reference cycles for the collector because their own cache holds
+    them (collected here)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return sum(isinstance(thing, Strip) and [thing] in thing._divide_cache._cache.values()
+                   for thing in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def test_repainted_lines_are_freed_at_once_not_left_to_the_collector(recorded_snapshot):
+    """Every line a refresh repaints replaces the one drawn before; the old lines must go
+    when they are replaced, not wait in reference cycles for the collector's oldest
+    generation, which ktop runs rarely (their memory stayed meanwhile)."""
+    source = SwitchableSource(with_changes(recorded_snapshot, 200, 0))
+    left: list[int] = []
+
+    async def scenario(pilot):
+        await next_frames(pilot, source)
+        _strips_in_cycles_of_their_own()  # start-up's full repaints are Textual's own
+        for step in range(1, 6):
+            source.current = with_changes(recorded_snapshot, 200 - 10 * step, step)
+            await next_frames(pilot, source)
+        left.append(_strips_in_cycles_of_their_own())
+
+    run_app(build_app(source, interval_s=INTERVAL), scenario)
+    assert left == [0]

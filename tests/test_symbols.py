@@ -218,3 +218,22 @@ def test_named_addresses_are_bounded_and_hot_ones_keep_their_object(monkeypatch)
             assert kallsyms.lookup(0xFFFFFFFF81000010) is hot
     assert str(kallsyms.lookup(0xFFFFFFFF81000010)) == "fn0+0x10"
     assert 0xFFFFFFFF81000008 + 0x1000 not in kallsyms._resolved  # cold: gone
+
+
+def test_every_name_comes_back_whole_across_the_compressed_blocks():
+    """Names are kept compressed a block at a time: a table spanning many blocks, read out
+    of address order as /proc/kallsyms is (modules last), names each address exactly, and
+    finds a marker and any other name by name."""
+    rng = random.Random(7)
+    names = [f"{rng.choice(['do_', '__x64_sys_', 'ext4_', ''])}fn_{i}_{'x' * rng.randrange(40)}"
+             for i in range(20 * kernel.NAMES_PER_BLOCK + 5)]
+    core = [f"{0xFFFFFFFF81000000 + i * 0x40:016x} T {name}" for i, name in enumerate(names)]
+    modules = [f"{0xFFFFFFFFC0000000 + i * 0x40:016x} t mod_fn_{i}\t[ext4]" for i in range(70)]
+    text = "\n".join([*modules[:35], *core, "ffffffff82000000 T __lock_text_start", *modules[35:]])
+    table = Kallsyms.from_text(text)
+    for i, name in enumerate(names):
+        assert table.format(0xFFFFFFFF81000000 + i * 0x40 + 3) == f"{name}+0x3"
+    assert table.format(0xFFFFFFFFC0000000 + 69 * 0x40) == "mod_fn_69+0x0"
+    assert table.address_of("__lock_text_start") == 0xFFFFFFFF82000000
+    assert table.address_of(names[-1]) == 0xFFFFFFFF81000000 + (len(names) - 1) * 0x40
+    assert table.address_of("fn_1") is None  # a prefix of names, no name

@@ -353,17 +353,16 @@ class BpfMap:
         count = min(self.max_entries, max(64, min(1024, self._last_batch)))
         # The kernel's place in the map between calls: a bucket number for hash maps.
         token_size = max(self.key_size, 8)
-        in_token, out_token = ct.create_string_buffer(token_size), ct.create_string_buffer(token_size)
+        in_token, out_token = bytearray(token_size), bytearray(token_size)
         keys: list[bytes] = []
         values: list[bytes] = []
         key_size, value_size = self.key_size, self._value_bytes
         first = True
         while True:
-            key_buffer = ct.create_string_buffer(count * key_size)
-            value_buffer = ct.create_string_buffer(count * value_size)
+            key_buffer, value_buffer = bytearray(count * key_size), bytearray(count * value_size)
             attr = _BatchAttr(
-                in_batch=0 if first else ct.addressof(in_token), out_batch=ct.addressof(out_token),
-                keys=ct.addressof(key_buffer), values=ct.addressof(value_buffer), count=count,
+                in_batch=0 if first else _address(in_token), out_batch=_address(out_token),
+                keys=_address(key_buffer), values=_address(value_buffer), count=count,
                 map_fd=self.fd,
             )
             try:
@@ -377,14 +376,20 @@ class BpfMap:
                     raise
                 done = True  # the last batch: it may still hold entries
             got = attr.count
-            key_bytes = ct.string_at(key_buffer, got * key_size)
+            key_bytes = bytes(memoryview(key_buffer)[:got * key_size])
             keys += [key_bytes[i:i + key_size] for i in range(0, got * key_size, key_size)]
-            values.append(ct.string_at(value_buffer, got * value_size))
+            values.append(bytes(memoryview(value_buffer)[:got * value_size]))
             if done:
                 self._last_batch = len(keys)
                 return keys, b"".join(values)
-            ct.memmove(in_token, out_token, token_size)
+            in_token[:] = out_token
             first = False
+
+
+def _address(buffer: bytearray) -> int:
+    """Where a bytearray's bytes are, for the kernel to write there. (A ctypes buffer of each
+    new size made a type of its own, `c_char * n`, left in reference cycles when dropped.)"""
+    return ct.addressof(ct.c_char.from_buffer(buffer))
 
 
 def stack_addresses(stacks: BpfMap, stack_id: int) -> tuple[int, ...]:

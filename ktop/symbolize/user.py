@@ -11,6 +11,7 @@ import os
 import stat
 import struct
 import time
+import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,7 @@ MAX_NOTES_BYTES = 1 << 16  # a note segment: a build-id note is 36 bytes
 MAX_TABLE_BYTES = 64 << 20  # a symbol or string table (~2.8 million 64-bit symbols)
 MAX_LOAD_CPU_S = 2.0  # CPU time spent on one binary's tables, its debug files included
 UNREADABLE_KEPT = 4096  # binaries remembered as not worth reading again
+NAMES_PER_BLOCK = 32  # function names compressed together (a name asked for: ~10 us)
 
 _STT_FUNC = 2
 _NAME_MASK = (1 << 56) - 1
@@ -139,7 +141,8 @@ def _demangle(name: str) -> str:
 class _SymTable:
     """Function symbols of one ELF file, as parallel sorted arrays for bisect."""
 
-    __slots__ = ("_ends", "_name_offs", "_name_text", "_names", "_segs", "_sized", "_starts")
+    __slots__ = ("_block_ends", "_ends", "_name_offs", "_names", "_packed", "_segs", "_sized",
+                 "_starts")
 
     def __init__(
         self,
@@ -164,7 +167,16 @@ class _SymTable:
             offsets.append(len(text))
             text += memoryview(table)[name_off : end if end >= 0 else len(table)]
             text.append(0)
-        self._name_text, self._name_offs = bytes(text), offsets
+        # Kept compressed, NAMES_PER_BLOCK names a block: most are never asked for, and a
+        # C++ library's mangled names take megabytes (libLLVM's 2.4 MB, 0.6 compressed).
+        packed, self._block_ends = [], array("I")
+        for first in range(0, len(offsets), NAMES_PER_BLOCK):
+            end = first + NAMES_PER_BLOCK
+            block = memoryview(text)[offsets[first]:offsets[end] if end < len(offsets) else None]
+            packed.append(zlib.compress(block))
+            self._block_ends.append((self._block_ends[-1] if self._block_ends else 0)
+                                    + len(packed[-1]))
+        self._packed, self._name_offs = b"".join(packed), offsets
         self._names: dict[int, str] = {}
 
     def __len__(self) -> int:
@@ -180,8 +192,11 @@ class _SymTable:
     def _name(self, idx: int) -> str:
         name = self._names.get(idx)
         if name is None:
-            off = self._name_offs[idx]
-            raw = self._name_text[off : self._name_text.index(b"\0", off)]
+            block = idx // NAMES_PER_BLOCK
+            text = zlib.decompress(self._packed[self._block_ends[block - 1] if block else 0 :
+                                                self._block_ends[block]])
+            off = self._name_offs[idx] - self._name_offs[block * NAMES_PER_BLOCK]
+            raw = text[off : text.index(b"\0", off)]
             name = _demangle(raw.decode("utf-8", "replace")) or UNKNOWN
             self._names[idx] = name
         return name
@@ -242,28 +257,37 @@ class _ElfProbe:
         self.f = f
         self.file_size = file_size
         self.deadline = deadline  # time.thread_time() past which reading stops
-        self.elf = ELFFile(f)
-        sections, segments = self.elf.num_sections(), self.elf.num_segments()
-        if sections > MAX_SECTIONS or segments > MAX_SEGMENTS:
-            raise BinaryTooBig(f"{sections} sections and {segments} segments")
-        self.build_id = _build_id(self.elf)
-        # Headers only (pyelftools' iter_sections would parse every section's contents).
-        self.sections = [self.elf._get_section_header(i) for i in range(sections)]
+        elf = ELFFile(f)
+        try:
+            sections, segments = elf.num_sections(), elf.num_segments()
+            if sections > MAX_SECTIONS or segments > MAX_SEGMENTS:
+                raise BinaryTooBig(f"{sections} sections and {segments} segments")
+            self.build_id = _build_id(elf)
+            # Headers only (pyelftools' iter_sections would parse every section's contents).
+            self.sections = [elf._get_section_header(i) for i in range(sections)]
+            self.segments = [
+                (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
+                for seg in elf.iter_segments()
+                if seg["p_type"] == "PT_LOAD"
+            ]
+            self.is64, self.little_endian = elf.elfclass == 64, elf.little_endian
+            self.names_index = elf["e_shstrndx"]  # the section of section names
+        finally:
+            # pyelftools' ELFFile, its structures and the sections it parsed refer to each
+            # other: each file read left ~440 objects in reference cycles for the collector.
+            for parsed in (getattr(elf, "structs", None), elf):
+                if parsed is not None:
+                    parsed.__dict__.clear()
         self.symtabs = [
             (i, h)
             for i, h in enumerate(self.sections)
             if h["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM")
         ]
-        self.segments = [
-            (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
-            for seg in self.elf.iter_segments()
-            if seg["p_type"] == "PT_LOAD"
-        ]
         self.has_symtab = any(h["sh_type"] == "SHT_SYMTAB" for _, h in self.symtabs)
 
     def section_data(self, name: bytes) -> bytes | None:
         """The contents of the section named `name` (.gnu_debugdata, .gnu_debuglink)."""
-        index = self.elf["e_shstrndx"]
+        index = self.names_index
         if not 0 < index < len(self.sections):
             return None
         names = self.sections[index]
@@ -306,8 +330,8 @@ class _ElfProbe:
         ordered = sorted(tables, key=lambda t: t[1]["sh_type"] != "SHT_SYMTAB")
         for src_rank, (p, hdr) in enumerate(ordered):
             probe = probes[p]
-            is64 = probe.elf.elfclass == 64
-            fmt = ("<" if probe.elf.little_endian else ">") + ("IBBHQQ" if is64 else "IIIBBH")
+            is64 = probe.is64
+            fmt = ("<" if probe.little_endian else ">") + ("IBBHQQ" if is64 else "IIIBBH")
             entsize = struct.calcsize(fmt)
             link = hdr["sh_link"]
             if not 0 < link < len(probe.sections):

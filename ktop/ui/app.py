@@ -23,7 +23,7 @@ from ktop.codec import RecordingError
 from ktop.engine import DataSource
 from ktop.model import Snapshot
 from ktop.text import printable
-from ktop.ui import restyle
+from ktop.ui import restyle, strips
 from ktop.ui.screens.main import MainScreen
 from ktop.ui.widgets.pane import Display
 from ktop.units import format_span
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ktop.record.session import SessionRecorder
 
 restyle.install()  # before any app restyles: tables keep their component styles' nodes
+strips.install()  # lines divided into one piece hold no reference cycle
 
 FIRST_REFRESH_S = 0.15  # the first screen: processes' CPU% over this much time
 # A refresh this much later than due (beyond one interval) was held up: SIGSTOP, a
