@@ -103,11 +103,16 @@ BPF_PERCPU_ARRAY(zero_stack, struct wait_stack, 1);
 BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
 BPF_ARRAY(hash_seed, u64, 1);	/* frames_hash's seed (ktop.h) */
 
-static __always_inline void count_lost(int reason)
+static __always_inline void count_lost_n(int reason, u64 count)
 {
 	u64 *n = lost.lookup(&reason);
 	if (n)
-		(*n)++;
+		*n += count;
+}
+
+static __always_inline void count_lost(int reason)
+{
+	count_lost_n(reason, 1);
 }
 
 static __always_inline u64 interval_word(void)
@@ -301,6 +306,22 @@ static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 no
 	return t;
 }
 
+/* The entry of this key in generation g, made if new (0: the map is full, not counted). */
+static __always_inline struct wait_stack *stack_at(struct wait_stack_key *key, u32 g)
+{
+	struct wait_stack *w = g ? wait_stacks_1.lookup(key) : wait_stacks_0.lookup(key);
+
+	if (!w) {
+		u32 zero = 0;
+		struct wait_stack *init = zero_stack.lookup(&zero);
+		if (!init)
+			return 0;
+		w = g ? wait_stacks_1.lookup_or_try_init(key, init)
+		      : wait_stacks_0.lookup_or_try_init(key, init);
+	}
+	return w;
+}
+
 static __always_inline struct wait_stack *stack_entry(struct wait_thread *t, u32 g,
 						      bool woken, bool ended)
 {
@@ -322,18 +343,76 @@ static __always_inline struct wait_stack *stack_entry(struct wait_thread *t, u32
 	} else {
 		key.waker_kstack = -ENOENT;
 	}
-	w = g ? wait_stacks_1.lookup(&key) : wait_stacks_0.lookup(&key);
-	if (!w) {
-		u32 zero = 0;
-		struct wait_stack *init = zero_stack.lookup(&zero);
-		if (!init)
-			return 0;
-		w = g ? wait_stacks_1.lookup_or_try_init(&key, init)
-		      : wait_stacks_0.lookup_or_try_init(&key, init);
-		if (!w)
-			count_lost(WAIT_LOST_STACKS_FULL);
-	}
+	w = stack_at(&key, g);
+	if (!w)
+		count_lost(WAIT_LOST_STACKS_FULL);
 	return w;
+}
+
+/* Moves the thread's short waits (short_key's) to generation g's per-stack map. Only by
+ * whoever owns the thread's record now (see catch_up). */
+static __always_inline void move_short(struct wait_thread *t, u32 g)
+{
+	struct wait_stack *w;
+	u64 count = t->short_count;
+
+	if (!count)
+		return;
+	w = stack_at(&t->short_key, g);
+	if (w) {
+		__sync_fetch_and_add(&w->total_ns, t->short_ns);
+		__sync_fetch_and_add(&w->count, count);
+		if (t->short_max_ns > w->max_ns)
+			w->max_ns = t->short_max_ns;
+	} else {
+		count_lost_n(WAIT_LOST_STACKS_FULL, count);
+	}
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < WAIT_HIST_SLOTS; i++) {
+		u32 n = t->short_hist[i];
+		if (n) {
+			if (w)
+				__sync_fetch_and_add(&w->hist[i], n);
+			t->short_hist[i] = 0;
+		}
+	}
+	t->short_ns = 0;
+	t->short_count = 0;
+	t->short_max_ns = 0;
+}
+
+/* Adds an ended wait (woken, unwalked) to the thread's short waits, moving those of another
+ * key to generation g first. */
+static __always_inline void add_short(struct wait_thread *t, u64 ns, u64 wait_ns, u32 g)
+{
+	struct wait_stack_key *key = &t->short_key;
+	u64 *comm = (u64 *)t->comm, *waker_comm = (u64 *)t->waker_comm;
+	u64 *key_comm = (u64 *)key->comm, *key_waker_comm = (u64 *)key->waker_comm;
+
+	if (!t->short_count || key->pid != t->tgid || key->state != t->state ||
+	    key->waker_pid != t->waker_pid || key->waker_kstack != t->waker_kstack ||
+	    key->cgroup != t->cgroup ||
+	    key_comm[0] != comm[0] || key_comm[1] != comm[1] ||
+	    key_waker_comm[0] != waker_comm[0] || key_waker_comm[1] != waker_comm[1]) {
+		move_short(t, g);
+		key->pid = t->tgid;
+		key->state = t->state;
+		key->kstack = -ENOENT;
+		key->ustack = -ENOENT;
+		key->waker_kstack = t->waker_kstack;	/* -ENOENT, or -EINTR: in an interrupt */
+		key->waker_pid = t->waker_pid;
+		key->pad = 0;
+		key->cgroup = t->cgroup;
+		key_comm[0] = comm[0];
+		key_comm[1] = comm[1];
+		key_waker_comm[0] = waker_comm[0];
+		key_waker_comm[1] = waker_comm[1];
+	}
+	t->short_ns += ns;
+	t->short_count++;
+	if (wait_ns > t->short_max_ns)
+		t->short_max_ns = wait_ns;
+	t->short_hist[hist_slot(wait_ns)]++;
 }
 
 /* The totals of the process with this identity, in generation g. */
@@ -401,7 +480,7 @@ static __always_inline void flush(struct wait_thread *t, struct wait_proc *p)
 		if ((v = __sync_lock_test_and_set(&t->blocked_count[i], 0)))
 			__sync_fetch_and_add(&p->blocked_count[i], v);
 	}
-#pragma unroll
+#pragma clang loop unroll(disable)
 	for (int i = 0; i < WAIT_HIST_SLOTS; i++) {
 		if (t->runq_hist[i]) {
 			u64 n = __sync_lock_test_and_set(&t->runq_hist[i], 0);
@@ -421,22 +500,27 @@ static __always_inline void flush_thread(struct wait_thread *t, u32 g)
 		flush(t, p);
 }
 
+/* Bit 0 of `interval` while settle runs: the short waits are being moved. */
+#define SETTLING 1ULL
+
 /* The thread's part in the interval that ended at `end`, to that interval's generation g:
  * its phase's time up to the end, and what it added before. Done once, by whoever moves
- * `interval` on first: the thread's first event after the end, or waits_flip. */
-static __always_inline void settle(struct wait_thread *t, u64 from, u64 end, u32 g)
+ * `interval` on first: the thread's first event after the end, waits_flip, or a rename.
+ * Whether this call did it (false: it had nothing to settle, or another CPU does). */
+static __always_inline bool settle(struct wait_thread *t, u64 from, u64 end, u32 g)
 {
 	u32 phase = t->phase;
 	struct wait_proc *p;
 	u64 ns;
 
 	if (!t->tgid)
-		return;	/* its name is known at its first switch-out: all added then */
-	if (__sync_val_compare_and_swap(&t->interval, from, end) != from)
-		return;	/* being settled on another CPU */
+		return true;	/* its name is known at its first switch-out: all added then */
+	if (__sync_val_compare_and_swap(&t->interval, from, end | SETTLING) != from)
+		return false;	/* being settled on another CPU */
+	move_short(t, g);
 	p = thread_proc(t, g);
 	if (!p)
-		return;
+		goto done;
 	ns = claim(t, end);
 	if (ns) {
 		if (phase == PHASE_ON_CPU) {
@@ -451,29 +535,44 @@ static __always_inline void settle(struct wait_thread *t, u64 from, u64 end, u32
 		}
 	}
 	flush(t, p);
+done:
+	__sync_lock_test_and_set(&t->interval, end);	/* a full barrier: the moves are seen first */
+	return true;
 }
 
 /* Before a thread's event adds anything: its part of an interval that has ended since its
- * last event goes to that interval (one comparison when none has). */
-static __always_inline void catch_up(struct wait_thread *t, u64 word)
+ * last event goes to that interval (one comparison when none has). Whether the caller owns
+ * the short waits (false: another CPU is settling them; add to the map instead). Waits_flip
+ * settles every thread after the last events that read the interval's old word have ended
+ * (collectors/waits.py waits for them), so an owner's plain adds are never moved under it. */
+static __always_inline bool catch_up(struct wait_thread *t, u64 word)
 {
 	u64 start = WORD_START(word), from = t->interval;
 
-	if (from != start)
-		settle(t, from, start, WORD_GENERATION(word) ^ 1);
+	if (from == start)
+		return true;
+	if (from & SETTLING)
+		return false;
+	return settle(t, from, start, WORD_GENERATION(word) ^ 1);
 }
 
 /* A blocked wait ends, by a wake-up (or, unseen, by the switch-in): its time since the
  * last interval's end, and its count and whole length. */
-static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, bool woken)
+static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, bool woken,
+					bool owner)
 {
 	u64 wait_ns = now > t->since ? now - t->since : 0;
 	u64 ns = claim(t, now);
-	struct wait_stack *w = t->tgid ? stack_entry(t, g, woken, true) : 0;
+	bool unwalked = t->kstack == -ENOENT;	/* then so are its user and waker stacks */
+	struct wait_stack *w = 0;
 
-	if (wait_ns >= min_walk_ns(t->state) && t->kstack == -ENOENT)
+	if (unwalked && wait_ns >= min_walk_ns(t->state))
 		count_lost(WAIT_LOST_LONG_UNWALKED);
 	add_blocked(t->blocked_ns, t->blocked_count, t->state, ns, 1);
+	if (owner && woken && unwalked && t->tgid)
+		add_short(t, ns, wait_ns, g);
+	else if (t->tgid)
+		w = stack_entry(t, g, woken, true);
 	if (w) {
 		__sync_fetch_and_add(&w->total_ns, ns);
 		__sync_fetch_and_add(&w->count, 1);
@@ -503,7 +602,7 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		if (!t)
 			return;
 	}
-	catch_up(t, word);
+	bool owner = catch_up(t, word);
 	/* The command changes only by a rename (on_task_rename, exec's too), the cgroup only
 	 * by a migration: neither is read at every switch. */
 	if (t->tgid != tgid) {	/* its first switch-out, or a new process (exec's de_thread) */
@@ -527,20 +626,17 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		__sync_fetch_and_add(&t->on_cpu_ns, ns);
 	if (out == OUT_DEAD) {
 		flush_thread(t, g);
+		if (owner)	/* else the settle on another CPU moves them */
+			move_short(t, g);
 		threads.delete(&tid);
 		return;
 	}
 	t->since = now;
-	u32 pending = t->flags & WAIT_THREAD_WAKE_PENDING;
-	if (pending)
-		t->flags &= ~WAIT_THREAD_WAKE_PENDING;
 	if (out == OUT_RUNNABLE) {	/* preempted, or yielded while runnable */
+		t->flags &= ~WAIT_THREAD_WAKE_PENDING;
 		t->phase = PHASE_RUNQ;
 		return;
 	}
-	/* Woken already (sched_waking saw it still on the CPU): its sched_wakeup comes once
-	 * it is off the CPU, and ends the wait. */
-	t->phase = pending ? PHASE_WAKING : PHASE_BLOCKED;
 	t->state = out == OUT_S ? WAIT_STATE_S : out == OUT_D ? WAIT_STATE_D : WAIT_STATE_OTHER;
 	if (predicted_long(t, t->state)) {
 		t->kstack = kernel_stack(ctx);
@@ -549,6 +645,13 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		t->kstack = -ENOENT;
 		t->ustack = -ENOENT;
 	}
+	/* The phase last: a waker on another CPU that sees it blocked sees its stacks. Woken
+	 * already (sched_waking saw it still on the CPU): its sched_wakeup comes once it is
+	 * off the CPU, and ends the wait (as it does if the mark lands just after this). */
+	u32 pending = t->flags & WAIT_THREAD_WAKE_PENDING;
+	if (pending)
+		t->flags &= ~WAIT_THREAD_WAKE_PENDING;
+	t->phase = pending ? PHASE_WAKING : PHASE_BLOCKED;
 }
 
 static __always_inline void switch_in(u32 tid, u64 now, u64 word)
@@ -563,7 +666,7 @@ static __always_inline void switch_in(u32 tid, u64 now, u64 word)
 		new_thread(tid, PHASE_ON_CPU, now);
 		return;
 	}
-	catch_up(t, word);
+	bool owner = catch_up(t, word);
 	if (t->phase == PHASE_RUNQ) {
 		u64 wait_ns = now > t->since ? now - t->since : 0;
 		u64 ns = claim(t, now);
@@ -571,10 +674,10 @@ static __always_inline void switch_in(u32 tid, u64 now, u64 word)
 		__sync_fetch_and_add(&t->runq_count, 1);
 		__sync_fetch_and_add(&t->runq_hist[hist_slot(wait_ns)], 1);
 	} else if (t->phase == PHASE_WAKING) {	/* its sched_wakeup was missed */
-		end_blocked(t, now, g, true);
+		end_blocked(t, now, g, true, owner);
 	} else if (t->phase == PHASE_BLOCKED) {
 		count_lost(WAIT_LOST_NO_WAKEUP);
-		end_blocked(t, now, g, false);
+		end_blocked(t, now, g, false, owner);
 	} else {	/* on the CPU: its switch-out was missed, that time is unknown */
 		claim(t, now);
 	}
@@ -657,15 +760,18 @@ int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 	if (!t)
 		return 0;
 	if (t->phase != PHASE_WAKING) {
-		if (t->phase == PHASE_ON_CPU && (t->flags & WAIT_THREAD_WAKE_PENDING))
-			t->flags &= ~WAIT_THREAD_WAKE_PENDING;	/* woken before it blocked */
-		return 0;
+		if (!(t->flags & WAIT_THREAD_WAKE_PENDING))
+			return 0;
+		t->flags &= ~WAIT_THREAD_WAKE_PENDING;
+		if (t->phase != PHASE_BLOCKED)
+			return 0;	/* woken before it blocked */
+		/* marked by a wake-up between the switch-out's reading the mark and its phase */
+		t->phase = PHASE_WAKING;
 	}
 	u64 now = bpf_ktime_get_ns();
 	u64 word = interval_word();
 
-	catch_up(t, word);
-	end_blocked(t, now, WORD_GENERATION(word), true);
+	end_blocked(t, now, WORD_GENERATION(word), true, catch_up(t, word));
 	t->phase = PHASE_RUNQ;
 	t->since = now;
 	return 0;

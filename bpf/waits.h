@@ -26,50 +26,6 @@ enum wait_phase {
 					   accounting's and PSI's do, and run-queue time starts there */
 };
 
-/* One thread, kept from its first sighting to its exit, with its identity (process,
- * command, cgroup): waits end in another thread's context (the waker's, or whoever
- * switches it in). Its time is added here as it comes (one lookup an event, no per-process
- * one), and moved to its process's totals at each interval's end (waits_flip), when its
- * identity changes (exec, a rename, another cgroup) and at its exit. */
-struct wait_thread {
-	u64 since;			/* bpf_ktime_get_ns() of the phase's start: its length */
-	/* How far the phase's time has been added: up to the end of each interval it spans
-	 * (waits_flip, as user space ends the interval), then the rest when it ends. Advanced
-	 * by compare-and-swap: whoever moves it adds that time. */
-	u64 charged;
-	/* The start of the interval its counts below belong to: its first event after that
-	 * interval ends (or waits_flip) settles them to it, by compare-and-swap. */
-	u64 interval;
-	/* The length of the last blocked wait in D, and in S or other: predicts the next one
-	 * in that state (a thread's short futex waits say nothing of its disk reads). */
-	u64 last_blocked_ns[2];
-	u64 cgroup;			/* as of the last switch-out after a migration */
-	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
-	s64 ustack;
-	s64 waker_kstack;
-	u32 tgid;			/* 0 until its first switch-out */
-	u32 phase;			/* enum wait_phase */
-	u32 state;			/* enum wait_state of the blocked phase */
-	u32 flags;			/* WAIT_THREAD_* */
-	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
-	u32 cgroup_epoch;		/* the `cgroup_epoch` its cgroup was read at */
-	char comm[KTOP_COMM_LEN];	/* as of its first switch-out, then of each rename */
-	char waker_comm[KTOP_COMM_LEN];
-	/* Not yet in its process's totals (taken with an atomic exchange). */
-	u64 on_cpu_ns;
-	u64 runq_ns;
-	u64 runq_count;
-	u64 blocked_ns[WAIT_STATE_NR];
-	u64 blocked_count[WAIT_STATE_NR];
-	u64 runq_hist[WAIT_HIST_SLOTS];
-};
-
-#define WAIT_THREAD_SEEN_S	4	/* last_blocked_ns[0] is known (S or other) */
-#define WAIT_THREAD_SEEN_D	8	/* last_blocked_ns[1] is known */
-#define WAIT_THREAD_WAKE_PENDING 16	/* woken while still on the CPU, about to block: sched_waking
-					   ran before the switch-out's program (the waker spins on
-					   the task's on_cpu meanwhile); the waker fields hold who */
-
 /* Time per (process, command, cgroup), every wait counted whatever its length. */
 struct wait_proc_key {
 	u32 pid;			/* tgid */
@@ -113,6 +69,61 @@ struct wait_stack {
 	u64 max_ns;
 	u64 hist[WAIT_HIST_SLOTS];
 };
+
+/* One thread, kept from its first sighting to its exit, with its identity (process,
+ * command, cgroup): waits end in another thread's context (the waker's, or whoever
+ * switches it in). Its time is added here as it comes (one lookup an event, no per-process
+ * one), and moved to its process's totals at each interval's end (waits_flip), when its
+ * identity changes (exec, a rename, another cgroup) and at its exit. */
+struct wait_thread {
+	u64 since;			/* bpf_ktime_get_ns() of the phase's start: its length */
+	/* How far the phase's time has been added: up to the end of each interval it spans
+	 * (waits_flip, as user space ends the interval), then the rest when it ends. Advanced
+	 * by compare-and-swap: whoever moves it adds that time. */
+	u64 charged;
+	/* The start of the interval its counts below belong to: its first event after that
+	 * interval ends (or waits_flip) settles them to it, by compare-and-swap. */
+	u64 interval;
+	/* The length of the last blocked wait in D, and in S or other: predicts the next one
+	 * in that state (a thread's short futex waits say nothing of its disk reads). */
+	u64 last_blocked_ns[2];
+	u64 cgroup;			/* as of the last switch-out after a migration */
+	s64 kstack;			/* blocked phase: kernel stack key, or -errno (-ENOENT: not walked) */
+	s64 ustack;
+	s64 waker_kstack;
+	u32 tgid;			/* 0 until its first switch-out */
+	u32 phase;			/* enum wait_phase */
+	u32 state;			/* enum wait_state of the blocked phase */
+	u32 flags;			/* WAIT_THREAD_* */
+	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
+	u32 cgroup_epoch;		/* the `cgroup_epoch` its cgroup was read at */
+	char comm[KTOP_COMM_LEN];	/* as of its first switch-out, then of each rename */
+	char waker_comm[KTOP_COMM_LEN];
+	/* Not yet in its process's totals (taken with an atomic exchange). */
+	u64 on_cpu_ns;
+	u64 runq_ns;
+	u64 runq_count;
+	u64 blocked_ns[WAIT_STATE_NR];
+	u64 blocked_count[WAIT_STATE_NR];
+	u64 runq_hist[WAIT_HIST_SLOTS];
+	/* Its blocked waits that ended unwalked and woken, all under one key (the same waker,
+	 * state and name), added up here instead of in the per-stack map: a thread woken by
+	 * the same waker again and again (a ping-pong, a worker and its queue) does no map
+	 * lookup a wait. Moved to the map when a wait comes under another key, at each
+	 * interval's end (settle) and at its exit. Written by the thread's own events only
+	 * (catch_up says when one is not: waits_flip or a rename is settling it). */
+	struct wait_stack_key short_key;
+	u64 short_ns;
+	u64 short_count;		/* 0: short_key is unset */
+	u64 short_max_ns;
+	u32 short_hist[WAIT_HIST_SLOTS];
+};
+
+#define WAIT_THREAD_SEEN_S	4	/* last_blocked_ns[0] is known (S or other) */
+#define WAIT_THREAD_SEEN_D	8	/* last_blocked_ns[1] is known */
+#define WAIT_THREAD_WAKE_PENDING 16	/* woken while still on the CPU, about to block: sched_waking
+					   ran before the switch-out's program (the waker spins on
+					   the task's on_cpu meanwhile); the waker fields hold who */
 
 /* Index into the `lost` per-CPU array: every wait not counted whole. */
 enum wait_lost {

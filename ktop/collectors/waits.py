@@ -360,6 +360,9 @@ class WaitCollector:
         run_raw_tracepoint_program(flip, args)
         word = int(program.table(MAP_GENERATION)[0])
         program.generation = word & 1
+        # An event that read the old word may still be adding to a thread's short waits
+        # without atomics (waits.bpf.c, catch_up): settled only once those are done.
+        time.sleep(0.001)
         args[0] = FLIP_SETTLE
         tids = array("I", b"".join(program.table(MAP_THREADS).snapshot_keys()))
         for start in range(0, len(tids), FLIP_THREADS):
