@@ -365,10 +365,10 @@ class CpuAggregator:
     def _merge_rare_cuts(self, stacks: Counter) -> bool:
         """Past CUT_KEPT cut entries of processes, the rarest (down to 3/4 of it) merge into
         one entry per function for all processes (OTHER_PROCESSES, as if exited). The idle
-        task's stay its own. True if any merged."""
+        task's idling stays its own (it is shown or hidden as idle). True if any merged."""
         keys = self._ids.keys
         cut = [n for n in stacks if keys[n].callers_dropped and keys[n].comm != OTHER_PROCESSES
-               and keys[n].pid != 0]
+               and not keys[n].idle]
         if len(cut) <= CUT_KEPT:
             return False
         cut.sort(key=stacks.__getitem__)
