@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -195,12 +196,30 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
 
     counted: dict[str, int] = {}
 
+    def type_counts() -> dict[str, int]:
+        """Objects by type, counted in a forked copy: gc.get_objects() here would hold a
+        reference to a tuple that the engine's thread is still filling from a generator, and
+        its resize then fails (SystemError from tupleobject.c; it stopped the waits pane)."""
+        read, write = os.pipe()
+        child = os.fork()
+        if not child:
+            os.close(read)
+            counts: dict[str, int] = {}
+            for thing in gc.get_objects():
+                name = type(thing).__qualname__
+                counts[name] = counts.get(name, 0) + 1
+            with os.fdopen(write, "w") as sent:
+                json.dump(counts, sent)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as received:
+            counts = json.load(received)
+        os.waitpid(child, 0)
+        return counts
+
     def objects(elapsed: float) -> None:
         """The object types whose counts grew most since the first minute."""
-        counts: dict[str, int] = {}
-        for thing in gc.get_objects():
-            name = type(thing).__qualname__
-            counts[name] = counts.get(name, 0) + 1
+        counts = type_counts()
         if not counted:
             counted.update(counts)
             return

@@ -220,3 +220,33 @@ def test_past_the_stacks_kept_the_rarest_keep_their_innermost_frame(monkeypatch,
     assert sum(s.samples for s in totals.stacks) == 162
     assert len([s for s in totals.stacks if s.callers_dropped]) == 1
     assert len(totals.stacks) <= 4
+
+
+def test_cut_entries_stay_bounded_over_many_exited_commands(monkeypatch, kallsyms, addr):
+    """Each exited command keeps a cut entry per function it landed in (a shell loop's jobs
+    are a new command each; a long-lived process lands in new functions without end): past
+    CUT_KEPT the rarest merge across processes into one per function. The table stays under
+    its bound over many commands; every sample and each function's Self stay."""
+    from ktop.aggregate import cpu  # noqa: PLC0415
+
+    monkeypatch.setattr(cpu, "STACKS_KEPT", 4)
+    monkeypatch.setattr(cpu, "CUT_KEPT", 8)
+    names = ("chacha_permute", "chacha_block_generic", "get_random_bytes_user",
+             "_copy_to_iter", "blake2s_compress_avx512", "write_ibpb")
+    caller = addr("do_syscall_64") + 0x71
+    aggregator = CpuAggregator(kallsyms, 99, 2, window_s=1)
+    jobs = 60
+    for i in range(jobs):
+        aggregator.add(drain(float(i), 1.0, count(100, "dd", 50, (addr(names[0]) + 0x10, caller)),
+                             *[count(1000 + i, f"job{i}", 1, (addr(name) + 1, caller + i))
+                               for name in names]))
+        if i % 10 == 9:
+            aggregator.fold_exited(is_alive)
+
+    totals = aggregator.profile(cumulative=True)
+    assert len(totals.stacks) <= 8 + len(names) + 4  # cut entries kept, one per function, whole
+    assert totals.total_samples == sum(s.samples for s in totals.stacks) == jobs * (50 + 6)
+    functions = {f.symbol: f.samples for f in totals.functions if f.samples}
+    assert functions == {names[0]: jobs * 51, **{name: jobs for name in names[1:]}}
+    merged = [s for s in totals.stacks if s.comm == cpu.OTHER_PROCESSES]
+    assert merged and all(s.callers_dropped and s.pid == EXITED_PID for s in merged)

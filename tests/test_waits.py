@@ -529,3 +529,19 @@ def test_a_user_stack_is_named_once_a_drain_however_many_wakers_it_has():
     (first, second) = agg.profile().stacks
     assert [f.symbol for f in first.user] == ["f401000", "f402000"] and first.count == 50 * 90
     assert len(first.wakers) == 50 and second.user == (UserFrame("f401000", "/bin/app"),)
+
+
+def test_histograms_of_intervals_that_fill_different_slots_sum_slot_by_slot():
+    # The window keeps each histogram without its empty high slots (memory per process per
+    # interval): intervals that reach different slots still add up slot by slot, shown whole.
+    from dataclasses import replace
+
+    agg = aggregator()
+    for second, slot in enumerate((3, 20, 0)):
+        agg.add(drain(float(second), [replace(blocked(kernel=NANOSLEEP), hist=hist(slot + 1, 5))],
+                      [replace(times(), runq_hist=hist(slot, 7))]))
+    for profile in (agg.profile(), agg.profile(cumulative=True)):
+        (process,), (stack_,) = profile.processes, profile.stacks
+        assert len(process.runq_hist) == len(stack_.hist) == HIST_SLOTS
+        assert [(i, n) for i, n in enumerate(process.runq_hist) if n] == [(0, 7), (3, 7), (20, 7)]
+        assert [(i, n) for i, n in enumerate(stack_.hist) if n] == [(1, 5), (4, 5), (21, 5)]

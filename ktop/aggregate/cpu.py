@@ -12,7 +12,7 @@ from ktop.aggregate.exited import crowded, fold_exited, forget_addresses
 from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain, StackRow
 from ktop.collectors.procstat import CpuTicks, merge_times, ticks_of
-from ktop.model import OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
+from ktop.model import EXITED_PID, OWN_USER_STACK, BuiltOnRead, CpuProfile, StackSample, UserFrame
 from ktop.stacktree import function_counts, function_name, inclusive_counts, ranked_functions
 from ktop.symbolize.kernel import IdleClassifier, Kallsyms
 
@@ -33,6 +33,12 @@ ROWS_FORGOTTEN_EVERY = 10
 # rarest keep only the function they landed in (a fold every 10 s takes them down to 3/4 of
 # it). Self and Children are counted per function and stay exact; the window is never cut.
 STACKS_KEPT = 1000
+# Cut entries (one per process and function) the totals keep: long-lived processes land in
+# new functions without end, and each exited command keeps its own. Past this many, the
+# rarest merge across processes into one per function (OTHER_PROCESSES); Self and Children
+# stay exact, only the process those rare samples came from is not kept.
+CUT_KEPT = 500
+OTHER_PROCESSES = "[rare: processes merged]"
 CUT = "callers dropped"  # ends the identity of a cut stack (a row's identity ends in a bool)
 
 
@@ -78,11 +84,13 @@ class _StackIds:
         # How many numbered stacks each pid has: whether any process they name has exited
         # is asked per pid, not found by walking every stack (see CpuAggregator.fold_exited).
         self.pids: Counter = Counter()
+        self.cut = 0  # numbers of cut stacks (the totals hold every one: keep_only drops the rest)
 
     def add(self, identity: tuple, key: _StackKey) -> int:
         number = self.numbers[identity] = self._next
         self.keys[number], self._identities[number] = key, identity
         self.pids[key.pid] += 1
+        self.cut += key.callers_dropped
         self._next += 1
         return number
 
@@ -94,6 +102,7 @@ class _StackIds:
         """Forget the numbers no counter holds any more (folded, or out of the window)."""
         for gone in [n for n in self.keys if n not in used]:
             pid = self.keys[gone].pid
+            self.cut -= self.keys[gone].callers_dropped
             self.pids[pid] -= 1
             if not self.pids[pid]:
                 del self.pids[pid]
@@ -223,6 +232,10 @@ class CpuAggregator:
         children, idle_children = self._children(stacks)
         self._window.add(drain.start, drain.end, _Samples(
             stacks, drain.ticks, children, idle_children, *self._selfs(stacks)), drain.lost)
+        # Cut as soon as past the cap (~200 new stacks a second under churn), not at the next
+        # fold: what is cut then was held up to 10 s, thousands of stacks at a time.
+        if len(self._window.total.stacks) - self._ids.cut > STACKS_KEPT:
+            self._forget_dropped(self._drop_rare_callers(self._window.total.stacks))
 
     def _number(self, row: StackRow) -> int:
         """The number of a row first met since the last sweep: the one it had before, or that
@@ -319,7 +332,13 @@ class CpuAggregator:
 
             fold_exited(stacks, is_alive, lambda n: keys[n].pid, exited, operator.add)
             folded = True
-        if self._drop_rare_callers(stacks) or folded:
+        cut = self._drop_rare_callers(stacks)
+        self._forget_dropped(self._merge_rare_cuts(stacks) or cut or folded)
+
+    def _forget_dropped(self, changed: bool) -> None:
+        """After the totals folded or cut: the numbers and rows no count holds any more go."""
+        if changed:
+            stacks = self._window.total.stacks
             self._ids.keep_only(set(stacks) | set(self._window.recent().stacks))
             kept = self._ids.keys
             self._rows = {row: n for row, n in self._rows.items() if n in kept}
@@ -341,6 +360,21 @@ class CpuAggregator:
                 kernel=tuple(map(self._function_start, key.kernel[:1])), user_frames=(),
                 sources=(), callers_dropped=True, truncated=False))
             stacks[cut] += stacks.pop(number)
+        return True
+
+    def _merge_rare_cuts(self, stacks: Counter) -> bool:
+        """Past CUT_KEPT cut entries of processes, the rarest (down to 3/4 of it) merge into
+        one entry per function for all processes (OTHER_PROCESSES, as if exited). The idle
+        task's idling stays its own (it is shown or hidden as idle). True if any merged."""
+        keys = self._ids.keys
+        cut = [n for n in stacks if keys[n].callers_dropped and keys[n].comm != OTHER_PROCESSES
+               and not keys[n].idle]
+        if len(cut) <= CUT_KEPT:
+            return False
+        cut.sort(key=stacks.__getitem__)
+        for number in cut[:len(cut) - CUT_KEPT * 3 // 4]:
+            merged = self._number_of(keys[number]._replace(pid=EXITED_PID, comm=OTHER_PROCESSES))
+            stacks[merged] += stacks.pop(number)
         return True
 
     def _number_of(self, key: _StackKey) -> int:

@@ -146,6 +146,28 @@ StackKey = tuple[int, str, str, str, tuple[str, ...], tuple[UserFrame, ...]]
 WakerKey = tuple[int, str, tuple[str, ...]]
 
 
+def _trimmed(hist: Sequence[int]) -> tuple[int, ...]:
+    """A histogram as the window keeps it: without its trailing empty slots (most waits fill
+    a few low slots of HIST_SLOTS; a list of all of them was ~300 bytes per process per
+    interval), a tuple."""
+    end = len(hist)
+    while end and not hist[end - 1]:
+        end -= 1
+    return tuple(hist[:end])
+
+
+def _hist_sum(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Two trimmed histograms added slot by slot (still trimmed: counts are never negative)."""
+    if len(a) < len(b):
+        a, b = b, a
+    return (*map(add, a, b), *a[len(b):])
+
+
+def _full(hist: tuple[int, ...]) -> tuple[int, ...]:
+    """A trimmed histogram as profiles show it: HIST_SLOTS slots."""
+    return hist + (0,) * (HIST_SLOTS - len(hist))
+
+
 @dataclass(slots=True)
 class _Times:
     on_cpu_ns: int = 0
@@ -153,7 +175,7 @@ class _Times:
     runq_count: int = 0
     blocked_ns: list[int] = field(default_factory=lambda: [0, 0, 0])
     blocked_count: int = 0
-    runq_hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    runq_hist: tuple[int, ...] = ()  # trimmed (see _trimmed)
 
     def merge(self, other: _Times) -> _Times:
         self.on_cpu_ns += other.on_cpu_ns
@@ -161,12 +183,12 @@ class _Times:
         self.runq_count += other.runq_count
         self.blocked_ns = list(map(add, self.blocked_ns, other.blocked_ns))
         self.blocked_count += other.blocked_count
-        self.runq_hist = list(map(add, self.runq_hist, other.runq_hist))
+        self.runq_hist = _hist_sum(self.runq_hist, other.runq_hist)
         return self
 
     def copy(self) -> _Times:
         return _Times(self.on_cpu_ns, self.runq_ns, self.runq_count, list(self.blocked_ns),
-                      self.blocked_count, list(self.runq_hist))
+                      self.blocked_count, self.runq_hist)
 
 
 @dataclass(slots=True)
@@ -175,7 +197,7 @@ class _Blocked:
     count: int = 0
     total_ns: int = 0
     max_ns: int = 0
-    hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    hist: tuple[int, ...] = ()  # trimmed (see _trimmed)
     wakers: dict[WakerKey, list[int]] = field(default_factory=dict)  # -> [count, total_ns]
 
     def add(self, count: int, total_ns: int, max_ns: int, hist: Sequence[int]) -> None:
@@ -183,7 +205,7 @@ class _Blocked:
         self.total_ns += total_ns
         if max_ns > self.max_ns:
             self.max_ns = max_ns
-        self.hist = list(map(add, self.hist, hist))
+        self.hist = _hist_sum(self.hist, _trimmed(hist))
 
     def add_waker(self, key: WakerKey, count: int, total_ns: int) -> None:
         entry = self.wakers.get(key)
@@ -200,7 +222,7 @@ class _Blocked:
         return self
 
     def copy(self) -> _Blocked:
-        return _Blocked(self.reason, self.count, self.total_ns, self.max_ns, list(self.hist),
+        return _Blocked(self.reason, self.count, self.total_ns, self.max_ns, self.hist,
                         {key: list(entry) for key, entry in self.wakers.items()})
 
 
@@ -279,7 +301,7 @@ class WaitAggregator:
             key = (process.pid, process.comm, process.cgroup)
             times = _Times(
                 process.on_cpu_ns, process.runq_ns, process.runq_count,
-                list(process.blocked_ns), sum(process.blocked_count), list(process.runq_hist),
+                list(process.blocked_ns), sum(process.blocked_count), _trimmed(process.runq_hist),
             )
             mine = procs.get(key)
             if mine is None:
@@ -302,7 +324,7 @@ class WaitAggregator:
             blocked = stacks.get(stack_key)
             if blocked is None:
                 stacks[stack_key] = _Blocked(reason, row.count, row.total_ns, row.max_ns,
-                                       list(row.hist), {self._waker(row): [row.count, row.total_ns]})
+                                       _trimmed(row.hist), {self._waker(row): [row.count, row.total_ns]})
             else:
                 blocked.add(row.count, row.total_ns, row.max_ns, row.hist)
                 blocked.add_waker(self._waker(row), row.count, row.total_ns)
@@ -362,7 +384,7 @@ def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
     stacks = tuple(
         WaitStack(
             pid=pid, comm=comm, cgroup=cgroup, state=state, reason=b.reason, frames=frames,
-            user=user, count=b.count, total_ns=b.total_ns, max_ns=b.max_ns, hist=tuple(b.hist),
+            user=user, count=b.count, total_ns=b.total_ns, max_ns=b.max_ns, hist=_full(b.hist),
             wakers=_wakers(b.wakers),
         )
         for (pid, comm, cgroup, state, frames, user), b in sorted(
@@ -377,7 +399,7 @@ def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
             pid=pid, comm=comm, cgroup=cgroup, on_cpu_ns=t.on_cpu_ns, runq_ns=t.runq_ns,
             runq_count=t.runq_count, blocked_s_ns=t.blocked_ns[0], blocked_d_ns=t.blocked_ns[1],
             blocked_other_ns=t.blocked_ns[2], blocked_count=t.blocked_count,
-            runq_hist=tuple(t.runq_hist), reason=top.get(pid, (0, ""))[1],
+            runq_hist=_full(t.runq_hist), reason=top.get(pid, (0, ""))[1],
         )
         for (pid, comm, cgroup), t in sorted(
             counts.procs.items(),
@@ -395,10 +417,10 @@ def counts_of(profile: WaitProfile) -> WaitCounts:
         counts.procs[(p.pid, p.comm, p.cgroup)] = _Times(
             p.on_cpu_ns, p.runq_ns, p.runq_count,
             [p.blocked_s_ns, p.blocked_d_ns, p.blocked_other_ns], p.blocked_count,
-            list(p.runq_hist),
+            _trimmed(p.runq_hist),
         )
     for s in profile.stacks:
-        blocked = _Blocked(s.reason, s.count, s.total_ns, s.max_ns, list(s.hist))
+        blocked = _Blocked(s.reason, s.count, s.total_ns, s.max_ns, _trimmed(s.hist))
         for w in s.wakers:
             blocked.add_waker((w.pid, w.comm, w.frames), w.count, w.total_ns)
         stack_key = (s.pid, s.comm, s.cgroup, s.state, s.frames, s.user)
