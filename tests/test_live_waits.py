@@ -147,12 +147,13 @@ def blkio_ticks(pid: int) -> int:
 
 DIRECT_READER = """
 import mmap, os
+BLOCK = globals().get("BLOCK", 4096)
 fd = os.open(PATH, os.O_RDONLY | os.O_DIRECT)
-buffer = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT asks
+buffer = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT asks
 size, offset = os.fstat(fd).st_size, 0
 while True:  # round and round the file until killed: never done before the watch is
     os.preadv(fd, [buffer], offset)
-    offset = (offset + 4096) % size
+    offset = (offset + BLOCK) % size
 """
 
 
@@ -163,8 +164,12 @@ def test_direct_reads_are_blocked_in_io_schedule_as_delay_accounting_says(
         data.flush()
         os.fsync(data.fileno())
         # On one CPU: delay accounting ends a wait woken onto another CPU at the wake-up
-        # (sched_waking), any other at the enqueue (sched_wakeup), as this pane does.
-        code = f"os.sched_setaffinity(0, {{1}})\nPATH = {data.name!r}\n" + DIRECT_READER
+        # (sched_waking), any other at the enqueue (sched_wakeup), as this pane does. It
+        # begins a wait at the dequeue, before the scheduler picks what runs next (an idle
+        # CPU balances first); sched_switch fires after: ~4.6 us a wait here, 10% of 4 KiB
+        # reads' 48 us waits, under 1% of 256 KiB reads'.
+        code = (f"os.sched_setaffinity(0, {{1}})\nPATH = {data.name!r}\nBLOCK = 256 << 10\n"
+                + DIRECT_READER)
         with delay_accounting(), started("import os\n" + code) as reader:
             def stop_then_ticks() -> int:
                 os.kill(reader.pid, signal.SIGSTOP)  # finishes its read, then waits in T
