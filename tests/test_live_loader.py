@@ -14,7 +14,7 @@ import pytest
 from conftest import root_only
 
 from ktop.collectors.bpfload import kernel_headers
-from ktop.collectors.bpfsys import BpfMap, bpf, ctype_of
+from ktop.collectors.bpfsys import BpfMap, RowLayout, bpf, ctype_of
 from ktop.collectors.loader import CompileFailed, Compiler
 
 # Descriptions as bcc gives them for ktop's own maps.
@@ -40,6 +40,38 @@ def test_map_types_are_built_from_bccs_descriptions():
     wait.hist[39] = 5
     assert (wait.wait.min_ns, wait.hist[39]) == (2**64 - 1, 5)
     assert ctype_of("unsigned char") is ct.c_ubyte
+
+
+def test_rows_read_by_struct_hold_what_ctypes_reads_field_by_field():
+    # Padding (an unpacked u32 before a u64), signed fields, a char array with bytes past
+    # its NUL, nested structs and number arrays: each field in its place.
+    desc = ["row", [["pid", "unsigned int"], ["cgroup", "unsigned long long"],
+                    ["kstack", "long long"], ["wait", LOCK_STACK_WAIT], ["comm", "char", [16]],
+                    ["state", "unsigned char"]], "struct"]
+    ctype = ctype_of(desc)
+    rows = []
+    for n in range(3):
+        row = ctype(pid=n + 1, cgroup=2**64 - 1 - n, kstack=-14 - n, comm=b"dd\0zz" + bytes([n]),
+                    state=n)
+        row.wait.wait.max_ns, row.wait.hist[0], row.wait.hist[39] = n, 2**63 + n, 7 * n
+        rows.append(row)
+    layout = RowLayout(ctype)
+    index = layout.index
+    read = list(layout.rows(b"".join(bytes(row) for row in rows)))
+    assert len(read) == 3
+    for row, flat in zip(rows, read):
+        assert (flat[index["pid"]], flat[index["cgroup"]], flat[index["kstack"]],
+                flat[index["state"]]) == (row.pid, row.cgroup, row.kstack, row.state)
+        assert flat[index["comm"]].split(b"\0")[0] == row.comm == b"dd"
+        assert flat[index["wait.wait.max_ns"]] == row.wait.wait.max_ns
+        assert flat[index["wait.hist"]] == tuple(row.wait.hist)
+
+
+def test_a_type_a_row_cannot_hold_is_refused_by_name():
+    union = ctype_of(["u", [["a", "unsigned int"], ["b", "unsigned long long"]], "union"])
+    outer = type("outer", (ct.Structure,), {"_fields_": [("u", union)]})
+    with pytest.raises(ValueError, match="outer.u: a union"):
+        RowLayout(outer)
 
 
 def test_a_description_that_disagrees_with_the_map_size_is_refused():

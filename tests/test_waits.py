@@ -295,7 +295,7 @@ def test_run_delays_sum_threads_and_count_a_new_process_from_zero(tmp_path):
 def test_a_process_gone_in_the_middle_is_not_a_user_frame_crash():
     frames = (UserFrame("main+0x1", "/bin/app"),)
     agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), resolve_user=lambda pid, addrs: frames)
-    row = dataclasses.replace(blocked(kernel=NANOSLEEP), user=(0x401000,))
+    row = blocked(kernel=NANOSLEEP)._replace(user=(0x401000,))
     agg.add(drain(0.0, [row]))
     assert agg.profile().stacks[0].user == frames
 
@@ -519,11 +519,11 @@ def test_a_user_stack_is_named_once_a_drain_however_many_wakers_it_has():
         return [UserFrame(f"f{a:x}", "/bin/app") for a in addresses]
 
     agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=5.0, resolve_user=resolve_user)
-    rows = [dataclasses.replace(blocked(kernel=NANOSLEEP, waker_pid=pid, waker_comm="w",
-                                        waker_kernel=stack("try_to_wake_up", "futex_wake")),
-                                user=(0x401000, 0x402000))
+    rows = [blocked(kernel=NANOSLEEP, waker_pid=pid, waker_comm="w",
+                    waker_kernel=stack("try_to_wake_up", "futex_wake"))._replace(
+                        user=(0x401000, 0x402000))
             for pid in range(100, 150)]
-    rows.append(dataclasses.replace(blocked(pid=11, kernel=NANOSLEEP), user=(0x401000,)))
+    rows.append(blocked(pid=11, kernel=NANOSLEEP)._replace(user=(0x401000,)))
     agg.add(drain(0.0, rows, [times()]))
     assert sorted(set(asked)) == asked == [(10, (0x401000, 0x402000)), (11, (0x401000,))]
     (first, second) = agg.profile().stacks
@@ -534,12 +534,11 @@ def test_a_user_stack_is_named_once_a_drain_however_many_wakers_it_has():
 def test_histograms_of_intervals_that_fill_different_slots_sum_slot_by_slot():
     # The window keeps each histogram without its empty high slots (memory per process per
     # interval): intervals that reach different slots still add up slot by slot, shown whole.
-    from dataclasses import replace
 
     agg = aggregator()
     for second, slot in enumerate((3, 20, 0)):
-        agg.add(drain(float(second), [replace(blocked(kernel=NANOSLEEP), hist=hist(slot + 1, 5))],
-                      [replace(times(), runq_hist=hist(slot, 7))]))
+        agg.add(drain(float(second), [blocked(kernel=NANOSLEEP)._replace(hist=hist(slot + 1, 5))],
+                      [times()._replace(runq_hist=hist(slot, 7))]))
     for profile in (agg.profile(), agg.profile(cumulative=True)):
         (process,), (stack_,) = profile.processes, profile.stacks
         assert len(process.runq_hist) == len(stack_.hist) == HIST_SLOTS
