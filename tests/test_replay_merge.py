@@ -348,7 +348,7 @@ def test_a_window_of_wait_records_equals_the_live_window(window):
                                                            d=i + 1, other=i)]))
     frames = (UserFrame("main+0x1", "/bin/app"),)
     drains = [dataclasses.replace(d, stacks=tuple(
-        dataclasses.replace(s, user=(0x401000,)) for s in d.stacks)) for d in drains]
+        s._replace(user=(0x401000,)) for s in d.stacks)) for d in drains]
     aggregator = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=float(window),
                                 resolve_user=lambda pid, addresses: frames,
                                 min_walk=WalkMinimums(s_us=1000, d_us=10))

@@ -544,3 +544,21 @@ def test_histograms_of_intervals_that_fill_different_slots_sum_slot_by_slot():
         assert len(process.runq_hist) == len(stack_.hist) == HIST_SLOTS
         assert [(i, n) for i, n in enumerate(process.runq_hist) if n] == [(0, 7), (3, 7), (20, 7)]
         assert [(i, n) for i, n in enumerate(stack_.hist) if n] == [(1, 5), (4, 5), (21, 5)]
+
+
+def test_a_drained_histogram_is_cut_after_its_last_used_slot_and_nothing_else():
+    import ctypes as ct
+
+    from ktop.collectors.bpfsys import RowLayout
+    from ktop.collectors.waits import _trimmed_hists
+
+    class Value(ct.Structure):
+        _fields_ = [("total_ns", ct.c_uint64), ("hist", ct.c_uint64 * HIST_SLOTS)]
+
+    cases = [(), (1,), (0, 0, 256), (5, 0, 2**64 - 1), tuple(range(1, HIST_SLOTS + 1)),
+             (0,) * 7 + (1 << 56,)]
+    values = b"".join(bytes(Value(7, (ct.c_uint64 * HIST_SLOTS)(*slots))) for slots in cases)
+    layout = RowLayout(Value)
+    rows = list(layout.rows(values))
+    read = [row[where] for row, where in zip(rows, _trimmed_hists(layout, "hist", values))]
+    assert read == [slots for slots in cases]

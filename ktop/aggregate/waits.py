@@ -149,7 +149,9 @@ WakerKey = tuple[int, str, tuple[str, ...]]
 def _trimmed(hist: Sequence[int]) -> tuple[int, ...]:
     """A histogram as the window keeps it: without its trailing empty slots (most waits fill
     a few low slots of HIST_SLOTS; a list of all of them was ~300 bytes per process per
-    interval), a tuple."""
+    interval), a tuple. The collector's come trimmed already."""
+    if not hist or hist[-1]:
+        return tuple(hist)
     end = len(hist)
     while end and not hist[end - 1]:
         end -= 1

@@ -173,6 +173,7 @@ class RowLayout:
 
     def __init__(self, ctype: type) -> None:
         self.index: dict[str, int | slice] = {}
+        self._offsets: dict[str, tuple[int, int]] = {}  # field: (offset, size)
         codes: list[str] = []
         self._flatten(ctype, 0, "", codes, [0, 0])
         self._struct = struct.Struct("=" + "".join(codes))
@@ -191,6 +192,7 @@ class RowLayout:
                 codes.append(f"{offset - at[0]}x")
                 at[0] = offset
             size = ct.sizeof(ftype)
+            self._offsets[prefix + name] = (offset, size)
             element = getattr(ftype, "_type_", None)
             if isinstance(ftype, type) and issubclass(ftype, (ct.Structure, ct.Union)):
                 if issubclass(ftype, ct.Union):
@@ -228,6 +230,17 @@ class RowLayout:
     def rows(self, data: bytes | bytearray) -> Iterator[tuple]:
         """Every row packed back to back in data, in order."""
         return self._struct.iter_unpack(data)
+
+    @property
+    def size(self) -> int:
+        return self._struct.size
+
+    def offset_of(self, field: str) -> int:
+        """Where a field's bytes start in a row."""
+        return self._offsets[field][0]
+
+    def field_size(self, field: str) -> int:
+        return self._offsets[field][1]
 
 
 def possible_cpus(path: str = "/sys/devices/system/cpu/possible") -> int:

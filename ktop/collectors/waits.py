@@ -10,6 +10,7 @@ import functools
 import os
 import time
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -122,7 +123,7 @@ class ProcessTimes(NamedTuple):
     runq_count: int
     blocked_ns: tuple[int, int, int]  # by STATES
     blocked_count: tuple[int, int, int]
-    runq_hist: tuple[int, ...]  # HIST_SLOTS
+    runq_hist: tuple[int, ...]  # HIST_SLOTS, without the empty slots past the last used one
 
 
 class BlockedStack(NamedTuple):
@@ -145,7 +146,7 @@ class BlockedStack(NamedTuple):
     total_ns: int
     count: int
     max_ns: int
-    hist: tuple[int, ...]  # HIST_SLOTS
+    hist: tuple[int, ...]  # HIST_SLOTS, without the empty slots past the last used one
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,20 @@ def _comm(raw: bytes) -> str:
 @functools.cache
 def _layout(ctype: type) -> RowLayout:
     return RowLayout(ctype)
+
+
+def _trimmed_hists(layout: RowLayout, field: str, values: bytes) -> Iterator[slice]:
+    """Row by row, the slice of a histogram field holding its slots up to the last non-empty
+    one (most waits fill a few low slots; trimmed here from the bytes, ~10x faster than
+    slot by slot in Python)."""
+    where = layout.index[field]
+    assert isinstance(where, slice)
+    first, slots = where.start, where.stop - where.start
+    offset, size = layout.offset_of(field), layout.size
+    width = slots and layout.field_size(field) // slots
+    for at in range(offset, len(values), size):
+        used = len(values[at:at + slots * width].rstrip(b"\0"))
+        yield slice(first, first + (used + width - 1) // width)
 
 
 def _layouts(table) -> tuple[RowLayout, RowLayout]:  # noqa: ANN001 - a BpfMap
@@ -408,12 +423,12 @@ class WaitCollector:
         pid, comm, cgroup = k.index["pid"], k.index["comm"], k.index["cgroup"]
         on_cpu, runq, runq_count = v.index["on_cpu_ns"], v.index["runq_ns"], v.index["runq_count"]
         blocked, blocked_count = v.index["blocked_ns"], v.index["blocked_count"]
-        runq_hist = v.index["runq_hist"]
+        runq_hist = _trimmed_hists(v, "runq_hist", values)
         cgroup_name = self._cgroups.name
         return [
             ProcessTimes(key[pid], _comm(key[comm]), cgroup_name(key[cgroup]), value[on_cpu],
                          value[runq], value[runq_count], value[blocked],
-                         value[blocked_count], value[runq_hist])
+                         value[blocked_count], value[next(runq_hist)])
             for key, value in zip(k.rows(b"".join(keys)), v.rows(values))
         ]
 
@@ -427,8 +442,8 @@ class WaitCollector:
         kstack, ustack = k.index["kstack"], k.index["ustack"]
         waker_pid, waker_comm, waker_kstack = (
             k.index["waker_pid"], k.index["waker_comm"], k.index["waker_kstack"])
-        total, count, max_ns, hist = (
-            v.index["total_ns"], v.index["count"], v.index["max_ns"], v.index["hist"])
+        total, count, max_ns = v.index["total_ns"], v.index["count"], v.index["max_ns"]
+        hist = _trimmed_hists(v, "hist", values)
         kernel, user = self._kernel_stacks.read, self._user_stacks_read.read
         cgroup_name = self._cgroups.name
         return [
@@ -438,7 +453,7 @@ class WaitCollector:
                 kernel(key[kstack]), min(0, key[kstack]), user(key[ustack]), min(0, key[ustack]),
                 key[waker_pid], _waker_comm(key[waker_pid], key[waker_comm], key[waker_kstack]),
                 kernel(key[waker_kstack]), min(0, key[waker_kstack]),
-                value[total], value[count], value[max_ns], value[hist],
+                value[total], value[count], value[max_ns], value[next(hist)],
             )
             for key, value in zip(k.rows(b"".join(keys)), v.rows(values))
         ]

@@ -26,6 +26,10 @@ TRACING_PREFIXES = (
     "perf_trace_",
 )
 TRACING_DEPTH = 6  # they are all within the innermost few frames
+# Addresses named lately, each with whether it is a tracing frame: a busy machine's wakers are
+# new stacks interval after interval (an interrupt lands on a new instruction each time), but
+# made of the same few hundred return addresses. Emptied whole when full.
+FRAMES_KEPT = 4096
 
 
 class KernelFrames:
@@ -36,9 +40,26 @@ class KernelFrames:
         self._kallsyms = symbols if isinstance(symbols, Kallsyms) else None
         if isinstance(symbols, Kallsyms):
             symbols = symbols.format
-        self.format: Callable[[int], str] = symbols or (lambda address: f"{address:#x}")
+        self._format: Callable[[int], str] = symbols or (lambda address: f"{address:#x}")
+        self._named: dict[int, tuple[str, bool]] = {}
+
+    def format(self, address: int) -> str:
+        return self._frame(address)[0]
+
+    def _frame(self, address: int) -> tuple[str, bool]:
+        """(the frame's name, whether it is the tracing machinery's), cached."""
+        named = self._named.get(address)
+        if named is None:
+            if len(self._named) >= FRAMES_KEPT:
+                self._named.clear()
+            frame = self._format(address)
+            named = self._named[address] = (frame, self._is_tracing(address, frame))
+        return named
 
     def is_tracing(self, address: int, frame: str) -> bool:
+        return self._frame(address)[1]
+
+    def _is_tracing(self, address: int, frame: str) -> bool:
         if frame.startswith(TRACING_PREFIXES):
             return True
         resolved = self._kallsyms.lookup(address) if self._kallsyms else None
