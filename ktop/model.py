@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ktop.frozen import quick_init
+
 T = TypeVar("T")
 
 # Pane names, used as keys of Snapshot.unavailable and in --drill (ktop.panes has each pane).
@@ -73,6 +75,7 @@ class BuiltOnRead(Sequence[T], Generic[T]):
 NOT_CODE = "[not code]"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class UserFrame:
     """A user-space frame, symbolized while its process was alive."""
@@ -87,6 +90,7 @@ class UserFrame:
 OWN_USER_STACK = UserFrame("[not walked: ktop's own user stack]", "[ktop]")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One bucket of a log2 histogram: `count` values v with low <= v <= high.
@@ -100,6 +104,7 @@ class Bucket:
     count: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StackSample:
     """Samples of one (pid, kernel stack, user stack) taken by the CPU sampler."""
@@ -120,6 +125,7 @@ class StackSample:
     callers_dropped: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HotFunction:
     symbol: str
@@ -139,6 +145,7 @@ class HotFunction:
         return busy, (self.children_percent * busy / self.children if self.children else 0.0)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CpuTimes:
     """Share of CPU time from /proc/stat over the window (exact accounting, not samples)."""
@@ -151,6 +158,7 @@ class CpuTimes:
     iowait: float = 0.0  # idle while I/O was outstanding: vmstat's wa
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CpuProfile:
     sample_hz: int
@@ -172,6 +180,7 @@ class CpuProfile:
         return round(self.sample_hz * self.window_s * self.cpus)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ProcessRow:
     pid: int
@@ -206,6 +215,7 @@ class ProcessRow:
         return round(max(0.0, self.cpu_percent - self.sys_percent), 1)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TaskCounts:
     """The kernel's own task counts (/proc/stat) at the processes pane's refresh."""
@@ -215,6 +225,7 @@ class TaskCounts:
     forks_per_s: float | None = None  # tasks started a second over the interval
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockStack:
     frames: tuple[str, ...]
@@ -223,6 +234,7 @@ class LockStack:
     max_wait_ns: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockUserStack:
     """A user-space stack of the tasks that waited, with their waits."""
@@ -232,6 +244,7 @@ class LockUserStack:
     total_wait_ns: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockTask:
     pid: int
@@ -242,6 +255,7 @@ class LockTask:
     cgroup: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockTaskStack:
     """The waits of one task under one kernel stack and user stack: what ties a lock wait's
@@ -255,6 +269,7 @@ class LockTaskStack:
     total_wait_ns: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockCaller:
     caller: str
@@ -274,6 +289,7 @@ class LockCaller:
         return self.total_wait_ns // self.contended if self.contended else 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockAddress:
     address: str  # "0xffff..."
@@ -295,6 +311,7 @@ OWNER_UNKNOWN = "unknown"  # the owner field empty (just released, changing hand
 OWNER_UNTRACED = "untraced"  # owners not traced on this kernel (LockProfile.notes says why)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockOwnerWait:
     """Waits for one sleeping lock at one caller, charged to who held the lock when each
@@ -314,6 +331,7 @@ class LockOwnerWait:
     max_wait_ns: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class LockProfile:
     events: int
@@ -326,6 +344,7 @@ class LockProfile:
     notes: tuple[str, ...] = ()  # why owners or names are left out on this kernel
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DiskStats:
     disk: str
@@ -340,6 +359,7 @@ class DiskStats:
     flushes: int = 0  # cache flushes (fsync's), neither reads nor writes
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IoSubmitStack:
     """A kernel stack that submitted block I/O."""
@@ -348,6 +368,7 @@ class IoSubmitStack:
     requests: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IoProcess:
     pid: int
@@ -365,6 +386,7 @@ class IoProcess:
     cgroup: str = ""  # the submitter's
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IoRequest:
     time_s: float  # seconds since ktop started
@@ -379,6 +401,7 @@ class IoRequest:
     cgroup: str = ""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class BlockProfile:
     lost: Mapping[str, int]
@@ -388,6 +411,7 @@ class BlockProfile:
     window_s: float = 0.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DiskIo:
     """One whole disk's /proc/diskstats counters, grown over a span: what iostat -x computes
@@ -416,6 +440,7 @@ class DiskIo:
     flush_ms: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IostatProfile:
     """Every whole disk's counters over span_s seconds (the disks view of the block pane)."""
@@ -428,6 +453,7 @@ class IostatProfile:
         return self.span_s
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SelfCostRow:
     """What ktop itself cost over the last interval, in % of one CPU: its own process, and
@@ -440,6 +466,7 @@ class SelfCostRow:
     bpf_panes: Mapping[str, float] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     ktop_version: str
@@ -470,6 +497,7 @@ class Snapshot:
 # ---- waits (off-CPU): ktop/aggregate/waits.py builds these, ktop/waitviews.py queries them ----
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitWaker:
     """Who ended some of a stack's blocked waits: offwaketime's one hop."""
@@ -481,6 +509,7 @@ class WaitWaker:
     total_ns: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitStack:
     """Blocked waits of one process at one (state, kernel stack, user stack)."""
@@ -499,6 +528,7 @@ class WaitStack:
     wakers: tuple[WaitWaker, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitProcess:
     """One process's time in the window, every wait counted (threads summed)."""
@@ -517,6 +547,7 @@ class WaitProcess:
     reason: str = ""  # the reason with most blocked time in this process's stacks
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitProfile:
     processes: tuple[WaitProcess, ...]  # by blocked + run-queue time, most first
@@ -528,6 +559,7 @@ class WaitProfile:
     window_s: float = 0.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Pressure:
     """PSI avg10 (% of the last 10 s): some task stalled, or all did (full)."""

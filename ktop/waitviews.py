@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from ktop.frozen import quick_init
 from ktop.model import Bucket, WaitProcess, WaitProfile, WaitStack
 
 NS_PER_S = 1_000_000_000
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitGroup:
     """Processes' time together (one process, one command, one cgroup), as ns in the window."""
@@ -37,6 +39,7 @@ class WaitGroup:
         return self.runq_ns + self.blocked_d_ns + self.blocked_s_ns + self.blocked_other_ns
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class WaitReason:
     """Blocked waits at one blocking function, in one state."""
@@ -58,21 +61,26 @@ def percent(ns: int, window_s: float) -> float:
 
 
 def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
-            key_of: Callable[[WaitProcess], Any], stack_key: Callable[[WaitStack], Any],
+            key_of: Callable[[WaitProcess], Any], stack_key: Callable[[WaitStack], Any] | None,
             by_pid: bool = False) -> list[WaitGroup]:
-    """key_of, stack_key: the group's key (by_pid: the pid, named by it as text)."""
+    """key_of, stack_key: the group's key (by_pid: the pid, named by it as text); without
+    stack_key, groups of one process, whose reason its rows carry (WaitProcess.reason)."""
     members: dict[Any, list[WaitProcess]] = {}
     for p in processes:
         members.setdefault(key_of(p), []).append(p)
     reasons: dict[Any, dict[str, int]] = {}
-    for s in stacks:
-        if not s.reason.startswith("["):
-            per = reasons.setdefault(stack_key(s), {})
-            per[s.reason] = per.get(s.reason, 0) + s.total_ns
+    if stack_key is not None:
+        for s in stacks:
+            if not s.reason.startswith("["):
+                per = reasons.setdefault(stack_key(s), {})
+                per[s.reason] = per.get(s.reason, 0) + s.total_ns
     groups = []
     for member_key, rows in members.items():
-        top = reasons.get(member_key, {})
-        reason = max(top, key=top.__getitem__) if top else ""
+        if stack_key is None:
+            reason = rows[0].reason
+        else:
+            top = reasons.get(member_key, {})
+            reason = max(top, key=top.__getitem__) if top else ""
         key = str(member_key) if by_pid else member_key
         first = rows[0]
         if len(rows) == 1:  # most groups of the by-process view: nothing to sum
@@ -103,7 +111,7 @@ def _groups(processes: Iterable[WaitProcess], stacks: Sequence[WaitStack],
 def by_process(profile: WaitProfile, shows: Callable[[int, str], bool] | None = None) -> list[WaitGroup]:
     """One row per process, its threads (and their commands) summed."""
     procs = [p for p in profile.processes if shows is None or shows(p.pid, p.cgroup)]
-    return _groups(procs, profile.stacks, _pid, _pid, by_pid=True)
+    return _groups(procs, profile.stacks, _pid, None, by_pid=True)
 
 
 def by_command(profile: WaitProfile, shows: Callable[[int, str], bool] | None = None) -> list[WaitGroup]:

@@ -562,3 +562,19 @@ def test_a_drained_histogram_is_cut_after_its_last_used_slot_and_nothing_else():
     rows = list(layout.rows(values))
     read = [row[where] for row, where in zip(rows, _trimmed_hists(layout, "hist", values))]
     assert read == [slots for slots in cases]
+
+
+def test_a_process_reason_is_the_one_with_most_time_over_all_its_stacks():
+    """Two stacks blocked in futex_do_wait (40 ms each) outweigh one in do_nanosleep (60 ms):
+    the process's reason, in the profile and in the by-process view, is the futex wait."""
+    from ktop.waitviews import by_process
+
+    futex = stack("__schedule", "schedule", "futex_do_wait")
+    agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=5.0)
+    agg.add(drain(1.0, [blocked(kernel=futex, state="S", total=40_000_000, count=4),
+                        blocked(kernel=futex, state="other", total=40_000_000, count=4),
+                        blocked(kernel=NANOSLEEP, total=60_000_000, count=6)],
+                  [times()]))
+    profile = agg.profile()
+    assert [p.reason for p in profile.processes] == ["futex_do_wait"]
+    assert [g.reason for g in by_process(profile)] == ["futex_do_wait"]

@@ -392,16 +392,20 @@ def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
         for (pid, comm, cgroup, state, frames, user), b in sorted(
             counts.stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:5]))
     )
-    top: dict[int, tuple[int, str]] = {}
-    for stack in stacks:  # most time first: the first seen per pid is its top reason
-        if stack.pid not in top and not stack.reason.startswith("["):
-            top[stack.pid] = (stack.total_ns, stack.reason)
+    # Each process's reason: the one with most blocked time over its stacks (a futex wait
+    # from three user stacks is one reason); on a tie the first seen, the busiest stack's.
+    reasons: dict[int, dict[str, int]] = {}
+    for stack in stacks:
+        if not stack.reason.startswith("["):
+            per = reasons.setdefault(stack.pid, {})
+            per[stack.reason] = per.get(stack.reason, 0) + stack.total_ns
+    top = {pid: max(per, key=per.__getitem__) for pid, per in reasons.items()}
     processes = tuple(
         WaitProcess(
             pid=pid, comm=comm, cgroup=cgroup, on_cpu_ns=t.on_cpu_ns, runq_ns=t.runq_ns,
             runq_count=t.runq_count, blocked_s_ns=t.blocked_ns[0], blocked_d_ns=t.blocked_ns[1],
             blocked_other_ns=t.blocked_ns[2], blocked_count=t.blocked_count,
-            runq_hist=_full(t.runq_hist), reason=top.get(pid, (0, ""))[1],
+            runq_hist=_full(t.runq_hist), reason=top.get(pid, ""),
         )
         for (pid, comm, cgroup), t in sorted(
             counts.procs.items(),
