@@ -578,3 +578,28 @@ def test_a_process_reason_is_the_one_with_most_time_over_all_its_stacks():
     profile = agg.profile()
     assert [p.reason for p in profile.processes] == ["futex_do_wait"]
     assert [g.reason for g in by_process(profile)] == ["futex_do_wait"]
+
+
+def test_wakers_in_one_interrupt_path_are_named_alike_whatever_they_interrupted(monkeypatch):
+    """A timer interrupt landing on a new instruction each time is a new stack each time:
+    all are the same waker, named once, down to the interrupt's entry; a task's wake-up
+    through the same first frames is still a task's."""
+    import ktop.aggregate.waits as waits  # noqa: PLC0415
+    from ktop.aggregate.waits import KernelNamer
+
+    named = []
+    real = waits.interrupt_of
+    monkeypatch.setattr(waits, "interrupt_of", lambda frames: named.append(frames) or real(frames))
+    namer = KernelNamer(Kallsyms.from_text(KALLSYMS))
+    entry = ("bpf_trace_run4", "try_to_wake_up", "hrtimer_wakeup", "hrtimer_wakeup",
+             "futex_wake", "do_futex", "asm_sysvec_apic_timer_interrupt")
+    first = namer.waker((*stack(*entry), A["do_idle"], A["do_idle"] + 4))
+    assert first[1] == "[hardirq]" and first[0][-1].startswith("asm_sysvec")
+    for interrupted in (A["do_idle"] + 8, A["filemap_read"], A["schedule"] + 1):
+        assert namer.waker((*stack(*entry), interrupted, A["_stext"])) == first
+    assert len(named) == 1
+    task = namer.waker(stack(*entry[:6], "do_nanosleep"))
+    assert task[1] == "" and task[0][-1].startswith("do_nanosleep")
+    other = namer.waker(stack(*entry[:5], "do_idle", "asm_sysvec_apic_timer_interrupt",
+                              "do_futex"))
+    assert other[1] == "[hardirq]" and other[0][-2].startswith("do_idle")

@@ -19,7 +19,7 @@ from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
 from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain, WalkMinimums
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
-from ktop.symbolize.frames import KernelFrames
+from ktop.symbolize.frames import TRACING_DEPTH, KernelFrames
 from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
@@ -100,33 +100,48 @@ class KernelNamer:
         self._frames = KernelFrames(kallsyms)
         self._blocked: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
         self._wakers: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
+        # Wakers in interrupts by their addresses down to the interrupt's entry, and the
+        # lengths those come in (a few: one per interrupt path).
+        self._interrupts: dict[tuple[int, ...], tuple[tuple[str, ...], str]] = {}
+        self._interrupt_lengths: list[int] = []
 
     def blocked(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
         """A blocked stack's frames and its reason."""
         named = self._blocked.get(addresses)
         if named is None:
             _make_room(self._blocked)
-            frames = self._name(addresses, waker=False)
+            frames = self._name(addresses)
             named = self._blocked[addresses] = (frames, reason_of(frames))
         return named
 
     def waker(self, addresses: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
         """A waker's frames and the interrupt it ran in ("" for a task's own)."""
         named = self._wakers.get(addresses)
-        if named is None:
+        if named is not None:
+            return named
+        # A waker in an interrupt is a new stack for each instruction the interrupt landed
+        # on, its frames the same down to the interrupt's entry: known by those addresses.
+        for length in self._interrupt_lengths:
+            named = self._interrupts.get(addresses[:length])
+            if named is not None:
+                return named
+        frames, end = self._frames.named_until_at(addresses, _is_interrupt_entry)
+        named = (frames, interrupt_of(frames))
+        if named[1] and end >= TRACING_DEPTH:  # (the frames' tracing cut looks that deep)
+            _make_room(self._interrupts)
+            self._interrupts[addresses[:end]] = named
+            if end not in self._interrupt_lengths and len(self._interrupt_lengths) < 16:
+                self._interrupt_lengths.append(end)
+        else:
             _make_room(self._wakers)
-            frames = self._name(addresses, waker=True)
-            named = self._wakers[addresses] = (frames, interrupt_of(frames))
+            self._wakers[addresses] = named
         return named
 
-    def _name(self, addresses: tuple[int, ...], waker: bool) -> tuple[str, ...]:
+    def _name(self, addresses: tuple[int, ...]) -> tuple[str, ...]:
         """Innermost first, the tracing frames cut (the BPF program's own among them, hex
-        when the kernel names no BPF symbols, as every other pane cuts them); a waker's
-        named only down to the interrupt it ran in (what it interrupted says nothing about
-        it, and a new instruction interrupted is a new stack: most wakers of a busy
-        machine)."""
-        if waker:
-            return self._frames.named_until(addresses, _is_interrupt_entry)
+        when the kernel names no BPF symbols, as every other pane cuts them). (A waker's
+        are named only down to the interrupt it ran in: what it interrupted says nothing
+        about it, and a new instruction interrupted is a new stack.)"""
         return self._frames.without_tracing(addresses)[1]
 
 

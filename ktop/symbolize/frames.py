@@ -76,14 +76,21 @@ class KernelFrames:
         """The frames of without_tracing, down to the first that is `last` only: the rest
         are not named at all (a waker in an interrupt: what it interrupted, ~half of its
         frames)."""
+        return self.named_until_at(addresses, last)[0]
+
+    def named_until_at(self, addresses: Sequence[int],
+                       last: Callable[[str], bool]) -> tuple[tuple[str, ...], int]:
+        """named_until, and how many addresses it read (the rest do not change its frames)."""
         head = [self.format(a) for a in addresses[:TRACING_DEPTH]]
         frames: list[str] = []
+        end = len(addresses)
         for i in range(self._past_tracing(addresses, head), len(addresses)):
             frame = head[i] if i < len(head) else self.format(addresses[i])
             frames.append(frame)
             if last(frame):
+                end = i + 1
                 break
-        return tuple(frames)
+        return tuple(frames), max(end, min(TRACING_DEPTH, len(addresses)))
 
     def _past_tracing(self, addresses: Sequence[int], frames: Sequence[str]) -> int:
         """The index past the outermost tracing frame among the innermost TRACING_DEPTH."""
