@@ -432,6 +432,47 @@ def test_a_process_that_exits_is_gone_from_the_next_frame(recorded_snapshot):
     assert seen["cursor"] in seen["pids"]
 
 
+def test_a_hidden_tab_makes_no_rows_and_shows_the_newest_frame_when_chosen(recorded_snapshot):
+    """On a small screen one pane shows at a time: the others make their rows only when
+    chosen (rows nobody sees were most of a refresh's work), then from the newest frame."""
+    from ktop.ui.widgets.processes import ProcessesPane
+
+    source = SwitchableSource(recorded_snapshot)
+    made = {"processes": 0}
+    real = ProcessesPane.rows
+
+    def counted(self, snapshot, display):
+        made["processes"] += 1
+        return real(self, snapshot, display)
+
+    changed = replace(recorded_snapshot, processes=recorded_snapshot.processes[:3])
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.pause()
+        seen["before"] = made["processes"]
+        source.current = changed
+        await next_frames(pilot, source, 3)
+        seen["hidden"] = made["processes"]
+        await pilot.press("4")
+        await pilot.pause()
+        seen["rows"] = app.main_screen.pane("processes").table.row_count
+        seen["text"] = screen_text(app)
+        await next_frames(pilot, source)
+        seen["shown"] = made["processes"]
+
+    ProcessesPane.rows = counted
+    try:
+        run_app(build_app(source, interval_s=INTERVAL), scenario, size=(80, 24))
+    finally:
+        ProcessesPane.rows = real
+    assert seen["hidden"] == seen["before"], "a hidden pane made rows"
+    assert seen["rows"] == 3, "the chosen tab shows the newest frame at once"
+    assert "PID" in seen["text"]
+    assert seen["shown"] > seen["hidden"] + 1  # once chosen, and each frame after
+
+
 def test_space_pauses_the_screen(recorded_snapshot):
     source = SwitchableSource(recorded_snapshot)
     changed = replace(recorded_snapshot, processes=recorded_snapshot.processes[:3])

@@ -171,6 +171,8 @@ class MainScreen(ChangedRowsScreen):
             pane.display = alone is None or pane_name == alone
             odd_last = alone is None and count % 2 == 1 and index == count - 1 and count > 1
             pane.styles.column_span = 2 if odd_last else 1
+            if pane.display:
+                pane.catch_up()  # what came while it was hidden
 
     # ---- what the panes and the header show -----------------------------------------------
 

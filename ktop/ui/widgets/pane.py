@@ -115,6 +115,7 @@ class Pane(Vertical):
         self.border_title = self.spec.numbered_title
         self._snapshot: Snapshot | None = None  # what the rows shown were made from
         self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view
+        self._pending: tuple[Snapshot, Display] | None = None  # came while hidden
         self._tables: dict[str, KeyedTable] = {}  # view -> its table, made in compose()
         self.comparing = False  # showing the compare table (a baseline is set: key b)
         self._baseline: Baseline | None = None  # what the compare table was made against
@@ -239,6 +240,20 @@ class Pane(Vertical):
         return display.baseline is not None and display.baseline.by_command
 
     def show(self, snapshot: Snapshot, display: Display) -> None:
+        """The snapshot's rows; a hidden pane (another tab of a small screen, beside a zoomed
+        one) makes them only once shown (catch_up), or when asked for a row."""
+        if not self.display:
+            self._pending = (snapshot, display)
+            return
+        self._show_now(snapshot, display)
+
+    def catch_up(self) -> None:
+        """The rows of the newest snapshot shown while hidden, if any."""
+        if self._pending is not None:
+            self._show_now(*self._pending)
+
+    def _show_now(self, snapshot: Snapshot, display: Display) -> None:
+        self._pending = None
         self._snapshot = snapshot
         own_field = self.current_view.field
         if own_field:  # a view of other data than the pane's program collects
@@ -308,6 +323,7 @@ class Pane(Vertical):
 
     def row_named(self, what: str) -> str | None:
         """The key of the row `--drill PANE:WHAT` names: by the field its pane names rows by."""
+        self.catch_up()
         field = self.spec.drill_by
         return next(
             (key for key, row in self._shown.items()
@@ -317,10 +333,12 @@ class Pane(Vertical):
 
     def model_row(self, key: str) -> Any:
         """The model row behind the row `key` of the current view, or None."""
+        self.catch_up()
         return self._shown.get(key)
 
     def drill(self, key: str) -> Drill:
         """What Enter on the row `key` opens (`--drill` comes here too)."""
+        self.catch_up()
         if self.comparing:
             return self._drill_compared(key)
         row = self._shown.get(key)
