@@ -29,7 +29,7 @@ TRACING_DEPTH = 6  # they are all within the innermost few frames
 # Addresses named lately, each with whether it is a tracing frame: a busy machine's wakers are
 # new stacks interval after interval (an interrupt lands on a new instruction each time), but
 # made of the same few hundred return addresses. Emptied whole when full.
-FRAMES_KEPT = 4096
+FRAMES_KEPT = 2048
 
 
 class KernelFrames:
