@@ -185,7 +185,8 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
     from ktop.ui.app import build_app
     from ktop.ui.widgets.header import losses
 
-    gc.set_threshold(*cli.GC_THRESHOLDS)  # as `ktop` sets it
+    cli.without_openssl().__enter__()  # as `ktop` runs
+    gc.set_threshold(*cli.GC_THRESHOLDS)
     cli.pin_mmap_threshold()
     args = cli.parse_args([])
     source = LiveSource(cli._options(args))
