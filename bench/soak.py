@@ -360,6 +360,7 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
         if symbols is not None:  # what the processes' maps and named stacks hold
             procs = list(symbols._procs.values())
             seen.clear()
+            seen.update(id(m.table) for p in procs for m in p.maps)  # the tables: above
             split = {part: deep([getattr(p, part) for p in procs])
                      for part in ("maps", "stacks", "frames")}
             print(f"  user symbols' {len(procs)} processes: " + ", ".join(
