@@ -16,7 +16,6 @@ a terminal cannot give: --objects (the object types whose counts grow, every 30 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -185,8 +184,21 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
     from ktop.ui.app import build_app
     from ktop.ui.widgets.header import losses
 
-    gc.set_threshold(*cli.GC_THRESHOLDS)  # as `ktop` sets it
+    cli.without_openssl().__enter__()  # as `ktop` runs (before asyncio is imported)
+    import asyncio
+    gc.set_threshold(*cli.GC_THRESHOLDS)
     cli.pin_mmap_threshold()
+    loads: dict[str, int] = {}  # binaries whose symbol tables were read, how many times
+    if count_objects:
+        from ktop.symbolize import user as user_symbols
+
+        reading = user_symbols.UserSymbolizer._with_debug_symbols
+
+        def counted(self, probe, path):  # noqa: ANN001, ANN202
+            loads[os.path.basename(path)] = loads.get(os.path.basename(path), 0) + 1
+            return reading(self, probe, path)
+
+        user_symbols.UserSymbolizer._with_debug_symbols = counted  # type: ignore[method-assign]
     args = cli.parse_args([])
     source = LiveSource(cli._options(args))
     source.start(wait=False, patient=True)
@@ -331,6 +343,13 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
                 kinds[kind] = kinds.get(kind, 0) + 1
             print(f"  functions' totals: {len(keys)} stack numbers; totals by kind: "
                   + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())), flush=True)
+            ids = functions[1]._ids
+            used = {id(f) for f in ids.functions.values()}
+            cached = {id(f): f for f in ids._by_kernel.values()}
+            seen.clear()
+            print(f"  functions' sets of functions: {len(ids._by_kernel)} kernel stacks named, "
+                  f"{len(cached)} distinct sets ({deep(list(cached.values())) / 2**20:.1f} MiB), "
+                  f"{len(set(cached) - used)} of them no kept stack holds", flush=True)
         symbols = source._user_symbols
         if symbols is not None:  # the binaries whose symbol tables are loaded, largest first
             tables = sorted(((len(t), key[0], len(getattr(t, "_names", ())))
@@ -338,6 +357,18 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
             print("  user symbol tables (functions, names decoded): " + ", ".join(
                 f"{os.path.basename(path)} {n} {named}" for n, path, named in tables[:8]),
                 flush=True)
+        if symbols is not None:  # what the processes' maps and named stacks hold
+            procs = list(symbols._procs.values())
+            seen.clear()
+            seen.update(id(m.table) for p in procs for m in p.maps)  # the tables: above
+            split = {part: deep([getattr(p, part) for p in procs])
+                     for part in ("maps", "stacks", "frames")}
+            print(f"  user symbols' {len(procs)} processes: " + ", ".join(
+                f"{part} {sum(len(getattr(p, part)) for p in procs)} "
+                f"({size / 2**20:.1f} MiB)" for part, size in split.items()), flush=True)
+        print("  symbol tables read (times): " + ", ".join(
+            f"{name} {n}" for name, n in sorted(loads.items(), key=lambda kv: -kv[1])[:8]),
+            flush=True)
         # Within each collector and aggregator: its largest attributes (walked afresh).
         for name, thing in parts[:-2]:
             if name == "processes" or name.startswith("user names cache"):

@@ -13,6 +13,7 @@ import stat
 import sys
 import tempfile
 import traceback
+from collections.abc import Iterator
 
 from ktop import __version__
 from ktop.collectors.bpfload import pin_mmap_threshold
@@ -585,9 +586,38 @@ def run_interactive(args: argparse.Namespace) -> int:
     return app.return_code or 0
 
 
+# Modules that load OpenSSL's libraries when imported, which only prometheus_client needs
+# (--serve and .prom pictures import ssl): asyncio imports ssl if it can, hashlib _hashlib
+# (its builtin SHA-256 gives the same digests).
+_OPENSSL_MODULES = ("ssl", "_ssl", "_hashlib")
+
+
+@contextlib.contextmanager
+def without_openssl() -> Iterator[None]:
+    """Keep OpenSSL out of this process while ktop runs: libcrypto and libssl stay resident
+    (their code and initialised tables) for nothing. Entered before asyncio and hashlib are
+    first imported; a module already imported is left as it is."""
+    blocked = [name for name in _OPENSSL_MODULES if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # an import raises ImportError
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 def main(argv: list[str] | None = None) -> int:
-    global _messages
     args = parse_args(argv)
+    if args.serve is not None or _snapshot_format(args) == "prom":
+        return _run(args)
+    with without_openssl():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    global _messages
     # Collect young objects every 50,000 allocations, not 700: each refresh allocates tens of
     # thousands of rows that live until the next one and builds few cycles, so most
     # collections found nothing and, through the older generations, walked every long-lived

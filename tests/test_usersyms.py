@@ -724,3 +724,20 @@ def test_processes_of_one_binary_share_their_named_frames(bins: dict[str, Path],
     frames = [sym.resolve(pid, [PIE_BASE + leaf + 4])[0] for pid in (1, 2, 3)]
     assert frames[0].symbol == "ktop_test_leaf+0x4"
     assert frames[1] is frames[0] and frames[2] is frames[0]
+
+
+def test_frames_shared_across_processes_are_bounded_and_hot_ones_keep_their_object(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames named alike in every process are one object, kept in two generations within
+    FRAMES_SHARED: a frame named again and again (a fork loop's) keeps its object across
+    any number of turns, one named once goes."""
+    monkeypatch.setattr(usersyms, "FRAMES_SHARED", 64)
+    symbolizer = UserSymbolizer()
+    hot = symbolizer._shared_frame(UserFrame("main+0x10", "/usr/bin/loop"))
+    for i in range(1000):
+        symbolizer._shared_frame(UserFrame(f"f{i}+0x1", "/usr/lib/libx.so"))
+        kept = [*symbolizer._frames, *getattr(symbolizer, "_frames_before", ())]
+        assert len(kept) <= 64
+        if i % 16 == 0:
+            assert symbolizer._shared_frame(UserFrame("main+0x10", "/usr/bin/loop")) is hot
+    assert UserFrame("f0+0x1", "/usr/lib/libx.so") not in kept

@@ -39,6 +39,10 @@ STACKS_KEPT = 1000
 # stay exact, only the process those rare samples came from is not kept.
 CUT_KEPT = 500
 OTHER_PROCESSES = "[rare: processes merged]"
+# Kernel stacks whose functions stay named once no stack number holds them (a new process
+# on a known kernel path finds them): under churn most numbers are forgotten within
+# seconds, and each named set of functions is 0.7-2.3 KB.
+NAMED_SPARE = 256
 CUT = "callers dropped"  # ends the identity of a cut stack (a row's identity ends in a bool)
 
 
@@ -109,7 +113,7 @@ class _StackIds:
             del self.keys[gone], self.numbers[self._identities.pop(gone)]
             self.functions.pop(gone, None)
             self.idle.discard(gone)
-        if len(self._by_kernel) > 2 * len(self.keys) + 1024:
+        if len(self._by_kernel) > len(self.functions) + NAMED_SPARE:
             self._by_kernel = {self.keys[n].kernel: f for n, f in self.functions.items()}
             self._function_sets = {f: f for f in self._by_kernel.values()}
 

@@ -16,7 +16,6 @@ removed by the next.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import platform
 import re
@@ -206,6 +205,8 @@ def merged_tree(sources: list[str], name: str, release: str, cache_dir: str = CA
                 legacy_dir: str | None = None) -> str:
     """The merged tree of `sources`, from the cache (built there the first time), or, when
     the cache directory is not private to root, in a private temporary one for this run."""
+    import hashlib  # noqa: PLC0415  (imported late: see ktop.cli.without_openssl)
+
     plan = merge_plan(sources)
     key = hashlib.sha256(repr((release, sources, plan)).encode()).hexdigest()[:16]
     cache = _cache(cache_dir)

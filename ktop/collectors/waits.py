@@ -269,12 +269,17 @@ class HashedStacks:
     space empties after each drain: each is read once, and remembered while it is named (a
     thread blocked for minutes names its stack in every interval, under "still waiting").
     Past STACKS_REMEMBERED, those not named since the last time are forgotten. A key neither
-    the map nor memory holds reads as no frames and is counted, never invented."""
+    the map nor memory holds reads as no frames and is counted, never invented.
+
+    Kernel stacks are remembered as tuples of addresses shared with every other stack read
+    (kernel text is a bounded set); user stacks as their words (8 bytes a frame): a user
+    address is an int of its own in each process (ASLR), 32 bytes more a frame, kept
+    twice over as a tuple of them."""
 
     def __init__(self, kernel: bool) -> None:
         self.missing = 0  # cumulative
-        self._now: dict[int, tuple[int, ...]] = {}
-        self._before: dict[int, tuple[int, ...]] = {}
+        self._now: dict[int, tuple[int, ...] | bytes] = {}
+        self._before: dict[int, tuple[int, ...] | bytes] = {}
         self._shared = SharedAddresses() if kernel else None
 
     def take(self, table) -> None:  # noqa: ANN001 - a BpfMap
@@ -286,13 +291,16 @@ class HashedStacks:
             return
         depth = table.value_size // 8
         words = memoryview(values).cast("Q")
+        shared = self._shared
         for i, key in enumerate(array("q", b"".join(keys))):
-            frames = words[i * depth:(i + 1) * depth].tolist()
+            stack = words[i * depth:(i + 1) * depth]
+            frames = stack.tolist()
             try:
-                frames = frames[:frames.index(0)]
+                end = frames.index(0)
             except ValueError:  # as deep as the map keeps: cut there
-                pass
-            self._now[key] = self._shared(tuple(frames)) if self._shared else tuple(frames)
+                end = depth
+            self._now[key] = (shared(tuple(frames[:end])) if shared is not None
+                              else stack[:end].tobytes())
 
     def read(self, key: int) -> tuple[int, ...]:
         if key < 0:
@@ -304,6 +312,8 @@ class HashedStacks:
                 self.missing += 1
                 return ()
             self._now[key] = frames
+        if isinstance(frames, bytes):
+            return tuple(memoryview(frames).cast("Q"))
         return frames
 
 

@@ -19,7 +19,7 @@ KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
 MAX_SYMBOL_SPAN = 256 * 1024
 # Addresses named lately, kept for the next lookup: every refresh names the same hot ones.
 # Bounded so that days of new stacks do not grow it (README: Memory): both generations.
-RESOLVED_KEPT = 16384
+RESOLVED_KEPT = 8192
 
 KPTR_RESTRICT = "/proc/sys/kernel/kptr_restrict"
 _UNNAMED = object()  # not in the older generation of names

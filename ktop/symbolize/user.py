@@ -39,7 +39,9 @@ KEEP_TABLES = 64  # symbol tables of files kept before those no live process map
 IDLE_REFRESHES = 60
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
-FRAMES_SHARED = 16384  # distinct named frames shared by every process (then started over)
+# Distinct named frames shared by every process, in two generations of half this each: a
+# frame named again meanwhile moves up with its object, the others go with the older one.
+FRAMES_SHARED = 8192
 FILE_RECHECK_S = 2.0  # how long a file's table is trusted without a stat() of the file
 # What is read of one binary (any user's: it runs as root, in the collect thread). Linked
 # executables and libraries have tens of sections and headers; pyelftools parses each in
@@ -521,6 +523,7 @@ class UserSymbolizer:
         self._unreadable: set[tuple[str, int, int, int]] = set()
         self.unread = 0
         self._frames: dict[UserFrame, UserFrame] = {}  # see _shared_frame
+        self._frames_before: dict[UserFrame, UserFrame] = {}
 
     def forget(self, pid: int) -> None:
         self._procs.pop(pid, None)
@@ -658,10 +661,16 @@ class UserSymbolizer:
         """One object for a frame named alike in every process: each process of a binary
         (a fork loop's thousands) named its frames anew, and the stacks kept for the window
         and the totals held a copy per process, its module's path included."""
-        shared = self._frames
-        if len(shared) >= FRAMES_SHARED:
-            shared.clear()
-        return shared.setdefault(frame, frame)
+        shared = self._frames.get(frame)
+        if shared is not None:
+            return shared
+        shared = self._frames_before.get(frame, frame)
+        if len(self._frames) >= FRAMES_SHARED // 2:
+            # (Emptied whole, the hot frames were made again beside the objects that kept
+            # stacks still held.)
+            self._frames_before, self._frames = self._frames, {}
+        self._frames[shared] = shared
+        return shared
 
     def _candidates(self, pid: int, m: _Mapping) -> list[str]:
         base = os.path.join(self._proc_root, str(pid))
