@@ -418,11 +418,16 @@ def test_symbol_tables_no_live_process_maps_are_dropped(
         sym.resolve(pid, [PIE_BASE + leaf])
     loads = []
     monkeypatch.setattr(sym, "_load", lambda *a, _load=sym._load: loads.append(1) or _load(*a))
-    sym.retain([82])  # the pie's only user exited: its table goes, the stripped one stays
-    assert sym.resolve(82, [PIE_BASE + leaf])[0].module == str(bins["stripped"])
-    assert loads == []
-    _fake_proc(root, 83, _maps_lines(bins["pie"], PIE_BASE))  # run again: read again
+    sym.retain([82])  # the pie's only user exited, but lately: its table stays a while
+    _fake_proc(root, 83, _maps_lines(bins["pie"], PIE_BASE))  # run again soon: not read again
     assert sym.resolve(83, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
+    assert loads == []
+    for _ in range(usersyms.RECENT_REFRESHES + 1):  # then gone, used by no sample since
+        assert sym.resolve(82, [PIE_BASE + leaf])[0].module == str(bins["stripped"])
+        sym.retain([82])
+    assert len(sym._by_stat) == 1  # the stripped one stays: its process lives
+    _fake_proc(root, 84, _maps_lines(bins["pie"], PIE_BASE))  # run again: read again
+    assert sym.resolve(84, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
     assert loads == [1]
 
 

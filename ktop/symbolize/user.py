@@ -37,6 +37,10 @@ KEEP_TABLES = 64  # symbol tables of files kept before those no live process map
 # A table no sample has needed for this many refreshes is dropped, even if its file is still
 # mapped: ktop's own start-up names LLVM and clang frames once, then never.
 IDLE_REFRESHES = 60
+# A table a sample needed this lately stays when no live process maps it: a binary run again
+# and again with gaps between (a compile loop, a cron job) is not read again each time
+# (libLLVM's table is read in ~0.5 s, with a ~3 MiB transient).
+RECENT_REFRESHES = 10
 MAX_STACKS_PER_PROCESS = 4096  # named stacks kept per process (a JIT makes new ones forever)
 MAX_FRAMES_PER_PROCESS = 4096  # named addresses kept per process, for the same reason
 # Distinct named frames shared by every process, in two generations of half this each: a
@@ -563,6 +567,8 @@ class UserSymbolizer:
         """Forget the symbol tables no live process maps any more (a binary rebuilt and run
         again, a compiler that has exited): each one can hold megabytes."""
         used = {id(m.table) for procmaps in self._procs.values() for m in procmaps.maps if m.table}
+        recent = self._refresh - RECENT_REFRESHES
+        used.update(table for table, when in self._last_used.items() if when >= recent)
         self._by_stat = {k: t for k, t in self._by_stat.items() if id(t) in used}
         self._by_build = {k: t for k, t in self._by_build.items() if id(t) in used}
         self._by_file = {k: v for k, v in self._by_file.items() if id(v[0]) in used}
