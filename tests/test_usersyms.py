@@ -422,7 +422,7 @@ def test_symbol_tables_no_live_process_maps_are_dropped(
     _fake_proc(root, 83, _maps_lines(bins["pie"], PIE_BASE))  # run again soon: not read again
     assert sym.resolve(83, [PIE_BASE + leaf])[0].symbol == "ktop_test_leaf+0x0"
     assert loads == []
-    for _ in range(usersyms.RECENT_REFRESHES + 1):  # then gone, used by no sample since
+    for _ in range(usersyms.RECENT_REFRESHES + 2):  # then gone, used by no sample since
         assert sym.resolve(82, [PIE_BASE + leaf])[0].module == str(bins["stripped"])
         sym.retain([82])
     assert len(sym._by_stat) == 1  # the stripped one stays: its process lives
