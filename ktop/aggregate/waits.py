@@ -125,7 +125,7 @@ class KernelNamer:
             named = self._interrupts.get(addresses[:length])
             if named is not None:
                 return named
-        frames, end = self._frames.named_until_at(addresses, _is_interrupt_entry)
+        frames, end = self._frames.named_until(addresses, _is_interrupt_entry)
         named = (frames, interrupt_of(frames))
         if named[1] and end >= TRACING_DEPTH:  # (the frames' tracing cut looks that deep)
             _make_room(self._interrupts)

@@ -56,9 +56,6 @@ class KernelFrames:
             named = self._named[address] = (frame, self._is_tracing(address, frame))
         return named
 
-    def is_tracing(self, address: int, frame: str) -> bool:
-        return self._frame(address)[1]
-
     def _is_tracing(self, address: int, frame: str) -> bool:
         if frame.startswith(TRACING_PREFIXES):
             return True
@@ -69,33 +66,28 @@ class KernelFrames:
         """(addresses, frames) from past the outermost tracing frame among the innermost
         TRACING_DEPTH (an unnamed BPF frame may sit between two of them)."""
         frames = [self.format(a) for a in addresses]
-        start = self._past_tracing(addresses, frames)
+        start = self._past_tracing(addresses)
         return tuple(addresses[start:]), tuple(frames[start:])
 
-    def named_until(self, addresses: Sequence[int], last: Callable[[str], bool]) -> tuple[str, ...]:
+    def named_until(self, addresses: Sequence[int],
+                    last: Callable[[str], bool]) -> tuple[tuple[str, ...], int]:
         """The frames of without_tracing, down to the first that is `last` only: the rest
         are not named at all (a waker in an interrupt: what it interrupted, ~half of its
-        frames)."""
-        return self.named_until_at(addresses, last)[0]
-
-    def named_until_at(self, addresses: Sequence[int],
-                       last: Callable[[str], bool]) -> tuple[tuple[str, ...], int]:
-        """named_until, and how many addresses it read (the rest do not change its frames)."""
-        head = [self.format(a) for a in addresses[:TRACING_DEPTH]]
+        frames); and how many addresses that read (the rest do not change its frames)."""
         frames: list[str] = []
         end = len(addresses)
-        for i in range(self._past_tracing(addresses, head), len(addresses)):
-            frame = head[i] if i < len(head) else self.format(addresses[i])
+        for i in range(self._past_tracing(addresses), len(addresses)):
+            frame = self.format(addresses[i])
             frames.append(frame)
             if last(frame):
                 end = i + 1
                 break
         return tuple(frames), max(end, min(TRACING_DEPTH, len(addresses)))
 
-    def _past_tracing(self, addresses: Sequence[int], frames: Sequence[str]) -> int:
+    def _past_tracing(self, addresses: Sequence[int]) -> int:
         """The index past the outermost tracing frame among the innermost TRACING_DEPTH."""
-        tracing = [i for i in range(min(TRACING_DEPTH, len(frames)))
-                   if self.is_tracing(addresses[i], frames[i])]
+        tracing = [i for i in range(min(TRACING_DEPTH, len(addresses)))
+                   if self._frame(addresses[i])[1]]
         return tracing[-1] + 1 if tracing else 0
 
 
