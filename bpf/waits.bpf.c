@@ -58,7 +58,7 @@
 #error "TASK_STACK: the offset of task_struct.stack, from BTF"
 #endif
 #define WAIT_STACK_DEPTH 48
-#define FLIP_THREADS 11		/* thread ids a waits_flip run takes: args[1..11] */
+#define FLIP_THREADS 11		/* threads a waits_flip run takes (task addresses): args[1..11] */
 #define FLIP_SETTLE 0		/* waits_flip's args[0] */
 #define FLIP_END 1
 
@@ -83,8 +83,12 @@ BPF_ARRAY(generation, u64, 1);
 /* Counts cgroup migrations: a thread reads its cgroup again at a switch-out only when this
  * moved since it last did (a move of a whole process is one event, for all its threads). */
 BPF_ARRAY(cgroup_epoch, u32, 1);
-/* Allocated as threads come: room for many, memory for those that live. */
-BPF_F_TABLE("hash", u32, struct wait_thread, threads, THREAD_ENTRIES, BPF_F_NO_PREALLOC);
+/* Counts renames and new tasks: a name read before it moved may be another task's now. */
+BPF_ARRAY(name_epoch, u32, 1);
+/* Allocated as threads come: room for many, memory for those that live. Keyed by the
+ * task's address: a task's record is deleted at its last switch-out, and a new task's
+ * (sched_wakeup_new) replaces whatever a missed one left under a reused address. */
+BPF_F_TABLE("hash", u64, struct wait_thread, threads, THREAD_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_HASH(procs_0, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
 BPF_HASH(procs_1, struct wait_proc_key, struct wait_proc, PROC_ENTRIES);
 BPF_HASH(wait_stacks_0, struct wait_stack_key, struct wait_stack, WAIT_STACK_ENTRIES);
@@ -101,6 +105,16 @@ BPF_PERCPU_ARRAY(zero_thread, struct wait_thread, 1);
 BPF_PERCPU_ARRAY(zero_proc, struct wait_proc, 1);
 BPF_PERCPU_ARRAY(zero_stack, struct wait_stack, 1);
 BPF_PERCPU_ARRAY(stack_walk, struct stack_walk, 1);
+/* What each CPU remembers between events, to read less of the tasks. */
+struct wait_cpu {
+	u64 idle;			/* its idle task (learned as it switches out) */
+	u64 task;			/* the last waker whose stack base was read */
+	u64 stack;			/* that task's task_struct.stack */
+	u64 sp;				/* scratch: a stack address, read back as a number */
+	u32 epoch;			/* the name_epoch `stack` was read at */
+	u32 pad;
+};
+BPF_PERCPU_ARRAY(cpu_cache, struct wait_cpu, 1);
 BPF_ARRAY(hash_seed, u64, 1);	/* frames_hash's seed (ktop.h) */
 
 static __always_inline void count_lost_n(int reason, u64 count)
@@ -113,6 +127,19 @@ static __always_inline void count_lost_n(int reason, u64 count)
 static __always_inline void count_lost(int reason)
 {
 	count_lost_n(reason, 1);
+}
+
+static __always_inline u32 names_moved(void)
+{
+	u32 zero = 0, *epoch = name_epoch.lookup(&zero);
+	return epoch ? *epoch : 0;
+}
+
+static __always_inline void name_moves(void)
+{
+	u32 zero = 0, *epoch = name_epoch.lookup(&zero);
+	if (epoch)
+		__sync_fetch_and_add(epoch, 1);
 }
 
 static __always_inline u64 interval_word(void)
@@ -250,15 +277,27 @@ static __always_inline bool predicted_long(struct wait_thread *t, u32 state)
  * and is not told apart here: about 1 in 10 interrupt wake-ups on a busy machine. */
 static __always_inline bool on_interrupt_stack(void)
 {
-	u64 base = 0, sp = 0;
-	void *here = &base;
+	u32 zero = 0, epoch = names_moved();
+	struct wait_cpu *c = cpu_cache.lookup(&zero);
+	u64 task = bpf_get_current_task(), base = 0, sp;
 
-	/* The stack pointer as a number: the verifier allows no arithmetic on it. */
-	if (bpf_probe_read_kernel(&sp, sizeof(sp), &here) < 0 ||
-	    bpf_probe_read_kernel(&base, sizeof(base),
-				  (const void *)(bpf_get_current_task() + TASK_STACK)) < 0)
+	if (!c)
 		return false;
-	return sp - base >= THREAD_SIZE;
+	/* The task's stack base, read once while it wakes others from this CPU (a task at a
+	 * reused address is new: the epoch moved). */
+	if (c->task != task || c->epoch != epoch) {
+		if (bpf_probe_read_kernel(&base, sizeof(base), (const void *)(task + TASK_STACK)) < 0)
+			return false;
+		c->task = task;
+		c->stack = base;
+		c->epoch = epoch;
+	}
+	/* The stack pointer as a number: through memory, the verifier allows no arithmetic
+	 * on it (a root program may store a pointer in a map). */
+	c->sp = (u64)&zero;
+	asm volatile("" ::: "memory");
+	sp = *(volatile u64 *)&c->sp;
+	return sp - c->stack >= THREAD_SIZE;
 }
 
 /* What a switch-out leaves the thread as: (prev_state as the kernel passes it). */
@@ -282,7 +321,7 @@ static __always_inline u32 switched_out(u64 preempt, u64 state)
 	return OUT_OTHER;
 }
 
-static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 now)
+static __always_inline struct wait_thread *new_thread(u64 task, u32 tid, u32 phase, u64 now)
 {
 	u64 word = interval_word();
 	u32 zero = 0;
@@ -291,12 +330,13 @@ static __always_inline struct wait_thread *new_thread(u32 tid, u32 phase, u64 no
 
 	if (!fresh)
 		return 0;
-	threads.update(&tid, fresh);
-	t = threads.lookup(&tid);
+	threads.update(&task, fresh);
+	t = threads.lookup(&task);
 	if (!t) {
 		count_lost(WAIT_LOST_THREADS_FULL);
 		return 0;
 	}
+	t->tid = tid;
 	t->phase = phase;
 	t->since = now;
 	t->charged = now;
@@ -588,20 +628,21 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 /* The switch-out of the current thread: its on-CPU time is added, under its name now
  * (what it added before goes to its process under its old name if that changed: exec,
  * another cgroup); then its new wait begins. */
-static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 tid, u32 tgid,
-				       u32 out, u64 now, u64 word)
+static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u64 task, u32 tid,
+				       u32 tgid, u32 out, u64 now, u64 word)
 {
 	u32 g = WORD_GENERATION(word);
-	struct wait_thread *t = threads.lookup(&tid);
+	struct wait_thread *t = threads.lookup(&task);
 	u32 zero = 0, *moved = cgroup_epoch.lookup(&zero);
 	u32 epoch = moved ? *moved : 0;	/* read before the cgroup: a move after it is seen next time */
 
 	if (!t) {
 		/* On the CPU since before ktop looked: that time is not counted. */
-		t = new_thread(tid, PHASE_ON_CPU, now);
+		t = new_thread(task, tid, PHASE_ON_CPU, now);
 		if (!t)
 			return;
 	}
+	t->tid = tid;	/* an exec from another thread takes the leader's id */
 	bool owner = catch_up(t, word);
 	/* The command changes only by a rename (on_task_rename, exec's too), the cgroup only
 	 * by a migration: neither is read at every switch. */
@@ -628,7 +669,7 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 		flush_thread(t, g);
 		if (owner)	/* else the settle on another CPU moves them */
 			move_short(t, g);
-		threads.delete(&tid);
+		threads.delete(&task);
 		return;
 	}
 	t->since = now;
@@ -654,16 +695,16 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u32 
 	t->phase = pending ? PHASE_WAKING : PHASE_BLOCKED;
 }
 
-static __always_inline void switch_in(u32 tid, u64 now, u64 word)
+static __always_inline void switch_in(u64 task, u64 now, u64 word)
 {
-	struct wait_thread *t = threads.lookup(&tid);
+	struct wait_thread *t = threads.lookup(&task);
 	u32 g = WORD_GENERATION(word);
 
 	if (!t) {
 		/* Waiting since before ktop looked (threads created since are seen at
 		 * sched_wakeup_new): that wait is not counted. */
 		count_lost(WAIT_LOST_UNSEEN_START);
-		new_thread(tid, PHASE_ON_CPU, now);
+		new_thread(task, read_u32(task, TASK_PID), PHASE_ON_CPU, now);
 		return;
 	}
 	bool owner = catch_up(t, word);
@@ -692,18 +733,26 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	u64 now = bpf_ktime_get_ns();
 	u64 word = interval_word();
 	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 prev = (u32)pid_tgid, next = read_u32(ctx->args[2], TASK_PID);
+	u64 next = ctx->args[2];
+	u32 zero = 0;
+	struct wait_cpu *c = cpu_cache.lookup(&zero);
 
-	/* pid 0 is each CPU's idle task: never a waiter. */
-	if (prev) {
+	if (!c)
+		return 0;
+	/* pid 0 is each CPU's idle task: never a waiter. Its address is learned as it leaves
+	 * the CPU (it is current then), so that switching to it reads nothing of it. */
+	if ((u32)pid_tgid) {
 #ifdef SWITCH_STATE_ARG
 		u64 state = ctx->args[SWITCH_STATE_ARG];
 #else	/* before Linux 5.18: the state as the tracepoint fires */
 		u64 state = read_u32(ctx->args[1], TASK_STATE);
 #endif
-		switch_out(ctx, prev, pid_tgid >> 32, switched_out(ctx->args[0], state), now, word);
+		switch_out(ctx, ctx->args[1], (u32)pid_tgid, pid_tgid >> 32,
+			   switched_out(ctx->args[0], state), now, word);
+	} else {
+		c->idle = ctx->args[1];
 	}
-	if (next)
+	if (next != c->idle && (c->idle || read_u32(next, TASK_PID)))
 		switch_in(next, now, word);
 	return 0;
 }
@@ -713,13 +762,13 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
  * case by the walked stack. */
 int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 {
-	u32 tid = read_u32(ctx->args[0], TASK_PID);
-	struct wait_thread *t = threads.lookup(&tid);
+	u64 task = ctx->args[0];
+	struct wait_thread *t = threads.lookup(&task);
 
 	if (!t) {
 		u64 now = bpf_ktime_get_ns();
 		count_lost(WAIT_LOST_UNSEEN_START);
-		new_thread(tid, PHASE_RUNQ, now);
+		new_thread(task, read_u32(task, TASK_PID), PHASE_RUNQ, now);
 		return 0;
 	}
 	if (t->phase == PHASE_ON_CPU) {
@@ -739,12 +788,21 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 		    bpf_ktime_get_ns() - t->since >= min_walk_ns(t->state);
 	if (!walk && on_interrupt_stack()) {
 		t->waker_pid = 0;	/* not the task it interrupted */
+		t->waker_task = 0;
 		__builtin_memset(t->waker_comm, 0, sizeof(t->waker_comm));
 		t->waker_kstack = -EINTR;
 		return 0;
 	}
+	/* The waker's name, read again only for another waker or after a rename (a thread
+	 * woken by the same one again and again reads it once). */
+	u64 waker = bpf_get_current_task();
+	u32 epoch = names_moved();
+	if (t->waker_task != waker || t->waker_epoch != epoch) {
+		bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
+		t->waker_task = waker;
+		t->waker_epoch = epoch;
+	}
 	t->waker_pid = bpf_get_current_pid_tgid() >> 32;
-	bpf_get_current_comm(&t->waker_comm, sizeof(t->waker_comm));
 	t->waker_kstack = walk ? kernel_stack(ctx) : -ENOENT;
 	return 0;
 }
@@ -754,8 +812,8 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
  * run_delay switch too. */
 int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
 {
-	u32 tid = read_u32(ctx->args[0], TASK_PID);
-	struct wait_thread *t = threads.lookup(&tid);
+	u64 task = ctx->args[0];
+	struct wait_thread *t = threads.lookup(&task);
 
 	if (!t)
 		return 0;
@@ -782,9 +840,11 @@ int on_sched_wakeup(struct bpf_raw_tracepoint_args *ctx)
  * to its process under its old name, and it goes on under the new one. */
 int on_task_rename(struct bpf_raw_tracepoint_args *ctx)
 {
-	u32 tid = read_u32(ctx->args[0], TASK_PID);
-	struct wait_thread *t = threads.lookup(&tid);
+	u64 task = ctx->args[0];
+	struct wait_thread *t = threads.lookup(&task);
 	u64 comm[2] = {};
+
+	name_moves();
 
 	/* A kernel string: were it unreadable, the old name would stay. */
 	if (!t || bpf_probe_read_kernel_str(comm, sizeof(comm), (const void *)ctx->args[1]) < 0)
@@ -811,13 +871,16 @@ int on_cgroup_attach_task(struct bpf_raw_tracepoint_args *ctx)
 
 int on_sched_wakeup_new(struct bpf_raw_tracepoint_args *ctx)
 {
-	new_thread(read_u32(ctx->args[0], TASK_PID), PHASE_RUNQ, bpf_ktime_get_ns());
+	u64 task = ctx->args[0];
+
+	name_moves();	/* its address may be an exited task's, a waker remembered */
+	new_thread(task, read_u32(task, TASK_PID), PHASE_RUNQ, bpf_ktime_get_ns());
 	return 0;
 }
 
 /* Run by user space (BPF_PROG_TEST_RUN) to end an interval. args[0] FLIP_END: now, the
  * clock read and the word written together (user space may be preempted anywhere, this
- * program is not between the two). Then FLIP_SETTLE with args[1..] thread ids (0 ends the
+ * program is not between the two). Then FLIP_SETTLE with args[1..] threads' keys (0 ends the
  * list): each one not settled by an event of its own since is settled now, to the generation
  * ending: a wait spanning intervals is spread over them. */
 int waits_flip(struct bpf_raw_tracepoint_args *ctx)
@@ -834,10 +897,10 @@ int waits_flip(struct bpf_raw_tracepoint_args *ctx)
 	}
 #pragma unroll
 	for (int i = 1; i <= FLIP_THREADS; i++) {
-		u32 tid = ctx->args[i];
-		if (!tid)
+		u64 task = ctx->args[i];
+		if (!task)
 			break;
-		struct wait_thread *t = threads.lookup(&tid);
+		struct wait_thread *t = threads.lookup(&task);
 		if (t)
 			catch_up(t, word);
 	}

@@ -70,7 +70,8 @@ struct wait_stack {
 	u64 hist[WAIT_HIST_SLOTS];
 };
 
-/* One thread, kept from its first sighting to its exit, with its identity (process,
+/* One thread, keyed by its task_struct's address (the tracepoints pass it: no read of the
+ * task for its id), kept from its first sighting to its exit, with its identity (process,
  * command, cgroup): waits end in another thread's context (the waker's, or whoever
  * switches it in). Its time is added here as it comes (one lookup an event, no per-process
  * one), and moved to its process's totals at each interval's end (waits_flip), when its
@@ -97,6 +98,9 @@ struct wait_thread {
 	u32 flags;			/* WAIT_THREAD_* */
 	u32 waker_pid;			/* PHASE_WAKING: who woke it, as sched_waking saw */
 	u32 cgroup_epoch;		/* the `cgroup_epoch` its cgroup was read at */
+	u32 tid;			/* its thread id, as of its last switch-out (exec moves it) */
+	u32 waker_epoch;		/* the `name_epoch` waker_comm was read at */
+	u64 waker_task;			/* the task whose name waker_comm holds (0: none) */
 	char comm[KTOP_COMM_LEN];	/* as of its first switch-out, then of each rename */
 	char waker_comm[KTOP_COMM_LEN];
 	/* Not yet in its process's totals (taken with an atomic exchange). */

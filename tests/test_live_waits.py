@@ -286,6 +286,44 @@ def test_pipe_reader_woken_by_its_writer(collector, kallsyms) -> None:
     assert woken.get("pipe-writer", 0) >= 0.9 * total, (woken, total)
 
 
+RENAMED_WAKER = """
+import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r)
+    set_comm("waker-before")
+    renamed = time.monotonic() + 2.0
+    while True:
+        time.sleep(0.0005)
+        os.write(w, b"x")
+        if renamed and time.monotonic() >= renamed:
+            set_comm("waker-after")
+            renamed = 0
+os.close(w)
+set_comm("woken")
+while os.read(r, 1):
+    pass
+"""
+
+
+def test_a_renamed_waker_wakes_under_its_new_name(collector, kallsyms) -> None:
+    """A waker's name is read again only for another waker or after a rename: a reader woken
+    by the same writer thousands of times a second reads its name once. The writer renames
+    itself 2 s after it starts, mid-interval: the wake-ups after that carry the new name."""
+    with started(RENAMED_WAKER) as reader:
+        profile, *_ = watch(collector, kallsyms)
+    woken: dict[str, int] = {}
+    for stack in profile.stacks:
+        if stack.pid == reader.pid:
+            for waker in stack.wakers:
+                woken[waker.comm] = woken.get(waker.comm, 0) + waker.count
+    total = sum(woken.values())
+    assert total >= 1000, woken
+    assert woken.get("waker-before", 0) >= 0.1 * total, woken
+    assert woken.get("waker-after", 0) >= 0.1 * total, woken
+    assert woken.get("waker-before", 0) + woken.get("waker-after", 0) >= 0.9 * total, woken
+
+
 FAST_PIPE = """
 import os
 a_r, a_w = os.pipe(); b_r, b_w = os.pipe()
@@ -448,8 +486,10 @@ def test_a_thread_whose_exit_was_missed_is_forgotten_and_counted(collector) -> N
     from ktop.collectors.waits import MAP_THREADS
 
     threads = collector._program.table(MAP_THREADS)
-    gone = 4_000_000  # above pid_max's default: no thread has it
-    threads[threads.Key(gone)] = threads.Leaf()
+    thread = threads.Leaf()
+    thread.tid = 4_000_000  # above pid_max's default: no thread has it
+    gone = 0xFFFF_FFFF_DEAD_0000  # no task is at this address
+    threads[threads.Key(gone)] = thread
     before = collector.lost()["exited_unseen"]
     for _ in range(10):
         drain = collector.drain()

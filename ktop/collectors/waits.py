@@ -52,7 +52,7 @@ FUNCTIONS = {
 }
 TRACEPOINTS = list(FUNCTIONS.values())
 FLIP = "waits_flip"  # run by drain(), attached nowhere
-FLIP_THREADS = 11  # thread ids a run of FLIP takes (bpf/waits.bpf.c)
+FLIP_THREADS = 11  # threads (their keys) a run of FLIP takes (bpf/waits.bpf.c)
 FLIP_SETTLE, FLIP_END = 0, 1  # what a run of FLIP does (its args[0])
 # Map names, as bpf/waits.bpf.c declares them.
 MAP_THREADS = "threads"
@@ -396,9 +396,9 @@ class WaitCollector:
         # without atomics (waits.bpf.c, catch_up): settled only once those are done.
         time.sleep(0.001)
         args[0] = FLIP_SETTLE
-        tids = array("I", b"".join(program.table(MAP_THREADS).snapshot_keys()))
-        for start in range(0, len(tids), FLIP_THREADS):
-            batch = tids[start:start + FLIP_THREADS]
+        tasks = array("Q", b"".join(program.table(MAP_THREADS).snapshot_keys()))
+        for start in range(0, len(tasks), FLIP_THREADS):
+            batch = tasks[start:start + FLIP_THREADS]
             for i in range(FLIP_THREADS):
                 args[i + 1] = batch[i] if i < len(batch) else 0
             run_raw_tracepoint_program(flip, args)
@@ -474,7 +474,7 @@ class WaitCollector:
         assert self._program is not None
         self._stale_threads += forget_entries(
             self._program.table(MAP_THREADS),
-            lambda key, _: not os.path.exists(f"/proc/{key.value}"))
+            lambda _, thread: not os.path.exists(f"/proc/{thread.tid}"))
 
     def lost(self) -> dict[str, int]:
         assert self._program is not None
