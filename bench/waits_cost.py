@@ -1,8 +1,9 @@
 """What the waits pane costs where it costs most: a pipe ping-pong between two processes on
 two CPUs switches ~10^5 times a second, every switch and wake-up running the waits program.
 
-Prints the round trips a second on two CPUs, and the CPU time a round trip costs with both
-processes on one CPU, without any tracer, under empty programs on the same raw tracepoints
+Prints the round trips a second on two CPUs (with the kernel's BPF run-time statistics off,
+as ktop holds them 4 refreshes in 5), and the CPU time a round trip costs with both
+processes on one CPU (statistics on, to read the programs' run time), without any tracer, under empty programs on the same raw tracepoints
 (the floor), with the waits collector at several stack-walk minimums (--offcpu-min: ktop's
 default, S=1000,D=10, first), and beside `perf top` for comparison; medians of interleaved
 runs with their range; the BPF run time per event, and by program; and what each minimum
@@ -158,19 +159,24 @@ def measure(args: argparse.Namespace, rows: dict[str, dict[str, list[float]]], n
     a round trip on one, BPF ns an event, and BPF ns a round trip on one CPU (its programs'
     share of that round trip's CPU, however loaded the machine); what each program ran."""
     row = rows.setdefault(name, {"rate": [], "cpu": [], "event": [], "trip": []})
-    before = by_program(programs or {})
+    # Round trips with the kernel's BPF statistics off, as ktop holds them 4 refreshes in 5
+    # (selfcost.STATS_EVERY); the CPU a round trip costs with them on, to read the run time.
     row["rate"].append(ping_pong(args.seconds))
-    middle = by_program(programs or {})
-    cpu, trips = ping_pong_cpu_ns(args.seconds)
+    stats = enable_stats()
+    try:
+        before = by_program(programs or {})
+        cpu, trips = ping_pong_cpu_ns(args.seconds)
+        after = by_program(programs or {})
+    finally:
+        if stats is not None:
+            os.close(stats)
     row["cpu"].append(cpu)
-    after = by_program(programs or {})
     delta = {p: (after[p][0] - before[p][0], after[p][1] - before[p][1])
              for p in after if p in before and p != FLIP}
     ns, count = sum(d[0] for d in delta.values()), sum(d[1] for d in delta.values())
     if count:
         row["event"].append(ns / count)
-        one_cpu = sum(after[p][0] - middle[p][0] for p in after if p in middle and p != FLIP)
-        row["trip"].append(one_cpu / trips)
+        row["trip"].append(ns / trips)
     return delta
 
 
@@ -206,7 +212,6 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("waits_cost: run as root (it loads BPF programs)")
-    stats = enable_stats()
     rows: dict[str, dict[str, list[float]]] = {}
     programs: dict[str, dict[str, list[float]]] = {}  # minimum -> program -> ns/event
     kept: dict[str, dict[str, list[int]]] = {}  # minimum -> state -> walked() counts
@@ -264,8 +269,6 @@ def main() -> None:
         shown = "  ".join(f"{program} {statistics.median(values):.0f}"
                           for program, values in by_name.items())
         print(f"{name}: ns/event by program: {shown}")
-    if stats is not None:
-        os.close(stats)
 
 
 if __name__ == "__main__":

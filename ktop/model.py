@@ -464,6 +464,9 @@ class SelfCostRow:
     bpf_percent: float | None
     # The BPF run time by pane, in % of one CPU, most first (empty when not counted).
     bpf_panes: Mapping[str, float] = field(default_factory=dict)
+    # The BPF figures are those of the latest refresh of every this many (the kernel's
+    # run-time statistics, which cost every program run, are on only then).
+    bpf_every: int = 1
 
 
 @quick_init

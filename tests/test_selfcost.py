@@ -10,7 +10,12 @@ import pytest
 from conftest import root_only
 
 from ktop.collectors.bpfsys import program_info
-from ktop.collectors.selfcost import SelfCost, bpf_programs, bpf_run_time_ns
+from ktop.collectors.selfcost import (
+    SelfCost,
+    bpf_programs,
+    bpf_run_time_ns,
+    stats_enabled_by_sysctl,
+)
 from ktop.engine import LiveSource, Options
 from ktop.model import PANE_FUNCTIONS
 from ktop.ui.widgets.header import header_text
@@ -39,6 +44,101 @@ def test_own_cpu_counts_every_thread_in_nanoseconds():
     assert measured is not None and measured.cpu_percent > 10  # it was spinning
 
 
+class _FakeKernel:
+    """The kernel's BPF statistics as SelfCost sees them: a descriptor keeps them on, and
+    while on, run time grows by 1 ms a measure (10 ms before the first)."""
+
+    def __init__(self, monkeypatch, sysctl: bool = False) -> None:
+        import ktop.collectors.selfcost as selfcost  # noqa: PLC0415
+
+        self.on_spans: list[bool] = []
+        self.fd: int | None = None
+        self.run_ns = 0
+        self.opened = 0
+        self.sysctl = sysctl
+        monkeypatch.setattr(selfcost, "enable_stats", self._enable)
+        monkeypatch.setattr(selfcost, "stats_enabled_by_sysctl", lambda: sysctl)
+        monkeypatch.setattr(selfcost, "bpf_programs", lambda: {3: 7})
+        monkeypatch.setattr(selfcost, "bpf_run_times", lambda programs: {"waits": self.run_ns})
+
+    def _enable(self) -> int:
+        self.opened += 1
+        self.fd = os.open(os.devnull, os.O_RDONLY)
+        return self.fd
+
+    def on(self, cost: SelfCost) -> bool:
+        return self.sysctl or cost.stats_on
+
+    def span(self, cost: SelfCost, ns: int):
+        """One span: time passes (run time grows only while the statistics are on)."""
+        self.on_spans.append(self.on(cost))
+        if self.on(cost):
+            self.run_ns += ns
+        return cost.measure()
+
+
+def test_bpf_run_time_is_measured_one_refresh_in_five(monkeypatch):
+    """The kernel's run-time statistics cost every program run: ktop holds them for one
+    refresh in STATS_EVERY and shows that refresh's BPF figure until the next."""
+    from ktop.collectors import selfcost  # noqa: PLC0415
+
+    kernel = _FakeKernel(monkeypatch)
+    clock = [100.0]
+    monkeypatch.setattr(selfcost.time, "monotonic", lambda: clock[0])
+    cost = SelfCost(stats_every=5)
+    cost.start()
+    rows = []
+    for i in range(11):
+        clock[0] += 1.0
+        rows.append(kernel.span(cost, 10_000_000 if i == 0 else 1_000_000 * i))
+    cost.close()
+    # On for the first span (from start), then for one span in five.
+    assert kernel.on_spans == [True, False, False, False, False, True,
+                               False, False, False, False, True]
+    # 10 ms over 1 s: 1%, shown until the next sample (span 5: 5 ms, 0.5%).
+    assert [row.bpf_percent for row in rows] == [1.0] * 5 + [0.5] * 5 + [1.0]
+    assert all(row.bpf_every == 5 for row in rows)
+    assert rows[0].bpf_panes == {"waits": 1.0}
+    assert not cost.stats_on and kernel.opened == 3
+
+
+def test_a_sample_right_after_start_goes_on_to_the_next_refresh(monkeypatch):
+    """A measure right after start (a snapshot's first collect) does not end the sample:
+    its few milliseconds would be the figure for the next five refreshes."""
+    from ktop.collectors import selfcost  # noqa: PLC0415
+
+    kernel = _FakeKernel(monkeypatch)
+    clock = [100.0]
+    monkeypatch.setattr(selfcost.time, "monotonic", lambda: clock[0])
+    cost = SelfCost(stats_every=5)
+    cost.start()
+    clock[0] += 0.01
+    first = kernel.span(cost, 0)
+    clock[0] += 1.49
+    second = kernel.span(cost, 3_000_000)
+    cost.close()
+    assert first.bpf_percent is None
+    assert second.bpf_percent == pytest.approx(0.2)  # 3 ms over 1.5 s
+
+
+def test_statistics_the_sysctl_holds_on_are_read_every_refresh(monkeypatch):
+    """kernel.bpf_stats_enabled=1: on for everyone anyway, nothing to save by sampling."""
+    from ktop.collectors import selfcost  # noqa: PLC0415
+
+    kernel = _FakeKernel(monkeypatch, sysctl=True)
+    clock = [100.0]
+    monkeypatch.setattr(selfcost.time, "monotonic", lambda: clock[0])
+    cost = SelfCost(stats_every=5)
+    cost.start()
+    rows = []
+    for i in range(6):
+        clock[0] += 1.0
+        rows.append(kernel.span(cost, 1_000_000 * (i + 1)))
+    cost.close()
+    assert [row.bpf_percent for row in rows] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    assert all(row.bpf_every == 1 for row in rows) and kernel.opened == 0
+
+
 @pytest.mark.live
 @root_only
 def test_the_header_shows_ktops_cpu_and_its_bpf_programs_time():
@@ -59,6 +159,12 @@ def test_the_header_shows_ktops_cpu_and_its_bpf_programs_time():
         map_fds = {m.fd for m in loaded.maps.values()}
         # The same system call answers for a map's descriptor, with a shorter struct.
         map_read_as_program = program_info(loaded.maps["generation"].fd)
+        # Until the next sampled refresh the kernel's statistics are off: the programs run
+        # (dd keeps the sampler busy) and no run time is counted.
+        stats_between = source._self_cost.stats_on
+        counted = bpf_run_time_ns(held)
+        time.sleep(0.3)
+        counted_later = bpf_run_time_ns(held)
     finally:
         dd.kill()
         dd.wait()
@@ -73,3 +179,5 @@ def test_the_header_shows_ktops_cpu_and_its_bpf_programs_time():
     assert 0 < cost.cpu_percent < 100
     header = header_text(snapshot).plain
     assert f"ktop CPU {cost.cpu_percent:.1f}%  BPF {cost.bpf_percent:.1f}%" in header
+    if not stats_enabled_by_sysctl():  # else on for everyone, whatever ktop holds
+        assert not stats_between and counted == counted_later

@@ -1,21 +1,28 @@
 """What ktop itself costs while it runs: its process's CPU time, and the run time of its BPF
 programs, which the kernel charges to whatever task they interrupted, not to ktop.
 
-BPF run time is counted by the kernel only while statistics are enabled: ktop holds a
-BPF_ENABLE_STATS descriptor for its lifetime, as bpftop does (the sysctl
-kernel.bpf_stats_enabled=1 does the same for everyone), and reads each program's
-run_time_ns with BPF_OBJ_GET_INFO_BY_FD.
+BPF run time is counted by the kernel only while statistics are enabled (a
+BPF_ENABLE_STATS descriptor held open, as bpftop does; the sysctl kernel.bpf_stats_enabled=1
+does the same for everyone), and read per program with BPF_OBJ_GET_INFO_BY_FD. While on,
+they cost every run of every program on the machine two clock reads: ~45 ns here, 4.5% of a
+pipe round trip on one CPU under the waits programs (bench/waits_cost.py). So ktop holds them
+one refresh in STATS_EVERY, and its BPF figure is the latest such refresh's (continuous when
+the sysctl holds them on anyway).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from ktop.collectors.bpfsys import enable_stats, program_info
 from ktop.model import SelfCostRow
 
 _STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+# BPF run time is measured over one refresh in this many (see above).
+STATS_EVERY = 5
+MIN_SAMPLE_S = 0.5
 
 
 def stats_enabled_by_sysctl(path: str = _STATS_SYSCTL) -> bool:
@@ -69,26 +76,71 @@ def bpf_run_times(programs: dict[int, int]) -> dict[str, int] | None:
 
 
 class SelfCost:
-    """ktop's CPU% and its BPF programs' CPU%, over the span since the previous measure.
+    """ktop's CPU% over the span since the previous measure, and its BPF programs' CPU% over
+    the latest sampled span (one in `stats_every`, with the statistics on only then).
 
     The process's CPU time comes from CLOCK_PROCESS_CPUTIME_ID (every thread, exited ones
     included, in nanoseconds): /proc's clock ticks would read a 0.5% process as 0% or 1%."""
 
-    def __init__(self) -> None:
+    def __init__(self, stats_every: int = STATS_EVERY) -> None:
+        self._stats_every = max(1, stats_every)
+        self._lock = threading.Lock()  # start_span() comes from the loader thread
         self._stats_fd: int | None = None
-        self._counting = False
-        self._previous: tuple[float, float, dict[str, int]] | None = None
+        self._always = False  # the sysctl holds the statistics on for everyone
+        self._counting = False  # run time can be counted at all
+        self._spans = 0
+        self._previous: tuple[float, float] | None = None
+        # The sampled span in progress: its start and the run times then, by pane.
+        self._sample: tuple[float, dict[str, int]] | None = None
+        self._bpf: tuple[float, dict[str, float]] | None = None  # the latest sample's
         # fd -> program id: programs load at start-up, and may stop: listed again then
         self._programs: dict[int, int] = {}
 
+    @property
+    def stats_on(self) -> bool:
+        """Whether this process holds the kernel's BPF statistics on now."""
+        return self._stats_fd is not None
+
     def start(self) -> None:
-        self._stats_fd = enable_stats()
-        self._counting = self._stats_fd is not None or stats_enabled_by_sysctl()
+        self._always = stats_enabled_by_sysctl()
+        self._counting = self._always or self._hold_stats()
         self.start_span()
 
     def start_span(self) -> None:
-        """The next measure covers from now on."""
-        self._previous = (time.monotonic(), time.process_time(), self._bpf_ns())
+        """The next measure covers from now on (and samples BPF run time)."""
+        with self._lock:
+            now = time.monotonic()
+            self._previous = (now, time.process_time())
+            self._spans = 0
+            self._begin_sample(now)
+
+    def _hold_stats(self) -> bool:
+        if self._stats_fd is None:
+            self._stats_fd = enable_stats()
+        return self._stats_fd is not None
+
+    def _release_stats(self) -> None:
+        if self._stats_fd is not None:
+            os.close(self._stats_fd)
+            self._stats_fd = None
+
+    def _begin_sample(self, now: float) -> None:
+        if self._counting and (self._always or self._hold_stats()):
+            self._sample = (now, self._bpf_ns())
+
+    def _end_sample(self, now: float) -> None:
+        if self._sample is None:
+            return
+        began, before = self._sample
+        self._sample = None
+        elapsed = now - began
+        if elapsed <= 0:
+            return
+        # A pane whose programs were reloaded starts again from 0: no negative share.
+        panes = {pane: max(0.0, 100.0 * (ns - before.get(pane, 0)) / 1e9 / elapsed)
+                 for pane, ns in self._bpf_ns().items()}
+        self._bpf = (sum(panes.values()), dict(sorted(
+            ((p or "other", round(v, 3)) for p, v in panes.items()), key=lambda kv: -kv[1])))
 
     def programs_changed(self) -> None:
         """A collector attached or stopped: list the programs again at the next measure."""
@@ -104,26 +156,30 @@ class SelfCost:
 
     def measure(self) -> SelfCostRow | None:
         """None before start() or on the first call's zero-length span."""
-        if self._previous is None:
-            return None
-        now, cpu, bpf_ns = time.monotonic(), time.process_time(), self._bpf_ns()
-        before_time, before_cpu, before_bpf = self._previous
-        self._previous = (now, cpu, bpf_ns)
-        elapsed = now - before_time
-        if elapsed <= 0:
-            return None
-        if not self._counting:
-            return SelfCostRow(cpu_percent=100.0 * (cpu - before_cpu) / elapsed, bpf_percent=None)
-        # A pane whose programs were reloaded starts again from 0: no negative share.
-        panes = {pane: max(0.0, 100.0 * (ns - before_bpf.get(pane, 0)) / 1e9 / elapsed)
-                 for pane, ns in bpf_ns.items()}
-        return SelfCostRow(
-            cpu_percent=100.0 * (cpu - before_cpu) / elapsed, bpf_percent=sum(panes.values()),
-            bpf_panes=dict(sorted(((p or "other", round(v, 3)) for p, v in panes.items()),
-                                  key=lambda kv: -kv[1])),
-        )
+        with self._lock:
+            if self._previous is None:
+                return None
+            now, cpu = time.monotonic(), time.process_time()
+            before_time, before_cpu = self._previous
+            self._previous = (now, cpu)
+            # A sample shorter than that (a measure right after start) goes on to the next.
+            if self._sample is None or now - self._sample[0] >= MIN_SAMPLE_S:
+                self._end_sample(now)
+                self._spans += 1
+                if self._always or self._spans % self._stats_every == 0:
+                    self._begin_sample(now)
+                else:
+                    self._release_stats()
+            elapsed = now - before_time
+            if elapsed <= 0:
+                return None
+            cpu_percent = 100.0 * (cpu - before_cpu) / elapsed
+            if not self._counting or self._bpf is None:
+                return SelfCostRow(cpu_percent=cpu_percent, bpf_percent=None)
+            bpf_percent, panes = self._bpf
+            return SelfCostRow(cpu_percent=cpu_percent, bpf_percent=bpf_percent,
+                               bpf_panes=panes,
+                               bpf_every=1 if self._always else self._stats_every)
 
     def close(self) -> None:
-        if self._stats_fd is not None:
-            os.close(self._stats_fd)
-            self._stats_fd = None
+        self._release_stats()

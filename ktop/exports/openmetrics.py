@@ -162,9 +162,10 @@ class SnapshotMetrics:
             pane.add_metric([name], 1.0 if running else 0.0)
         families = [info, pane]
         if snapshot.cost is not None:
-            cost = GaugeMetricFamily("ktop_self_cpu_ratio", "ktop's own CPU over the last refresh "
-                                     "(1 = one CPU); bpf: its BPF programs' run time",
-                                     labels=["part"])
+            cost = GaugeMetricFamily(
+                "ktop_self_cpu_ratio", "ktop's own CPU over the last refresh (1 = one CPU); "
+                "bpf: its BPF programs' run time over the latest refresh the kernel's run-time "
+                "statistics were on (one in 5: they cost every program run)", labels=["part"])
             cost.add_metric(["process"], _ratio(snapshot.cost.cpu_percent))
             if snapshot.cost.bpf_percent is not None:
                 cost.add_metric(["bpf"], _ratio(snapshot.cost.bpf_percent))

@@ -18,8 +18,9 @@ from ktop.text import printable
 
 # (pane, loss name, count, why, counts intact), as header.loss_lines gives them, the span they
 # were lost in ("in the last 5s", "since start (3m)"), and the BPF run time by pane (% of one
-# CPU) over the last refresh.
-Losses = tuple[list[tuple[str, str, int, str, bool]], str, tuple[tuple[str, float], ...]]
+# CPU) with how many refreshes it was measured over one of (SelfCostRow.bpf_every).
+Losses = tuple[list[tuple[str, str, int, str, bool]], str,
+               tuple[tuple[tuple[str, float], ...], int]]
 
 
 class LossesScreen(ModalScreen[None]):
@@ -40,10 +41,10 @@ class LossesScreen(ModalScreen[None]):
         self.set_interval(self._interval_s, self._update)
 
     def _update(self) -> None:
-        rows, window, bpf_panes = self._latest()
+        rows, window, (bpf_panes, bpf_every) = self._latest()
         # Compared as shown: a run time that moved in a digit not printed is no change.
         bpf_panes = tuple((pane, round(percent, 2)) for pane, percent in bpf_panes)
-        losses = rows, window, bpf_panes
+        losses = rows, window, (bpf_panes, bpf_every)
         if losses == self._shown:
             return
         self._shown = losses
@@ -60,7 +61,10 @@ class LossesScreen(ModalScreen[None]):
         self.query_one("#losses-box").border_title = f"lost {window} (Esc closes)"
         lost = table if rows else Text("nothing lost: every event was counted")
         if bpf_panes:
-            cost = Text("\nBPF run time by pane (% of one CPU, last refresh):\n", style="bold")
+            over = ("last refresh" if bpf_every <= 1 else f"the latest of every {bpf_every} "
+                    "refreshes: the kernel's run-time statistics cost each program run, and "
+                    "are on only then")
+            cost = Text(f"\nBPF run time by pane (% of one CPU, {over}):\n", style="bold")
             for pane, percent in bpf_panes:
                 cost.append(f"  {printable(pane):12} {percent:6.2f}%\n")
             lost = Group(lost, cost)

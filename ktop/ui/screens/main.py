@@ -269,7 +269,8 @@ class MainScreen(ChangedRowsScreen):
 
         def latest():  # what the header shows now (paused: the paused frame)
             snapshot = self.ktop.snapshot
-            cost = tuple(snapshot.cost.bpf_panes.items()) if snapshot and snapshot.cost else ()
+            cost = ((tuple(snapshot.cost.bpf_panes.items()), snapshot.cost.bpf_every)
+                    if snapshot and snapshot.cost else ((), 1))
             span = format_span(snapshot.duration_s if snapshot else 0)
             # The losses of the window the header shows, or since start with c.
             label = f"since start ({span})" if self.ktop.cumulative else f"in the last {span}"
