@@ -137,6 +137,10 @@ class LiveSource:
         # Said as soon as known: the first compile finds them.
         self.headers = "looking for them" if self._specs else "not needed (no BPF pane)"
         self._processes = ProcessCollector()
+        # The processes the kernel saw run since the processes were last read (a drain's
+        # `ran`, the waits pane's), or None while not known for the whole span.
+        self._ran: set[int] | None = None
+        self._ran_known = False  # the last drains had one
         self._pressure = PressureReader()
         mount = cgroup2_mount() if options.cgroup else None
         self._cgroup_pressure = (PressureReader.of_cgroup(options.cgroup, mount)
@@ -297,7 +301,8 @@ class LiveSource:
                                   else aggregator.profile(self.cumulative))
             except Exception as e:
                 self._stopped(name, collector, e)
-        processes = self._processes.collect()
+        processes = self._processes.collect(self._ran)
+        self._ran = set() if self._ran_known else None  # known from the drain just done
         disk_interval = self._diskstats.read()
         if disk_interval is not None:
             self._iostat.add(disk_interval)
@@ -357,6 +362,13 @@ class LiveSource:
                 drains.append((name, collector, aggregator, collector.drain()))
             except Exception as e:
                 self._stopped(name, collector, e)
+        # What the waits pane's drain says ran: the processes pane need not read the rest.
+        ran = [drain.ran for *_, drain in drains if hasattr(drain, "ran")]
+        self._ran_known = bool(ran)  # from the end of this drain on
+        if not ran or None in ran:
+            self._ran = None
+        elif self._ran is not None:
+            self._ran.update(*ran)
         for name, collector, aggregator, drain in drains:
             try:
                 aggregator.add(drain)
@@ -402,6 +414,7 @@ class LiveSource:
                     self._stopped(name, collector, e)
             running = [(name, pair) for name, pair in running if name in self._running]
         self._processes.collect()
+        self._ran = None  # drained apart: what ran since is not known
         self._diskstats.restart()
         self._iostat.clear()
         self._proc_stat_split()

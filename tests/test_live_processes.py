@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import subprocess
+import sys
 import time
 
 from conftest import first_in_line, live_source, root_only, running
@@ -14,7 +15,7 @@ from conftest import first_in_line, live_source, root_only, running
 from ktop.collectors.processes import ProcessCollector
 from ktop.collectors.procstat import read_cpu_ticks
 from ktop.exports.jsonfile import to_json
-from ktop.model import EXITED_PID
+from ktop.model import EXITED_PID, PANE_WAITS
 
 pytestmark = root_only
 
@@ -161,3 +162,32 @@ def test_a_shells_short_lived_children_write_in_its_exited_row(tmp_path):
     written = 30 * 4 << 20
     assert children >= 0.5 * written, f"children {children / 2**20:.0f} MiB"
     assert own <= 0.1 * written, f"the shell's own row {own / 2**20:.0f} MiB"
+
+
+# Asleep (quiet: with the waits pane its files go unread), then spinning until killed.
+SLEEPS_THEN_SPINS = ("import sys, time\n"
+                     "sys.stdin.readline()\n"
+                     "while True:\n"
+                     "    pass\n")
+
+
+def test_a_sleeper_that_starts_burning_cpu_shows_it_at_the_next_refresh():
+    """With the waits pane, a quiet process the kernel saw neither run nor wait for a CPU
+    keeps its row unread; the waits drain names the processes that ran, so one that wakes
+    and spins shows its CPU at the refresh after (not when every process is read again,
+    UNREAD_AT_MOST refreshes later), and over that refresh's seconds, not since it was last
+    read."""
+    with running([sys.executable, "-c", SLEEPS_THEN_SPINS], stdin=subprocess.PIPE) as spinner, \
+            live_source(panes=frozenset({PANE_WAITS})) as source:
+        def cpu_now() -> float | None:
+            time.sleep(0.5)
+            row = next((r for r in source.collect().processes if r.pid == spinner.pid), None)
+            return row.cpu_percent if row else None
+
+        asleep = [cpu_now() for _ in range(6)]
+        spinner.stdin.write(b"go\n")
+        spinner.stdin.flush()
+        began = cpu_now()  # the refresh it began in: part of it
+        busy = [cpu_now() for _ in range(3)]
+    assert asleep[-3:] == [0.0, 0.0, 0.0], asleep
+    assert all(cpu is not None and cpu >= 70 for cpu in busy), (began, busy)

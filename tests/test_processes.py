@@ -165,13 +165,13 @@ class FakeProc:
 
     def process(self, pid: int, comm: str, cmdline: bytes, *, utime=0, stime=0, cutime=0,
                 cstime=0, ppid=1, start=100, args=(1000, 1020), state="S", io=None,
-                own_io=None) -> None:
+                own_io=None, rss=100) -> None:
         d = self.root / str(pid)
         d.mkdir(exist_ok=True)
         # fields 3..52 of proc(5): state ppid pgrp session tty tpgid flags minflt cminflt
         # majflt cmajflt utime stime cutime cstime prio nice threads itreal start vsize rss ...
         tail = [state, ppid, pid, pid, 0, -1, 0, 0, 0, 0, 0, utime, stime, cutime, cstime,
-                20, 0, 1, 0, start, 1 << 20, 100] + [0] * 23 + [args[0], args[1], args[1], 2000, 0]
+                20, 0, 1, 0, start, 1 << 20, rss] + [0] * 23 + [args[0], args[1], args[1], 2000, 0]
         self._rewrite(d / "stat", f"{pid} ({comm}) {' '.join(map(str, tail))}\n".encode())
         self._rewrite(d / "cmdline", cmdline)
         (d / "status").write_bytes(b"Uid:\t0\t0\t0\t0\n")
@@ -454,3 +454,59 @@ def test_a_thread_that_exits_keeps_its_bytes_on_its_process_row(tmp_path, monkey
     rows = collector.collect()
     assert next(r for r in rows if r.pid == 100).disk_write_bps == 1 * mib
     assert exited(rows) == {}
+
+
+def test_a_quiet_process_the_kernel_saw_not_run_keeps_its_row_unread(tmp_path, monkeypatch):
+    """With the waits pane's drain, a process that showed nothing moving and was neither on
+    a CPU nor on a run queue since cannot have used CPU, read, written or waited for a CPU:
+    its files are not read (two reads a process, most of an idle machine's). One that ran
+    is read, its rate over the last interval alone; every process is read again within
+    UNREAD_AT_MOST refreshes (its memory can shrink without it running: reclaim)."""
+    from ktop.collectors.processes import UNREAD_AT_MOST  # noqa: PLC0415
+
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "sleeper", b"sleeper\0", utime=10)
+    proc.process(200, "worker", b"worker\0", utime=10)
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    proc.tick()
+    collector.collect()  # both quiet now, rates shown
+    refreshes = 2
+    while refreshes % UNREAD_AT_MOST != UNREAD_AT_MOST - 2:  # the next is not a full read
+        proc.tick()
+        collector.collect(ran=set())
+        refreshes += 1
+    proc.tick()
+    # The worker ran a second; the sleeper's memory was reclaimed while it slept.
+    proc.process(100, "sleeper", b"sleeper\0", utime=10, rss=40)
+    proc.process(200, "worker", b"worker\0", utime=10 + TICKS)
+    rows = {r.pid: r for r in collector.collect(ran={200})}
+    assert rows[200].cpu_percent == 100.0  # over its last second, not since its last read
+    assert rows[100].rss_bytes == 100 * os.sysconf("SC_PAGE_SIZE")  # not read
+    # The next refresh is one in UNREAD_AT_MOST: everyone read, whatever the kernel saw.
+    proc.tick()
+    rows = {r.pid: r for r in collector.collect(ran=set())}
+    assert rows[100].rss_bytes == 40 * os.sysconf("SC_PAGE_SIZE")
+    # Without the hint (no waits pane), every process is read each refresh.
+    proc.tick()
+    proc.process(100, "sleeper", b"sleeper\0", utime=10, rss=30)
+    rows = {r.pid: r for r in collector.collect()}
+    assert rows[100].rss_bytes == 30 * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_process_quiet_for_refreshes_then_busy_reads_its_busy_second(tmp_path, monkeypatch):
+    """A quiet process's counters are known not to have moved as of each refresh that read
+    them (or that the kernel saw it not run): its rate when it wakes is over the last
+    interval. It was over the time since it last moved: idle three refreshes, then a second
+    of CPU, read 33%."""
+    proc = FakeProc(tmp_path, monkeypatch)
+    proc.process(100, "cron", b"cron\0", utime=10)
+    collector = ProcessCollector(str(tmp_path))
+    collector.collect()
+    for _ in range(3):
+        proc.tick()
+        collector.collect()
+    proc.tick()
+    proc.process(100, "cron", b"cron\0", utime=10 + TICKS)
+    (row,) = collector.collect()
+    assert row.cpu_percent == 100.0

@@ -31,6 +31,10 @@ _CGROUP_MAX = 4096  # /proc/PID/cgroup: one line per hierarchy (v1 and v2 on a h
 # A process moved to another cgroup while it sleeps is seen within this many refreshes (one
 # that runs, at once): reading every process's cgroup each refresh cost 0.3 ms for 76.
 CGROUP_RECHECK = 10
+# A quiet process the kernel saw neither on a CPU nor on a run queue (the waits pane's
+# drain) keeps its row without its files read, but is read again at least this often: its
+# memory can shrink without it running (reclaim), its parent change (reparenting).
+UNREAD_AT_MOST = 5
 
 
 def task_exists(pid: int) -> bool:
@@ -78,6 +82,13 @@ def parse_stat(text: bytes) -> Stat | None:
 # Made for every process each refresh: a NamedTuple's own __new__ (it takes keywords too)
 # costs twice as much.
 _new_tuple = tuple.__new__
+
+
+def _still_at(seen: _Seen, read_at: float) -> _Seen:
+    """What was seen of a process whose counters did not move since, as of read_at: its next
+    rate is over the time since, not since its last change (a process idle for three
+    refreshes that then burns a second read 33%, not 100%)."""
+    return _new_tuple(_Seen, (*seen[:-1], read_at))
 
 
 def parse_io(text: bytes) -> tuple[int, int] | None:
@@ -262,14 +273,9 @@ class ProcessCollector:
             self._unreadable_io.add((pid, start))  # not ours (ptrace rules): ask once
         return counts
 
-    def _quiet(self, pid: int, stat_text: bytes,
-               recheck: bool) -> tuple[_Seen, ProcessRow, bytes | None] | None:
-        """A process whose row showed nothing moving (no CPU, no disk) and whose stat and io
-        files read byte for byte as last time: its row stands as it was, unparsed (most
-        processes of an idle machine, ~60 of 72 here)."""
-        raw = self._raw.get(pid)
-        if raw is None or raw[0] != stat_text:
-            return None
+    def _still(self, pid: int, recheck: bool) -> tuple[_Seen, ProcessRow] | None:
+        """What was seen of a process whose row showed nothing moving (no CPU, no disk, no
+        run queue), if it may stand as it was; None: read it."""
         if recheck or not self._rates_shown or self._disk_owed.owes(pid):
             return None  # cgroups asked again, no rates yet, or a debt to settle
         seen, kept = self._previous.get(pid), self._rows.get(pid)
@@ -278,6 +284,20 @@ class ProcessCollector:
         figures, row = kept
         if figures[3] or figures[4] or figures[7] or figures[8] or figures[11]:  # CPU, SYS, disk, RUNQ
             return None
+        return seen, row
+
+    def _quiet(self, pid: int, stat_text: bytes,
+               recheck: bool) -> tuple[_Seen, ProcessRow, bytes | None] | None:
+        """A process whose row showed nothing moving and whose stat and io files read byte
+        for byte as last time: its row stands as it was, unparsed (most processes of an
+        idle machine, ~60 of 72 here)."""
+        raw = self._raw.get(pid)
+        if raw is None or raw[0] != stat_text:
+            return None
+        still = self._still(pid, recheck)
+        if still is None:
+            return None
+        seen, row = still
         io_text = self._io_text(pid, seen.start)
         return (seen, row, io_text) if io_text == raw[1] else None
 
@@ -300,7 +320,11 @@ class ProcessCollector:
                 self._uids[key] = None
         return self._uids[key]
 
-    def collect(self) -> tuple[ProcessRow, ...]:
+    def collect(self, ran: frozenset[int] | set[int] | None = None) -> tuple[ProcessRow, ...]:
+        """Every process's row. `ran`: the processes the kernel saw on a CPU or a run queue
+        since the last collect, when known (None: not): a quiet one not among them cannot
+        have used CPU, read, written or waited for a CPU, and keeps its row unread (its
+        files: two reads a process), up to UNREAD_AT_MOST refreshes."""
         now, now_ticks = time.monotonic(), boot_ticks()
         elapsed = now - self._previous_time if self._previous_time else 0.0
         self._refreshes += 1
@@ -309,17 +333,28 @@ class ProcessCollector:
         rows = []
         raw: dict[int, tuple[bytes, bytes | None]] = {}
         recheck = self._refreshes % CGROUP_RECHECK == 0  # the cgroups of all, this time
+        if ran is None or self._refreshes % UNREAD_AT_MOST == 0:
+            ran = None  # every process read
         for entry in os.listdir(self._proc):
             if not entry.isdigit():
                 continue
             pid = int(entry)
+            if ran is not None and pid not in ran and pid in self._raw:
+                still = self._still(pid, recheck)
+                if still is not None:
+                    seen, row = still
+                    current[pid] = _still_at(seen, time.monotonic())
+                    raw[pid] = self._raw[pid]
+                    rows.append(row)
+                    continue
             text = self._pread(self._stat_fds, pid, "stat", _STAT_MAX)
             if text is None:
                 continue
             read_at = time.monotonic()
             quiet = self._quiet(pid, text, recheck)
             if quiet is not None:
-                current[pid], row, io_text = quiet
+                seen, row, io_text = quiet
+                current[pid] = _still_at(seen, read_at)
                 raw[pid] = (text, io_text)
                 rows.append(row)
                 continue

@@ -157,6 +157,15 @@ class WaitDrain:
     stacks: tuple[BlockedStack, ...]
     lost: dict[str, int]  # cumulative since start, by reason
     notes: dict[str, int]  # cumulative counts that are not losses (NOT_LOSSES)
+    # The processes that were on a CPU or on a run queue in the interval: every thread's
+    # time is counted whatever its length, so one not here did neither. None when a thread
+    # or a process went uncounted in it (RAN_UNKNOWN_AFTER).
+    ran: frozenset[int] | None = None
+
+
+# Losses after which `ran` is not known: a thread without a record, a process without
+# totals, a program run the kernel skipped.
+RAN_UNKNOWN_AFTER = ("threads_map_full", "procs_map_full", "recursion_misses")
 
 
 def parse_min_walk(text: str) -> WalkMinimums:
@@ -337,6 +346,7 @@ class WaitCollector:
         self._program: TwoGenerationProgram | None = None
         self._last = 0.0
         self._stale_threads = 0
+        self._uncounted: tuple[int, ...] | None = None  # RAN_UNKNOWN_AFTER's at the last drain
         self._drains = 0
         self._cgroups = cgroups or shared_names()
         self._kernel_stacks = HashedStacks(kernel=True)
@@ -420,7 +430,11 @@ class WaitCollector:
             self._forget_exited()
         lost = self.lost()
         notes = {name: lost.pop(name) for name in NOT_LOSSES}
-        drain = WaitDrain(self._last, end, tuple(processes), tuple(stacks), lost, notes)
+        counted = tuple(lost.get(name, 0) for name in RAN_UNKNOWN_AFTER)
+        ran = (frozenset(p.pid for p in processes if p.on_cpu_ns or p.runq_ns)
+               if counted == self._uncounted else None)
+        self._uncounted = counted
+        drain = WaitDrain(self._last, end, tuple(processes), tuple(stacks), lost, notes, ran)
         self._last = end
         return drain
 
