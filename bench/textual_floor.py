@@ -5,10 +5,13 @@ A bare Textual app with ktop's shape (a 3-line header, a 2x2 grid of bordered pa
 footer) changes N lines of every pane once a second; nothing is collected. Run in a real
 terminal (tmux, 160x50), its CPU% is the least any Textual screen changing that much costs:
 
-    python bench/textual_floor.py --measure [--lines 22] [--seconds 30]
+    python bench/textual_floor.py --measure [--lines 22] [--seconds 30] [--every 1]
+                                  [--ktop-driver]
 
 `--shape nested` draws each pane as ktop did before (a bordered container holding a table
 with a scrollbar), `--shape flat` as ktop does now (the table draws its own border).
+`--every 2` changes the lines every 2 s (ktop -d 2); `--ktop-driver` runs on ktop's terminal
+driver, whose input thread sleeps until a key (Textual's looks ten times a second).
 Without --measure it just runs the app (q quits).
 """
 
@@ -78,7 +81,9 @@ class FloorApp(App[None]):
     """
     BINDINGS = [("q", "quit", "Quit")]
 
-    def __init__(self, shape: str, lines: int) -> None:
+    def __init__(self, shape: str, lines: int, every: float = 1.0,
+                 ktop_driver: bool = False) -> None:
+        self.every, self.ktop_driver = every, ktop_driver  # App.__init__ asks for the driver
         super().__init__()
         self.shape, self.lines, self.tick = shape, lines, 0
 
@@ -94,7 +99,14 @@ class FloorApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self.update_panes)
+        self.set_interval(self.every, self.update_panes)
+
+    def get_driver_class(self):
+        if not self.ktop_driver:
+            return super().get_driver_class()
+        from ktop.ui.driver import QuietLinuxDriver  # noqa: PLC0415
+
+        return QuietLinuxDriver
 
     def update_panes(self) -> None:
         self.tick += 1
@@ -110,10 +122,12 @@ class FloorApp(App[None]):
             self.query_one(f"#t{i}", Lines).set_rows(rows)
 
 
-def measure(shape: str, lines: int, seconds: float) -> float:
+def measure(shape: str, lines: int, seconds: float, every: float = 1.0,
+            ktop_driver: bool = False) -> float:
     """CPU% of the app running in a private tmux server, after a few seconds' warm-up."""
     socket = f"ktop-floor-{os.getpid()}-{shape}"
-    command = f"{sys.executable} {os.path.abspath(__file__)} --shape {shape} --lines {lines}"
+    command = (f"{sys.executable} {os.path.abspath(__file__)} --shape {shape} --lines {lines} "
+               f"--every {every}" + (" --ktop-driver" if ktop_driver else ""))
     subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160",
                     "-y", "50", command], check=True)
     try:
@@ -139,13 +153,16 @@ def main() -> int:
     parser.add_argument("--shape", choices=("nested", "flat"), default="flat")
     parser.add_argument("--lines", type=int, default=ROWS, help="lines changing per pane per second")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--every", type=float, default=1.0, help="seconds between changes")
+    parser.add_argument("--ktop-driver", action="store_true", help="ktop's terminal driver")
     parser.add_argument("--measure", action="store_true")
     args = parser.parse_args()
     if not args.measure:
-        FloorApp(args.shape, args.lines).run()
+        FloorApp(args.shape, args.lines, args.every, args.ktop_driver).run()
         return 0
     for shape in ("nested", "flat"):
-        print(f"{shape:7} {args.lines:2} lines/pane/s: {measure(shape, args.lines, args.seconds):.2f}% CPU")
+        cpu = measure(shape, args.lines, args.seconds, args.every, args.ktop_driver)
+        print(f"{shape:7} {args.lines:2} lines/pane every {args.every:g} s: {cpu:.2f}% CPU")
     return 0
 
 
