@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import errno
+import functools
 import mmap
 import os
 import platform
@@ -241,6 +242,18 @@ class RowLayout:
 
     def field_size(self, field: str) -> int:
         return self._offsets[field][1]
+
+
+@functools.cache
+def row_layout(ctype: type) -> RowLayout:
+    """A map's key or value type's layout, made once per type."""
+    return RowLayout(ctype)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few commands in most of a drain's rows
+def task_name(raw: bytes) -> str:
+    """A task's name as the kernel keeps it (a char array's bytes): up to its first NUL."""
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
 def possible_cpus(path: str = "/sys/devices/system/cpu/possible") -> int:

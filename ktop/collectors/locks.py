@@ -6,7 +6,7 @@ import ctypes as ct
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from ktop.collectors.bpfload import (
     load_program,
     require_tracepoints,
 )
-from ktop.collectors.bpfsys import attach_tracepoint
+from ktop.collectors.bpfsys import attach_tracepoint, row_layout, task_name
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.maps import TwoGenerationProgram, forget_entries
 
@@ -267,6 +267,14 @@ def thread_started_after(tid: int, time_ns: int) -> bool:
     return start_ns > time_ns + 20_000_000  # two ticks of slack: starttime is in ticks
 
 
+def _drained(table) -> tuple[dict, dict, Iterator[tuple[tuple, tuple]]]:  # noqa: ANN001
+    """A map emptied, as (key, value) rows of plain fields, with each field's place in them
+    (one struct call a map: bpfsys.RowLayout, not a ctypes object and lookup a field)."""
+    keys, values = table.drain_columns()
+    k, v = row_layout(table.Key), row_layout(table.Leaf)
+    return k.index, v.index, zip(k.rows(b"".join(keys)), v.rows(values))
+
+
 class LockCollector:
     pane = "locks"
 
@@ -335,50 +343,58 @@ class LockCollector:
         walk = self._program.stacks.read
         cgroup_name = self._cgroups.name
 
-        def error(stack_id: int) -> int:
-            return min(0, stack_id)
-
+        k, v, rows = _drained(self._program.table(MAP_STACK_WAITS[old]))
+        flags, kstack, hist = k["flags"], k["kstack"], v["hist"]
+        count, total, max_ns, min_ns = (
+            v["wait.count"], v["wait.total_ns"], v["wait.max_ns"], v["wait.min_ns"])
         stack_rows = [
             StackWaits(
-                flags=key.flags,
-                kernel=walk(kernel_stacks, key.kstack, kernel=True),
-                kernel_error=error(key.kstack),
-                contended=value.wait.count,
-                total_ns=value.wait.total_ns,
-                max_ns=value.wait.max_ns,
-                min_ns=value.wait.min_ns,
-                hist=tuple(value.hist),
+                flags=key[flags],
+                kernel=walk(kernel_stacks, key[kstack], kernel=True),
+                kernel_error=min(0, key[kstack]),
+                contended=value[count],
+                total_ns=value[total],
+                max_ns=value[max_ns],
+                min_ns=value[min_ns],
+                hist=value[hist],
             )
-            for key, value in self._program.table(MAP_STACK_WAITS[old]).drain()
+            for key, value in rows
         ]
+        k, v, rows = _drained(self._program.table(MAP_LOCK_WAITS[old]))
+        lock, flags = k["lock"], k["flags"]
+        count, total, max_ns, min_ns = v["count"], v["total_ns"], v["max_ns"], v["min_ns"]
         lock_rows = [
             LockWaits(
-                address=key.lock,
-                flags=key.flags,
-                contended=value.count,
-                total_ns=value.total_ns,
-                max_ns=value.max_ns,
-                min_ns=value.min_ns,
+                address=key[lock],
+                flags=key[flags],
+                contended=value[count],
+                total_ns=value[total],
+                max_ns=value[max_ns],
+                min_ns=value[min_ns],
             )
-            for key, value in self._program.table(MAP_LOCK_WAITS[old]).drain()
+            for key, value in rows
         ]
+        k, v, rows = _drained(self._program.table(MAP_TASK_WAITS[old]))
+        tid, tgid, comm, flags = k["tid"], k["tgid"], k["comm"], k["flags"]
+        kstack, ustack, cgroup = k["kstack"], k["ustack"], k["cgroup"]
+        count, total, max_ns, min_ns = v["count"], v["total_ns"], v["max_ns"], v["min_ns"]
         task_rows = [
             TaskWaits(
-                tid=key.tid,
-                tgid=key.tgid,
-                comm=key.comm.decode(errors="replace"),
-                flags=key.flags,
-                kernel=walk(kernel_stacks, key.kstack, kernel=True),
-                kernel_error=error(key.kstack),
-                user=walk(user_stacks, key.ustack),
-                user_error=error(key.ustack),
-                contended=value.count,
-                total_ns=value.total_ns,
-                max_ns=value.max_ns,
-                min_ns=value.min_ns,
-                cgroup=cgroup_name(key.cgroup),
+                tid=key[tid],
+                tgid=key[tgid],
+                comm=task_name(key[comm]),
+                flags=key[flags],
+                kernel=walk(kernel_stacks, key[kstack], kernel=True),
+                kernel_error=min(0, key[kstack]),
+                user=walk(user_stacks, key[ustack]),
+                user_error=min(0, key[ustack]),
+                contended=value[count],
+                total_ns=value[total],
+                max_ns=value[max_ns],
+                min_ns=value[min_ns],
+                cgroup=cgroup_name(key[cgroup]),
             )
-            for key, value in self._program.table(MAP_TASK_WAITS[old]).drain()
+            for key, value in rows
         ]
         owner_rows = self._drain_owners(old, kernel_stacks)
         self._program.stacks.tidy(kernel_stacks)
@@ -398,24 +414,29 @@ class LockCollector:
         if MAP_OWNER_WAITS[old] not in self._program.program.maps:
             return ()
         walk = self._program.stacks.read
+        k, v, rows = _drained(self._program.table(MAP_OWNER_WAITS[old]))
+        lock, flags, kind = k["lock"], k["flags"], k["owner_kind"]
+        owner_tid, owner_tgid, owner_comm = k["owner_tid"], k["owner_tgid"], k["owner_comm"]
+        owner_kstack, kstack = k["owner_kstack"], k["kstack"]
+        count, total, max_ns, min_ns = v["count"], v["total_ns"], v["max_ns"], v["min_ns"]
         return tuple(
             OwnerWaits(
-                address=key.lock,
-                flags=key.flags,
-                owner_kind=key.owner_kind,
-                owner_tid=key.owner_tid,
-                owner_tgid=key.owner_tgid,
-                owner_comm=key.owner_comm.decode(errors="replace"),
-                owner_kernel=walk(kernel_stacks, key.owner_kstack, kernel=True),
-                owner_kernel_error=min(0, key.owner_kstack),
-                kernel=walk(kernel_stacks, key.kstack, kernel=True),
-                kernel_error=min(0, key.kstack),
-                contended=value.count,
-                total_ns=value.total_ns,
-                max_ns=value.max_ns,
-                min_ns=value.min_ns,
+                address=key[lock],
+                flags=key[flags],
+                owner_kind=key[kind],
+                owner_tid=key[owner_tid],
+                owner_tgid=key[owner_tgid],
+                owner_comm=task_name(key[owner_comm]),
+                owner_kernel=walk(kernel_stacks, key[owner_kstack], kernel=True),
+                owner_kernel_error=min(0, key[owner_kstack]),
+                kernel=walk(kernel_stacks, key[kstack], kernel=True),
+                kernel_error=min(0, key[kstack]),
+                contended=value[count],
+                total_ns=value[total],
+                max_ns=value[max_ns],
+                min_ns=value[min_ns],
             )
-            for key, value in self._program.table(MAP_OWNER_WAITS[old]).drain()
+            for key, value in rows
         )
 
     def _names(self, addresses: Iterable[int]) -> dict[int, LockName]:

@@ -6,7 +6,6 @@ who woke them."""
 from __future__ import annotations
 
 import ctypes as ct
-import functools
 import os
 import time
 from array import array
@@ -26,7 +25,9 @@ from ktop.collectors.bpfload import (
 from ktop.collectors.bpfsys import (
     RowLayout,
     attach_raw_tracepoint,
+    row_layout,
     run_raw_tracepoint_program,
+    task_name,
 )
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.maps import (
@@ -234,17 +235,6 @@ def task_flags(btf: KernelBtf) -> list[str]:
     return flags
 
 
-@functools.lru_cache(maxsize=4096)  # the same few commands in most of a drain's ~5,000 rows
-def _comm(raw: bytes) -> str:
-    """A task's name as the kernel keeps it: up to its first NUL."""
-    return raw.split(b"\0", 1)[0].decode(errors="replace")
-
-
-@functools.cache
-def _layout(ctype: type) -> RowLayout:
-    return RowLayout(ctype)
-
-
 def _trimmed_hists(layout: RowLayout, field: str, values: bytes) -> Iterator[slice]:
     """Row by row, the slice of a histogram field holding its slots up to the last non-empty
     one (most waits fill a few low slots; trimmed here from the bytes, ~10x faster than
@@ -260,7 +250,7 @@ def _trimmed_hists(layout: RowLayout, field: str, values: bytes) -> Iterator[sli
 
 
 def _layouts(table) -> tuple[RowLayout, RowLayout]:  # noqa: ANN001 - a BpfMap
-    return _layout(table.Key), _layout(table.Leaf)
+    return row_layout(table.Key), row_layout(table.Leaf)
 
 
 def _waker_comm(pid: int, raw: bytes, waker_stack: int) -> str:
@@ -270,7 +260,7 @@ def _waker_comm(pid: int, raw: bytes, waker_stack: int) -> str:
         return WAKER_INTERRUPT
     if pid == 0 and not raw.strip(b"\0"):
         return WAKER_NONE
-    return _comm(raw)
+    return task_name(raw)
 
 
 class HashedStacks:
@@ -450,7 +440,7 @@ class WaitCollector:
         runq_hist = _trimmed_hists(v, "runq_hist", values)
         cgroup_name = self._cgroups.name
         return [
-            ProcessTimes(key[pid], _comm(key[comm]), cgroup_name(key[cgroup]), value[on_cpu],
+            ProcessTimes(key[pid], task_name(key[comm]), cgroup_name(key[cgroup]), value[on_cpu],
                          value[runq], value[runq_count], value[blocked],
                          value[blocked_count], value[next(runq_hist)])
             for key, value in zip(k.rows(b"".join(keys)), v.rows(values))
@@ -472,7 +462,7 @@ class WaitCollector:
         cgroup_name = self._cgroups.name
         return [
             BlockedStack(
-                key[pid], _comm(key[comm]), cgroup_name(key[cgroup]),
+                key[pid], task_name(key[comm]), cgroup_name(key[cgroup]),
                 STATES[key[state]] if key[state] < len(STATES) else "other",
                 kernel(key[kstack]), min(0, key[kstack]), user(key[ustack]), min(0, key[ustack]),
                 key[waker_pid], _waker_comm(key[waker_pid], key[waker_comm], key[waker_kstack]),
