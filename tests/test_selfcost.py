@@ -45,12 +45,14 @@ def test_own_cpu_counts_every_thread_in_nanoseconds():
 
 
 class _FakeKernel:
-    """The kernel's BPF statistics as SelfCost sees them: a descriptor keeps them on, and
-    while on, run time grows by 1 ms a measure (10 ms before the first)."""
+    """The kernel's BPF statistics as SelfCost sees them (a descriptor keeps them on; run
+    time grows only while on), and a clock the test moves."""
 
     def __init__(self, monkeypatch, sysctl: bool = False) -> None:
         import ktop.collectors.selfcost as selfcost  # noqa: PLC0415
 
+        self.now = 100.0
+        monkeypatch.setattr(selfcost.time, "monotonic", lambda: self.now)
         self.on_spans: list[bool] = []
         self.fd: int | None = None
         self.run_ns = 0
@@ -69,8 +71,15 @@ class _FakeKernel:
     def on(self, cost: SelfCost) -> bool:
         return self.sysctl or cost.stats_on
 
-    def span(self, cost: SelfCost, ns: int):
-        """One span: time passes (run time grows only while the statistics are on)."""
+    def started(self) -> SelfCost:
+        cost = SelfCost(stats_every=5)
+        cost.start()
+        return cost
+
+    def span(self, cost: SelfCost, ns: int, seconds: float = 1.0):
+        """One span of `seconds` in which the programs run `ns` (counted only while the
+        statistics are on), then a measure."""
+        self.now += seconds
         self.on_spans.append(self.on(cost))
         if self.on(cost):
             self.run_ns += ns
@@ -80,17 +89,9 @@ class _FakeKernel:
 def test_bpf_run_time_is_measured_one_refresh_in_five(monkeypatch):
     """The kernel's run-time statistics cost every program run: ktop holds them for one
     refresh in STATS_EVERY and shows that refresh's BPF figure until the next."""
-    from ktop.collectors import selfcost  # noqa: PLC0415
-
     kernel = _FakeKernel(monkeypatch)
-    clock = [100.0]
-    monkeypatch.setattr(selfcost.time, "monotonic", lambda: clock[0])
-    cost = SelfCost(stats_every=5)
-    cost.start()
-    rows = []
-    for i in range(11):
-        clock[0] += 1.0
-        rows.append(kernel.span(cost, 10_000_000 if i == 0 else 1_000_000 * i))
+    cost = kernel.started()
+    rows = [kernel.span(cost, 10_000_000 if i == 0 else 1_000_000 * i) for i in range(11)]
     cost.close()
     # On for the first span (from start), then for one span in five.
     assert kernel.on_spans == [True, False, False, False, False, True,
@@ -105,17 +106,10 @@ def test_bpf_run_time_is_measured_one_refresh_in_five(monkeypatch):
 def test_a_sample_right_after_start_goes_on_to_the_next_refresh(monkeypatch):
     """A measure right after start (a snapshot's first collect) does not end the sample:
     its few milliseconds would be the figure for the next five refreshes."""
-    from ktop.collectors import selfcost  # noqa: PLC0415
-
     kernel = _FakeKernel(monkeypatch)
-    clock = [100.0]
-    monkeypatch.setattr(selfcost.time, "monotonic", lambda: clock[0])
-    cost = SelfCost(stats_every=5)
-    cost.start()
-    clock[0] += 0.01
-    first = kernel.span(cost, 0)
-    clock[0] += 1.49
-    second = kernel.span(cost, 3_000_000)
+    cost = kernel.started()
+    first = kernel.span(cost, 0, seconds=0.01)
+    second = kernel.span(cost, 3_000_000, seconds=1.49)
     cost.close()
     assert first.bpf_percent is None
     assert second.bpf_percent == pytest.approx(0.2)  # 3 ms over 1.5 s
@@ -123,17 +117,9 @@ def test_a_sample_right_after_start_goes_on_to_the_next_refresh(monkeypatch):
 
 def test_statistics_the_sysctl_holds_on_are_read_every_refresh(monkeypatch):
     """kernel.bpf_stats_enabled=1: on for everyone anyway, nothing to save by sampling."""
-    from ktop.collectors import selfcost  # noqa: PLC0415
-
     kernel = _FakeKernel(monkeypatch, sysctl=True)
-    clock = [100.0]
-    monkeypatch.setattr(selfcost.time, "monotonic", lambda: clock[0])
-    cost = SelfCost(stats_every=5)
-    cost.start()
-    rows = []
-    for i in range(6):
-        clock[0] += 1.0
-        rows.append(kernel.span(cost, 1_000_000 * (i + 1)))
+    cost = kernel.started()
+    rows = [kernel.span(cost, 1_000_000 * (i + 1)) for i in range(6)]
     cost.close()
     assert [row.bpf_percent for row in rows] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
     assert all(row.bpf_every == 1 for row in rows) and kernel.opened == 0

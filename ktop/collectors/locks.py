@@ -275,6 +275,11 @@ def _drained(table) -> tuple[dict, dict, Iterator[tuple[tuple, tuple]]]:  # noqa
     return k.index, v.index, zip(k.rows(b"".join(keys)), v.rows(values))
 
 
+def _wait_fields(value: dict, prefix: str = "") -> tuple[int, int, int, int]:
+    """Where a value's wait counts (struct lock_wait: count, total, max, min) lie in its rows."""
+    return tuple(value[prefix + name] for name in ("count", "total_ns", "max_ns", "min_ns"))
+
+
 class LockCollector:
     pane = "locks"
 
@@ -345,8 +350,7 @@ class LockCollector:
 
         k, v, rows = _drained(self._program.table(MAP_STACK_WAITS[old]))
         flags, kstack, hist = k["flags"], k["kstack"], v["hist"]
-        count, total, max_ns, min_ns = (
-            v["wait.count"], v["wait.total_ns"], v["wait.max_ns"], v["wait.min_ns"])
+        count, total, max_ns, min_ns = _wait_fields(v, "wait.")
         stack_rows = [
             StackWaits(
                 flags=key[flags],
@@ -362,7 +366,7 @@ class LockCollector:
         ]
         k, v, rows = _drained(self._program.table(MAP_LOCK_WAITS[old]))
         lock, flags = k["lock"], k["flags"]
-        count, total, max_ns, min_ns = v["count"], v["total_ns"], v["max_ns"], v["min_ns"]
+        count, total, max_ns, min_ns = _wait_fields(v)
         lock_rows = [
             LockWaits(
                 address=key[lock],
@@ -377,7 +381,7 @@ class LockCollector:
         k, v, rows = _drained(self._program.table(MAP_TASK_WAITS[old]))
         tid, tgid, comm, flags = k["tid"], k["tgid"], k["comm"], k["flags"]
         kstack, ustack, cgroup = k["kstack"], k["ustack"], k["cgroup"]
-        count, total, max_ns, min_ns = v["count"], v["total_ns"], v["max_ns"], v["min_ns"]
+        count, total, max_ns, min_ns = _wait_fields(v)
         task_rows = [
             TaskWaits(
                 tid=key[tid],
@@ -418,7 +422,7 @@ class LockCollector:
         lock, flags, kind = k["lock"], k["flags"], k["owner_kind"]
         owner_tid, owner_tgid, owner_comm = k["owner_tid"], k["owner_tgid"], k["owner_comm"]
         owner_kstack, kstack = k["owner_kstack"], k["kstack"]
-        count, total, max_ns, min_ns = v["count"], v["total_ns"], v["max_ns"], v["min_ns"]
+        count, total, max_ns, min_ns = _wait_fields(v)
         return tuple(
             OwnerWaits(
                 address=key[lock],
