@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import os
 
 import pytest
 from conftest import run_app
@@ -289,6 +290,41 @@ def test_run_delays_sum_threads_and_count_a_new_process_from_zero(tmp_path):
     (tmp_path / "9").mkdir()
     (tmp_path / "9" / "schedstat").write_text("1 40 1\n")
     assert delays.delta_ns(9, 2, threads=1, born=True) == 40
+    delays.close()
+
+
+def test_run_delays_keep_a_descriptor_per_live_thread_and_no_more(tmp_path):
+    """Each thread's schedstat stays open for the next read, within the budget; a thread
+    gone, or a process gone, closes its descriptors: a long run under thread churn does
+    not run out of them."""
+    task = tmp_path / "5" / "task"
+
+    def threads(delays: dict[int, int]) -> None:
+        for tid in [p.name for p in task.iterdir()] if task.exists() else []:
+            if int(tid) not in delays:
+                (task / tid / "schedstat").unlink()
+                (task / tid).rmdir()
+        for tid, delay in delays.items():
+            (task / str(tid)).mkdir(parents=True, exist_ok=True)
+            (task / str(tid) / "schedstat").write_text(f"1 {delay} 1\n")
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    delays = RunDelays(str(tmp_path), max_open=3)
+    threads({5: 100, 6: 200})
+    assert delays.delta_ns(5, 1, threads=2) is None
+    assert open_fds() == before + 2
+    for round_ in range(1, 30):  # a worker thread replaced at every refresh
+        threads({5: 100 + round_, 6: 200 + round_, 100 + round_: 10})
+        assert delays.delta_ns(5, 1, threads=3) == 1 + 1 + 10
+        assert open_fds() == before + 3
+    threads({5: 200, 6: 300, 7: 10, 8: 10, 9: 10})  # more threads than the budget
+    assert delays.delta_ns(5, 1, threads=5) == 71 + 71 + 30  # all read, not all kept
+    assert open_fds() == before + 3
+    delays.forget(set())  # the process exited
+    assert open_fds() == before
     delays.close()
 
 

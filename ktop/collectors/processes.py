@@ -221,7 +221,7 @@ class ProcessCollector:
         self._previous_forks: int | None = None
         # The kernel's counts at the last refresh: runnable and blocked tasks, forks a second.
         self.tasks: TaskCounts | None = None
-        self._run_delays = RunDelays(proc)  # RUNQ%: schedstat's run_delay
+        self._run_delays = RunDelays(proc, self._max_open)  # RUNQ%: schedstat's run_delay
 
     def start(self) -> None:
         self.collect()

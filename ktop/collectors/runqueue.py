@@ -1,9 +1,9 @@
 """Run-queue time per process without BPF: the kernel's own run_delay (CONFIG_SCHED_INFO),
 from /proc/PID/task/TID/schedstat ("on-CPU ns, run-queue ns, timeslices"), summed over a
 process's threads. /proc/PID/schedstat is the main thread's alone, so a process of one
-thread is read there, through a descriptor kept open as /proc/PID/stat is; one of several
-threads reads each thread's file. The Processes pane asks only for processes that ran in the
-interval: run_delay grows only when a waiting thread gets a CPU.
+thread is read there; one of several threads reads each thread's file. Each file is read
+through a descriptor kept open, as /proc/PID/stat is. The Processes pane asks only for
+processes that ran in the interval: run_delay grows only when a waiting thread gets a CPU.
 """
 
 from __future__ import annotations
@@ -24,55 +24,76 @@ def parse_run_delay(text: bytes) -> int | None:
 class RunDelays:
     """Each process's run-queue ns since the last time it was asked about."""
 
-    def __init__(self, proc: str = "/proc") -> None:
+    def __init__(self, proc: str = "/proc", max_open: int = 1024) -> None:
         self._proc = proc
-        self._fds: dict[int, int] = {}  # pid -> its kept-open schedstat (one thread)
+        # pid -> {tid: its schedstat, kept open}: a read is then one pread, not an open, a
+        # read and a close through Python's file object (7 system calls, ~25 us).
+        self._fds: dict[int, dict[int, int]] = {}
+        self._open = 0  # descriptors kept, at most max_open
+        self._max_open = max_open
         # (pid, start) -> {tid: run_delay at the last ask}
         self._last: dict[tuple[int, int], dict[int, int]] = {}
 
-    def _read_kept(self, pid: int) -> int | None:
-        fd = self._fds.pop(pid, None)
-        if fd is None:
-            try:
-                fd = os.open(f"{self._proc}/{pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                return None
+    def _tids(self, pid: int, threads: int) -> list[int]:
+        if threads <= 1:
+            return [pid]
         try:
-            value = parse_run_delay(os.pread(fd, _SCHEDSTAT_MAX, 0))
-        except OSError:  # exited: the descriptor names it still, and fails
-            os.close(fd)
-            return None
-        self._fds[pid] = fd
-        return value
+            return [int(tid) for tid in os.listdir(f"{self._proc}/{pid}/task")]
+        except (OSError, ValueError):
+            return []
 
-    def _read_threads(self, pid: int) -> dict[int, int]:
+    def _read(self, pid: int, threads: int) -> dict[int, int]:
+        """run_delay of each of the process's threads, through descriptors kept open; a
+        thread's descriptor keeps naming it, and fails once it has exited."""
+        kept = self._fds.pop(pid, {})
+        fds: dict[int, int] = {}
         delays: dict[int, int] = {}
-        try:
-            tids = os.listdir(f"{self._proc}/{pid}/task")
-        except OSError:
-            return delays
+        tids = self._tids(pid, threads)
+        for tid in kept.keys() - set(tids):  # threads gone since: their room is free first
+            self._close(kept.pop(tid))
         for tid in tids:
-            try:
-                with open(f"{self._proc}/{pid}/task/{tid}/schedstat", "rb") as f:
-                    value = parse_run_delay(f.read(_SCHEDSTAT_MAX))
-            except OSError:
-                continue
+            fd = kept.pop(tid, None)
+            text = None
+            if fd is not None:
+                try:
+                    text = os.pread(fd, _SCHEDSTAT_MAX, 0)
+                except OSError:
+                    self._close(fd)
+                    fd = None
+            if fd is None:
+                # One thread: /proc/PID/schedstat is the main thread's own.
+                path = f"{self._proc}/{pid}/" + ("schedstat" if threads <= 1
+                                                 else f"task/{tid}/schedstat")
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                self._open += 1
+                try:
+                    text = os.read(fd, _SCHEDSTAT_MAX)
+                except OSError:
+                    self._close(fd)
+                    continue
+            if self._open <= self._max_open:
+                fds[tid] = fd
+            else:
+                self._close(fd)
+            value = parse_run_delay(text or b"")
             if value is not None:
-                delays[int(tid)] = value
+                delays[tid] = value
+        if fds:
+            self._fds[pid] = fds
         return delays
+
+    def _close(self, fd: int) -> None:
+        os.close(fd)
+        self._open -= 1
 
     def delta_ns(self, pid: int, start: int, threads: int, born: bool = False) -> int | None:
         """Run-queue ns the process's threads gained since the last ask (None the first
         time, unless it was born since: then from zero; None if unreadable); a thread new
         since then counts from zero."""
-        if threads <= 1:
-            value = self._read_kept(pid)
-            now = {pid: value} if value is not None else {}
-        else:
-            old = self._fds.pop(pid, None)
-            if old is not None:
-                os.close(old)
-            now = self._read_threads(pid)
+        now = self._read(pid, threads)
         before = self._last.get((pid, start), {} if born else None)
         self._last[(pid, start)] = now
         if before is None or not now:
@@ -85,9 +106,12 @@ class RunDelays:
             del self._last[key]
         pids = {pid for pid, _ in live}
         for pid in [p for p in self._fds if p not in pids]:
-            os.close(self._fds.pop(pid))
+            for fd in self._fds.pop(pid).values():
+                self._close(fd)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
+        for fds in self._fds.values():
+            for fd in fds.values():
+                os.close(fd)
         self._fds.clear()
+        self._open = 0
