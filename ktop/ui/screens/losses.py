@@ -1,5 +1,6 @@
 """`L`: each loss the header folds into one total, with the pane it hurts and why it happens.
-It follows the header's window while open, as the total beside it does."""
+It follows the newest data while open; when its list changes, the header under it is drawn
+again too, so that the total there and the list here are always of the same data."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ Losses = tuple[list[tuple[str, str, int, str, bool]], str,
 class LossesScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,L,backspace", "dismiss", "close")]
 
-    def __init__(self, latest: Callable[[], Losses], interval_s: float = 1.0) -> None:
+    def __init__(self, latest: Callable[[], Losses], interval_s: float = 1.0,
+                 changed: Callable[[], None] = lambda: None) -> None:
         super().__init__()
         self._latest = latest
         self._interval_s = interval_s
+        self._changed = changed  # draws the header under it again
         self._shown: Losses | None = None
 
     def compose(self) -> ComposeResult:
@@ -47,6 +50,8 @@ class LossesScreen(ModalScreen[None]):
         losses = rows, window, (bpf_panes, bpf_every)
         if losses == self._shown:
             return
+        if self._shown is not None:
+            self._changed()
         self._shown = losses
         # Two columns: the count, then the name and pane over the reason (readable at 80).
         table = Table(box=None, padding=(0, 1), show_header=False, expand=True)

@@ -276,7 +276,8 @@ class MainScreen(ChangedRowsScreen):
             label = f"since start ({span})" if self.ktop.cumulative else f"in the last {span}"
             return loss_lines(snapshot), label, cost
 
-        self.ktop.push_screen(LossesScreen(latest, min(self.ktop.interval_s, 1.0)))
+        self.ktop.push_screen(LossesScreen(latest, min(self.ktop.interval_s, 1.0),
+                                           changed=self.show_header))
 
     def action_mark_baseline(self) -> None:
         """b: the window shown now is the baseline; every pane compares with it."""
