@@ -661,9 +661,11 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u64 
 		}
 		t->cgroup_epoch = epoch;
 	}
-	/* Any other phase: its switch-in was missed (a run skipped): that time is unknown. */
+	/* Any other phase: its switch-in was missed: what the time since was is unknown. */
 	u64 ns = claim(t, now);
-	if (ns && t->phase == PHASE_ON_CPU)
+	if (t->phase != PHASE_ON_CPU)
+		count_lost(WAIT_LOST_SWITCH_UNSEEN);
+	else if (ns)
 		__sync_fetch_and_add(&t->on_cpu_ns, ns);
 	if (out == OUT_DEAD) {
 		flush_thread(t, g);
@@ -719,7 +721,8 @@ static __always_inline void switch_in(u64 task, u64 now, u64 word)
 	} else if (t->phase == PHASE_BLOCKED) {
 		count_lost(WAIT_LOST_NO_WAKEUP);
 		end_blocked(t, now, g, false, owner);
-	} else {	/* on the CPU: its switch-out was missed, that time is unknown */
+	} else {	/* on the CPU: its switch-out was missed, what the time since was is unknown */
+		count_lost(WAIT_LOST_SWITCH_UNSEEN);
 		claim(t, now);
 	}
 	t->phase = PHASE_ON_CPU;

@@ -141,6 +141,8 @@ enum wait_lost {
 	WAIT_LOST_NO_WAKEUP,		/* switched in while blocked, no wake-up seen: counted as blocked, no waker */
 	WAIT_LOST_UNSEEN_START,		/* a thread first seen mid-wait (before ktop): that wait uncounted */
 	WAIT_LOST_LONG_UNWALKED,	/* a wait past the minimum whose stack was not walked */
+	WAIT_LOST_SWITCH_UNSEEN,	/* switched out while off a CPU, or in while on one, as
+					   ktop saw it: a switch unseen, the time since uncounted */
 	WAIT_LOST_NR,
 };
 

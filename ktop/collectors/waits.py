@@ -73,6 +73,7 @@ LOST_NAMES = (  # enum wait_lost in bpf/waits.h, in order
     "no_wakeup_seen",
     "unseen_start",
     "long_wait_unwalked",
+    "switch_unseen",
 )
 # Counted by the program but not losses: the first wait of each thread that was already
 # waiting when ktop started, and long waits whose stacks were not predicted (their time is

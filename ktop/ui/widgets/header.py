@@ -63,6 +63,9 @@ LOSS_REASONS = {
                         "views (its process's totals have it)",
     "no_wakeup_seen": "a thread was switched in while blocked, its wake-up unseen: counted as "
                       "blocked until then, with no waker",
+    "switch_unseen": "a thread was switched out while ktop had it off a CPU, or in while on "
+                     "one: a switch was not seen, and the thread's time since its last event "
+                     "(on a CPU, queued or blocked) is not counted",
     "exited_unseen": "a thread exited without its last switch-out seen: forgotten by ktop",
     "stack_missing": "a stack was emptied from its map before ktop read it: counted without it",
     "binary_unread": "a binary's symbols were past what ktop reads of one (sections, table "
