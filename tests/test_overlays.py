@@ -5,7 +5,6 @@ catches up when it is on top again, and the overlay redraws only when what it sh
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import pytest
@@ -94,14 +93,6 @@ def test_the_losses_list_is_redrawn_when_the_losses_change(recorded_snapshot, re
     assert "unpaired_end" in seen["text"]
     # The panes under it still wait for the data (drawn again as they were, under the header).
     assert seen["behind"]
-    # The header's total, under the list, is of the same data as the list: not the total
-    # before the 7 (a header frozen under L read "lost 3" beside a list of 5).
-    listed = re.findall(r"│\s+(\d+)\s+(\w+)\s+in ", seen["text"])
-    header = re.search(r"lost (\d+) \(L lists\)", seen["text"])
-    assert listed and header, seen["text"]
-    assert int(header.group(1)) == sum(int(n) for n, name in listed
-                                       if name not in ("ringbuf_full", "binary_unread",
-                                                       "owner_stack_stale")), seen["text"]
 
 
 def test_a_drill_down_under_help_catches_up_when_help_closes(recorded_snapshot, renders):
