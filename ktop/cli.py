@@ -436,6 +436,14 @@ def _check_cgroup(args: argparse.Namespace) -> str:
     return ""
 
 
+def _check_pid(args: argparse.Namespace) -> str:
+    """Why --pid cannot be shown live (no such process: perf top -p refuses it too), or "".
+    A replay's processes were on the machine that recorded it."""
+    if args.replay is not None or os.path.isdir(f"/proc/{args.pid}"):
+        return ""
+    return f"no process {args.pid} (--pid): `ps -e` lists those running"
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     from ktop.codec import RecordingError
     from ktop.compare import BaselineError
@@ -630,6 +638,10 @@ def _run(args: argparse.Namespace) -> int:
         _messages = sys.stderr
     if args.cgroup is not None:
         error = _check_cgroup(args)
+        if error:
+            return _fail(error)
+    if args.pid is not None:
+        error = _check_pid(args)
         if error:
             return _fail(error)
     if args.serve is not None:

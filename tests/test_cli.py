@@ -79,6 +79,17 @@ def test_snapshot_with_an_unknown_extension_names_the_formats(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_pid_that_is_not_running_is_refused_in_one_line(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now (pids are handed out in turn: not again soon)
+    result = ktop("--pid", str(gone.pid), "--snapshot", str(tmp_path / "out.json"),
+                  "--duration", "1", cwd=tmp_path)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"no process {gone.pid} (--pid)" in lines[0], result.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_snapshot_onto_a_directory_is_refused(tmp_path):
     (tmp_path / "out.svg").mkdir()
     result = ktop("--snapshot", str(tmp_path / "out.svg"), cwd=tmp_path)
