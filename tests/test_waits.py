@@ -231,6 +231,33 @@ def test_drill_down_lists_the_blocking_stack_and_who_woke_it(recorded_snapshot):
     assert "woken by ponger 77" in seen["text"] and "do_nanosleep+0x10" in seen["text"]
 
 
+def test_a_wait_that_has_not_ended_shows_no_max(recorded_snapshot):
+    """A thread blocked all through the window has time but no wait ended yet: its max is
+    not "0 ns" (read as a wait of no length), in the reasons view or its drill-down."""
+    from ktop.ui.screens.waits import WaitStacksScreen
+
+    agg = aggregator()
+    asleep = blocked(pid=12, comm="hwrng", kernel=NANOSLEEP, total=1_000_000_000, count=1)
+    agg.add(drain(0.0, [asleep._replace(count=0, max_ns=0, hist=hist(0, 0))],
+                  [times(pid=12, comm="hwrng", on_cpu=0, runq=0, s=1_000_000_000)]))
+    snapshot = dataclasses.replace(recorded_snapshot, waits=agg.profile())
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("5", "v")
+        await pilot.pause(0.2)
+        seen["pane"] = screen_text(app)
+        await app.push_screen(WaitStacksScreen(("pid", "12"), snapshot, app))
+        await pilot.pause(0.2)
+        seen["drill"] = screen_text(app)
+
+    run_app(build_app(RecordedSource([snapshot])), scenario, size=(160, 50))
+    (row,) = [line for line in seen["pane"].splitlines() if "do_nanosleep" in line]
+    assert "1.00 s" in row and "0 ns" not in row and " - " in row, row
+    assert "0 waits, total 1.00 s (100.0%), none ended yet" in seen["drill"], seen["drill"]
+
+
 def test_exports_carry_off_cpu_time(recorded_snapshot):
     snapshot = snapshot_with_waits(recorded_snapshot)
     folded = to_folded(snapshot, "offcpu")

@@ -108,10 +108,10 @@ class WaitStacksScreen(DetailScreen):
         window = self._window()
         lines: list = []
         for s in self.stacks[:STACKS_SHOWN]:
+            longest = f"max {format_ns(s.max_ns)}" if s.count else "none ended yet"
             head = Text(f"{s.state}  {printable(s.reason)}  {count_of(s.count, 'wait')}, total "
-                        f"{format_ns(s.total_ns)} ({percent(s.total_ns, window):.1f}%), max "
-                        f"{format_ns(s.max_ns)}   {printable(s.comm)} {format_pid(s.pid)}",
-                        style="bold")
+                        f"{format_ns(s.total_ns)} ({percent(s.total_ns, window):.1f}%), "
+                        f"{longest}   {printable(s.comm)} {format_pid(s.pid)}", style="bold")
             lines.append(head)
             lines.extend(frame_line(frame) for frame in s.frames)
             lines.extend(frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.user)

@@ -139,7 +139,8 @@ class WaitsPane(Pane):
                         num(format_ns(r.total_ns), r.total_ns),
                         _share(r.total_ns, window),
                         num(str(r.count), r.count),
-                        num(format_ns(r.max_ns), r.max_ns),
+                        # None ended in the window (one blocked all along): no max yet.
+                        num(format_ns(r.max_ns), r.max_ns) if r.count else num("-", -1),
                         Cell(r.state),
                         num(str(r.processes), r.processes),
                         Cell(r.reason),
