@@ -500,13 +500,19 @@ class Snapshot:
 # ---- waits (off-CPU): ktop/aggregate/waits.py builds these, ktop/waitviews.py queries them ----
 
 
+# The waker of the time blocked waits had run so far at an interval's end: they were still
+# going on then (a wait spanning intervals is split at each end).
+WAKER_WAITING = "[still waiting]"
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class WaitWaker:
     """Who ended some of a stack's blocked waits: offwaketime's one hop."""
 
     pid: int  # 0 for an interrupt or no wake-up seen (comm says which)
-    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[interrupt]" (not walked), "[no wake-up seen]"
+    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[interrupt]" (not walked),
+    # "[no wake-up seen]", or WAKER_WAITING
     frames: tuple[str, ...]  # the waker's kernel frames, innermost first ("" if not walked)
     count: int
     total_ns: int

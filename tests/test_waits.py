@@ -17,6 +17,7 @@ from ktop.collectors.runqueue import RunDelays, parse_run_delay
 from ktop.collectors.waits import (
     HIST_SLOTS,
     NOT_WALKED,
+    STILL_WAITING,
     BlockedStack,
     ProcessTimes,
     WaitDrain,
@@ -27,7 +28,7 @@ from ktop.engine import RecordedSource
 from ktop.exports.folded import to_folded
 from ktop.exports.openmetrics import to_prom
 from ktop.exports.pprof import PROFILES, profile_class
-from ktop.model import EXITED_PID, UserFrame
+from ktop.model import EXITED_PID, WAKER_WAITING, UserFrame
 from ktop.symbolize.kernel import Kallsyms
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
@@ -238,6 +239,7 @@ def test_a_wait_that_has_not_ended_shows_no_max(recorded_snapshot):
 
     agg = aggregator()
     asleep = blocked(pid=12, comm="hwrng", kernel=NANOSLEEP, total=1_000_000_000, count=1)
+    asleep = asleep._replace(waker_error=STILL_WAITING, waker_comm=WAKER_WAITING)
     agg.add(drain(0.0, [asleep._replace(count=0, max_ns=0, hist=hist(0, 0))],
                   [times(pid=12, comm="hwrng", on_cpu=0, runq=0, s=1_000_000_000)]))
     snapshot = dataclasses.replace(recorded_snapshot, waits=agg.profile())
@@ -256,6 +258,9 @@ def test_a_wait_that_has_not_ended_shows_no_max(recorded_snapshot):
     (row,) = [line for line in seen["pane"].splitlines() if "do_nanosleep" in line]
     assert "1.00 s" in row and "0 ns" not in row and " - " in row, row
     assert "0 waits, total 1.00 s (100.0%), none ended yet" in seen["drill"], seen["drill"]
+    # Its waker is no one yet: not "woken by [still waiting]  0 times".
+    assert "still waiting at an interval's end: 1.00 s of waiting so far" in seen["drill"]
+    assert "0 times" not in seen["drill"]
 
 
 def test_exports_carry_off_cpu_time(recorded_snapshot):

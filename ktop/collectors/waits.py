@@ -36,6 +36,7 @@ from ktop.collectors.maps import (
     TwoGenerationProgram,
     forget_entries,
 )
+from ktop.model import WAKER_WAITING
 
 PROGRAM = "waits.bpf.c"
 # Raw tracepoints, attached in this order: first the rare ones that tell the program a
@@ -84,7 +85,6 @@ STATES = ("S", "D", "other")  # enum wait_state
 NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)
 STILL_WAITING = -115  # -EINPROGRESS as a waker's stack: the wait went on past the interval
 WAKER_NONE = "[no wake-up seen]"  # the waker of a wait whose wake-up was not seen
-WAKER_WAITING = "[still waiting]"  # the time so far of a wait going on at an interval's end
 # A waker's stack not walked, the wake-up run on an interrupt's stack: no task woke it.
 IN_INTERRUPT = -4  # -EINTR
 WAKER_INTERRUPT = "[interrupt]"

@@ -8,7 +8,7 @@ from dataclasses import replace
 from rich.console import Group
 from rich.text import Text
 
-from ktop.model import Snapshot, WaitStack, WaitWaker
+from ktop.model import WAKER_WAITING, Snapshot, WaitStack, WaitWaker
 from ktop.stacktree import function_name as function_of
 from ktop.text import format_pid, printable
 from ktop.ui.screens.details import _histogram_table
@@ -116,6 +116,10 @@ class WaitStacksScreen(DetailScreen):
             lines.extend(frame_line(frame) for frame in s.frames)
             lines.extend(frame_line(f"[user] {f.symbol}  {f.module}", "green") for f in s.user)
             for w in (merged_wakers(s.wakers) if self.merge_offsets else s.wakers)[:WAKERS_SHOWN]:
+                if w.comm == WAKER_WAITING and not w.pid:  # no one woke these: yet
+                    lines.append(Text(f"    still waiting at an interval's end: "
+                                      f"{format_ns(w.total_ns)} of waiting so far", style="dim"))
+                    continue
                 who = f"{w.comm} {format_pid(w.pid)}" if w.pid else w.comm
                 waker = Text("    woken by ", style="dim")
                 waker.append_text(escaped(who, "bold magenta"))
