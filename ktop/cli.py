@@ -22,6 +22,7 @@ from ktop.engine import Options
 from ktop.model import PANE_FUNCTIONS
 from ktop.panes import PANES
 from ktop.text import printable
+from ktop.units import count_of
 
 MAX_HZ = 10_000  # the kernel's perf_event_max_sample_rate is lower on most machines anyway
 GC_THRESHOLDS = (50_000, 10, 10)  # Python's default: (700, 10, 10)
@@ -366,7 +367,7 @@ def _recording(args: argparse.Namespace):
     recording = Recording(args.replay)
     if recording.dropped:  # cut off by kill -9 or a full disk: say so, replay the rest
         _say(f"{printable(args.replay)}: {recording.dropped}; replaying the "
-             f"{len(recording)} whole records before it")
+             f"{count_of(len(recording), 'whole record')} before it")
     source = ReplaySource(recording, window_s=args.window)
     if args.at:
         try:

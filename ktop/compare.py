@@ -23,7 +23,7 @@ from typing import Any
 from ktop.model import BuiltOnRead, Snapshot
 from ktop.panes import PANES, Comparison, PaneDef, Shows
 from ktop.text import human_bytes, printable
-from ktop.units import format_span
+from ktop.units import count_of, format_span
 
 NEW = "new"
 GONE = "gone"
@@ -365,7 +365,7 @@ def load_baseline(text: str, replayed: object, window_s: float,
             recording = Recording(text)
             if recording.dropped:  # cut off by kill -9 or a full disk: compare with the rest
                 say(f"--baseline {printable(name)}: {recording.dropped}; comparing with the "
-                    f"{len(recording)} whole records before it")
+                    f"{count_of(len(recording), 'whole record')} before it")
             return baseline_of(merge_recording(recording, _rows_checker(name)), name)
         from ktop.exports.jsonfile import read_snapshot_file  # noqa: PLC0415
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 _TIME_UNITS = ("ns", "us", "ms", "s")
 
 
+def count_of(n: int, what: str) -> str:
+    """'1 wait', '3 waits'."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 def format_ns(ns: float) -> str:
     """A duration as `perf lock contention` prints it: '512 ns', '1.23 us', '45.60 ms', '2.13 s'.
 

@@ -301,6 +301,8 @@ def test_a_sparse_recording_of_20_gb_is_judged_without_reading_its_holes(tmp_pat
     assert result.returncode == 0, result.stderr
     assert "21474" in result.stderr and "bytes dropped after record 0" in result.stderr
     assert len(result.stdout.splitlines()) == 2  # the header and the one record
+    replayed = ktop("--replay", path, "--snapshot", str(tmp_path / "o.json"), timeout=20)
+    assert "replaying the 1 whole record before it" in replayed.stderr, replayed.stderr
 
 
 def test_a_recording_of_many_tiny_records_costs_little_per_record(tmp_path):

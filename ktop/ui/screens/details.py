@@ -35,7 +35,6 @@ from ktop.text import format_pid, human_bytes, printable
 from ktop.ui.screens.drill import (
     DetailScreen,
     DrillHost,
-    count_of,
     escaped,
     frame_line,
     heading,
@@ -43,7 +42,7 @@ from ktop.ui.screens.drill import (
     offsets_title,
 )
 from ktop.ui.widgets.fit import MUST, Item, item
-from ktop.units import format_bucket, format_ns
+from ktop.units import count_of, format_bucket, format_ns
 
 
 class LockCallerScreen(DetailScreen):

@@ -70,10 +70,6 @@ def frame_line(frame: str, style: str = "") -> Text:
     return Text(f"    {printable(frame)}", style=style, no_wrap=True, overflow="ellipsis")
 
 
-def count_of(n: int, what: str) -> str:
-    return f"{n} {what}" if n == 1 else f"{n} {what}s"
-
-
 def merged_note(variants: int) -> str:
     return f"  ({variants} stacks, offsets merged)" if variants > 1 else ""
 

@@ -30,13 +30,13 @@ from ktop.ui.screens.drill import (
     COMMON_BINDINGS,
     DrillHost,
     DrillScreen,
-    count_of,
     escaped,
     frame_line,
     merged_note,
 )
 from ktop.ui.widgets.fit import MUST, Item, item
 from ktop.ui.widgets.footer import KeysFooter
+from ktop.units import count_of
 
 
 class FunctionScreen(DrillScreen):

@@ -15,13 +15,12 @@ from ktop.ui.screens.details import _histogram_table
 from ktop.ui.screens.drill import (
     DetailScreen,
     DrillHost,
-    count_of,
     escaped,
     frame_line,
     heading,
 )
 from ktop.ui.widgets.fit import MUST, Item, item
-from ktop.units import format_ns
+from ktop.units import count_of, format_ns
 from ktop.waitviews import hist_buckets_us, percent
 
 STACKS_SHOWN = 30
