@@ -61,7 +61,7 @@ def test_command_lines_read_as_htop_shows_them(tmp_path):
     assert cmdline(b"") == ""  # a kernel thread
     assert cmdline(b"caf\xe9\0") == "caf\ufffd"  # not UTF-8: shown, not fatal
     assert read_cmdline(str(tmp_path / "gone")) == ""  # exited before we looked
-    assert read_cmdline(f"/proc/{os.getpid()}/cmdline").startswith(sys.executable)  # this run
+    assert read_cmdline(f"/proc/{os.getpid()}/cmdline").startswith(sys.orig_argv[0])  # this run, as started
 
 
 def test_this_process_is_measured_while_it_burns_cpu():
