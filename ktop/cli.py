@@ -150,7 +150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="ktop",
         description="Live view of the Linux kernel: hot functions, lock contention, "
-        "block I/O and processes. Run as root.",
+        "block I/O, processes, and waits (where threads' time goes off the CPU, and who "
+        "woke them). Run as root.",
     )
     parser.add_argument("-F", "--frequency", type=_frequency, default=99, metavar="HZ",
                         help="CPU sampling frequency in Hz (default 99)")

@@ -46,6 +46,9 @@ def test_help_lists_the_options():
     assert result.returncode == 0
     for option in ("--frequency", "--interval", "--snapshot", "--duration", "--size", "--idle"):
         assert option in result.stdout
+    said = " ".join(result.stdout.split())  # the description names all five panes
+    for pane in ("hot functions", "lock contention", "block I/O", "processes", "waits"):
+        assert pane in said, said[:400]
 
 
 def test_version():
