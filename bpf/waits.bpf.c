@@ -505,7 +505,8 @@ static __always_inline void flush(struct wait_thread *t, struct wait_proc *p)
 	u64 v;
 
 	if (!(t->on_cpu_ns | t->runq_ns | t->runq_count | t->blocked_ns[0] | t->blocked_ns[1] |
-	      t->blocked_ns[2] | t->blocked_count[0] | t->blocked_count[1] | t->blocked_count[2]))
+	      t->blocked_ns[2] | t->blocked_count[0] | t->blocked_count[1] | t->blocked_count[2] |
+	      t->switches_unseen))
 		return;
 	if ((v = __sync_lock_test_and_set(&t->on_cpu_ns, 0)))
 		__sync_fetch_and_add(&p->on_cpu_ns, v);
@@ -513,6 +514,8 @@ static __always_inline void flush(struct wait_thread *t, struct wait_proc *p)
 		__sync_fetch_and_add(&p->runq_ns, v);
 	if ((v = __sync_lock_test_and_set(&t->runq_count, 0)))
 		__sync_fetch_and_add(&p->runq_count, v);
+	if ((v = __sync_lock_test_and_set(&t->switches_unseen, 0)))
+		__sync_fetch_and_add(&p->switches_unseen, v);
 #pragma unroll
 	for (int i = 0; i < WAIT_STATE_NR; i++) {
 		if ((v = __sync_lock_test_and_set(&t->blocked_ns[i], 0)))
@@ -625,6 +628,14 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 	t->flags |= SEEN_FLAG(is_d);
 }
 
+/* A switch of the thread the tracepoint never showed: counted as lost, and in its process's
+ * totals, which must still say it ran (the processes pane reads what ran). */
+static __always_inline void switch_unseen(struct wait_thread *t)
+{
+	count_lost(WAIT_LOST_SWITCH_UNSEEN);
+	__sync_fetch_and_add(&t->switches_unseen, 1);
+}
+
 /* The switch-out of the current thread: its on-CPU time is added, under its name now
  * (what it added before goes to its process under its old name if that changed: exec,
  * another cgroup); then its new wait begins. */
@@ -664,7 +675,7 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u64 
 	/* Any other phase: its switch-in was missed: what the time since was is unknown. */
 	u64 ns = claim(t, now);
 	if (t->phase != PHASE_ON_CPU)
-		count_lost(WAIT_LOST_SWITCH_UNSEEN);
+		switch_unseen(t);
 	else if (ns)
 		__sync_fetch_and_add(&t->on_cpu_ns, ns);
 	if (out == OUT_DEAD) {
@@ -722,7 +733,7 @@ static __always_inline void switch_in(u64 task, u64 now, u64 word)
 		count_lost(WAIT_LOST_NO_WAKEUP);
 		end_blocked(t, now, g, false, owner);
 	} else {	/* on the CPU: its switch-out was missed, what the time since was is unknown */
-		count_lost(WAIT_LOST_SWITCH_UNSEEN);
+		switch_unseen(t);
 		claim(t, now);
 	}
 	t->phase = PHASE_ON_CPU;

@@ -41,6 +41,9 @@ struct wait_proc {
 	u64 blocked_ns[WAIT_STATE_NR];	/* switch-out to wake-up, by state at switch-out */
 	u64 blocked_count[WAIT_STATE_NR];
 	u64 runq_hist[WAIT_HIST_SLOTS];
+	/* Switches the tracepoint never showed (WAIT_LOST_SWITCH_UNSEEN): the process ran in
+	 * the interval though its time on a CPU may not say so (that time is unknown). */
+	u64 switches_unseen;
 };
 
 /* Blocked time per (process, state, stacks, cgroup, waker): the off-CPU stacks and who
@@ -110,6 +113,7 @@ struct wait_thread {
 	u64 blocked_ns[WAIT_STATE_NR];
 	u64 blocked_count[WAIT_STATE_NR];
 	u64 runq_hist[WAIT_HIST_SLOTS];
+	u64 switches_unseen;
 	/* Its blocked waits that ended unwalked and woken, all under one key (the same waker,
 	 * state and name), added up here instead of in the per-stack map: a thread woken by
 	 * the same waker again and again (a ping-pong, a worker and its queue) does no map

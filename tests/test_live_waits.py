@@ -464,6 +464,12 @@ def test_a_switch_unseen_is_counted_not_silent() -> None:
         assert own.lost()["switch_unseen"] == before, "a first switch is no loss"
         run_raw_tracepoint_program(switch, args)  # out again, never seen in
         assert own.lost()["switch_unseen"] > before
+        # Its process ran (the made-up task switched out as this thread): the drain says so,
+        # whatever time it could count, so the processes pane reads it.
+        drain = own.drain()
+        (mine,) = [p for p in drain.processes if p.pid == os.getpid() and p.switches_unseen]
+        assert mine.switches_unseen >= 1
+        assert drain.ran is None or os.getpid() in drain.ran
     finally:
         own.close()
 

@@ -126,6 +126,8 @@ class ProcessTimes(NamedTuple):
     blocked_ns: tuple[int, int, int]  # by STATES
     blocked_count: tuple[int, int, int]
     runq_hist: tuple[int, ...]  # HIST_SLOTS, without the empty slots past the last used one
+    # Switches of its threads the tracepoint never showed: it ran, its time unknown.
+    switches_unseen: int = 0
 
 
 class BlockedStack(NamedTuple):
@@ -422,7 +424,8 @@ class WaitCollector:
         lost = self.lost()
         notes = {name: lost.pop(name) for name in NOT_LOSSES}
         counted = tuple(lost.get(name, 0) for name in RAN_UNKNOWN_AFTER)
-        ran = (frozenset(p.pid for p in processes if p.on_cpu_ns or p.runq_ns)
+        ran = (frozenset(p.pid for p in processes
+                         if p.on_cpu_ns or p.runq_ns or p.switches_unseen)
                if counted == self._uncounted else None)
         self._uncounted = counted
         drain = WaitDrain(self._last, end, tuple(processes), tuple(stacks), lost, notes, ran)
@@ -438,12 +441,13 @@ class WaitCollector:
         pid, comm, cgroup = k.index["pid"], k.index["comm"], k.index["cgroup"]
         on_cpu, runq, runq_count = v.index["on_cpu_ns"], v.index["runq_ns"], v.index["runq_count"]
         blocked, blocked_count = v.index["blocked_ns"], v.index["blocked_count"]
+        unseen = v.index["switches_unseen"]
         runq_hist = _trimmed_hists(v, "runq_hist", values)
         cgroup_name = self._cgroups.name
         return [
             ProcessTimes(key[pid], task_name(key[comm]), cgroup_name(key[cgroup]), value[on_cpu],
                          value[runq], value[runq_count], value[blocked],
-                         value[blocked_count], value[next(runq_hist)])
+                         value[blocked_count], value[next(runq_hist)], value[unseen])
             for key, value in zip(k.rows(b"".join(keys)), v.rows(values))
         ]
 
