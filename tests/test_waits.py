@@ -255,6 +255,7 @@ def test_a_wait_that_has_not_ended_shows_no_max(recorded_snapshot):
         seen["drill"] = screen_text(app)
 
     run_app(build_app(RecordedSource([snapshot])), scenario, size=(160, 50))
+    assert "by blocking functions (v)" in seen["pane"]  # the view, named as its column is
     (row,) = [line for line in seen["pane"].splitlines() if "do_nanosleep" in line]
     assert "1.00 s" in row and "0 ns" not in row and " - " in row, row
     assert "0 waits, total 1.00 s (100.0%), none ended yet" in seen["drill"], seen["drill"]

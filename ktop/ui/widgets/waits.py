@@ -179,7 +179,8 @@ class WaitsPane(Pane):
                 for g in by_cgroup(waits, shows)
             ]
         label = window_label(replace(snapshot, duration_s=window))
-        subtitle = f"by {self.view} (v)  % of a thread's time, {label}"
+        named = "blocking functions" if self.view == "reasons" else self.view
+        subtitle = f"by {named} (v)  % of a thread's time, {label}"
         lost = sum(waits.lost.values())
         if lost:
             subtitle += f"  lost {lost}"
