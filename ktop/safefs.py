@@ -139,3 +139,26 @@ def split(path: str) -> tuple[str, str]:
     if not _:
         return ".", path
     return directory or "/", name
+
+
+def open_regular(path: str, expect: os.stat_result | None = None,
+                 follow_links: bool = False) -> int:
+    """A read-only descriptor of `path` if it is a regular file (the very file `expect`
+    describes, when given), else OSError. Nothing else is ever opened: the name is
+    looked up with O_PATH, which opens nothing (a FIFO's open would block the caller until
+    a writer comes, a device's open can act), the descriptor's fstat() says what it is,
+    and only then is that same inode reopened for reading through /proc/self/fd. A name
+    swapped between a caller's stat() and this open is caught by `expect`. The last
+    component is not followed if it is a symlink, unless `follow_links` (a magic link of
+    /proc, a root-owned tree)."""
+    flags = os.O_PATH | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    found = os.open(path, flags)
+    try:
+        info = os.fstat(found)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"{kind_of(info.st_mode)}, not a regular file", path)
+        if expect is not None and (info.st_dev, info.st_ino) != (expect.st_dev, expect.st_ino):
+            raise OSError(errno.ESTALE, "replaced since it was looked at", path)
+        return os.open(f"/proc/self/fd/{found}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    finally:
+        os.close(found)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,33 @@ def test_no_dwarf_or_not_elf(tmp_path: Path, prog: Path) -> None:
     truncated.write_bytes(prog.read_bytes()[:3000])
     for path in (stripped, text, empty, truncated, tmp_path, tmp_path / "missing"):
         assert KernelLineTable.from_elf(str(path)) is None
+
+
+def test_a_vmlinux_swapped_for_a_fifo_after_its_check_is_refused_not_waited_on(
+    tmp_path: Path, prog: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "vmlinux"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    # Any stat() finds the regular file that stood there a moment before.
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: real_stat(
+        prog if str(path) == str(fifo) else path, *a, **k))
+    found: list[object] = []
+    thread = threading.Thread(target=lambda: found.append(KernelLineTable.from_elf(str(fifo))),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout=5)
+    monkeypatch.undo()
+    hung = thread.is_alive()
+    if hung:  # be its writer, so the thread ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(timeout=5)
+    assert not hung and found == [None]
+    # A link named on purpose (--vmlinux) is followed to its regular file.
+    (tmp_path / "link").symlink_to(prog)
+    table = KernelLineTable.from_elf(str(tmp_path / "link"))
+    assert table is not None
+    table.close()
 
 
 def test_truncated_dwarf_does_not_raise(tmp_path: Path, prog: Path) -> None:

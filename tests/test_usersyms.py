@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -674,6 +676,60 @@ def test_debuglink_beside_the_binary_names_it_only_if_the_build_matches(
     shutil.copy(other / "prog.debug", impostor / "prog.debug")
     frame = _resolve_leaf(impostor / binary.name, tmp_path / "proc2", tmp_path / "no-debug", leaf)
     assert frame.symbol == "[unknown]"
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """renameat2(RENAME_EXCHANGE): the two names swap files atomically, as an attacker does."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+
+
+@pytest.mark.parametrize("swapped", ["debug file", "binary"])
+def test_a_file_swapped_for_a_fifo_after_its_stat_never_blocks_the_collect_thread(
+    bins: dict[str, Path], stripped_kinds: dict[str, Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, swapped: str,
+) -> None:
+    """Any user can do it: stat() finds the regular file, then renameat2(RENAME_EXCHANGE)
+    puts a FIFO under its name before the open. Opening that FIFO blocks until a writer
+    comes: root's collect thread, and the screen with it, would hang for good."""
+    leaf = _symbols(bins["pie"])["ktop_test_leaf"][0]
+    d = tmp_path / "user"
+    d.mkdir()
+    binary = d / stripped_kinds["debuglink"].name
+    shutil.copy(stripped_kinds["debuglink"], binary)
+    shutil.copy(stripped_kinds["debug_file"], d / "prog.debug")
+    target = d / "prog.debug" if swapped == "debug file" else binary
+    fifo = d / "fifo"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    exchanged = []
+
+    def stat_then_swap(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        result = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+        if str(path) == str(target) and not exchanged:
+            _exchange(target, fifo)  # the race, won every time
+            exchanged.append(path)
+        return result
+
+    _fake_proc(tmp_path / "proc", 77, _maps_lines(binary, PIE_BASE))
+    symbolizer = UserSymbolizer(str(tmp_path / "proc"), debug_root=str(tmp_path / "no-debug"))
+    frames: list[UserFrame] = []
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+    thread = threading.Thread(
+        target=lambda: frames.extend(symbolizer.resolve(77, [PIE_BASE + leaf + 4])), daemon=True)
+    thread.start()
+    thread.join(timeout=5)
+    monkeypatch.undo()
+    hung = thread.is_alive()
+    if hung:  # be its writer, so the thread ends and the test run goes on
+        os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(timeout=5)
+    assert exchanged, "the swap was never made: the test tests nothing"
+    assert not hung, f"the symbolizer blocked in the open of the FIFO swapped in for the {swapped}"
+    # What it could not safely read names nothing, and the frame still says where it is.
+    assert frames == [UserFrame("[unknown]", str(binary))]
 
 
 def test_debian_python_names_its_interpreter_loop() -> None:

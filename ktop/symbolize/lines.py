@@ -6,7 +6,6 @@ import io
 import mmap
 import os
 import posixpath
-import stat
 import struct
 from array import array
 from bisect import bisect_right
@@ -16,6 +15,7 @@ from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
 from elftools.elf.elffile import ELFFile
 
+from ktop.safefs import open_regular
 from ktop.symbolize.user import ELF_ERRORS
 
 _KALLSYMS = "/proc/kallsyms"
@@ -252,10 +252,9 @@ class KernelLineTable:
     def from_elf(cls, path: str) -> KernelLineTable | None:
         """Any ELF with DWARF line info (vmlinux or userland); addresses are link-time ones."""
         try:
-            # Regular files only: opening a FIFO or device given as --vmlinux could block.
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                return None
-            f = open(path, "rb")
+            # Regular files only, checked on what is opened: a FIFO or device given as
+            # --vmlinux (or swapped in for it) could block or act on open.
+            f = open(open_regular(path, follow_links=True), "rb")
         except (OSError, ValueError):
             return None
         try:

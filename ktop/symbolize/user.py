@@ -23,6 +23,7 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 from ktop.model import NOT_CODE, UserFrame
+from ktop.safefs import open_regular
 
 UNKNOWN = "[unknown]"
 # A "frame" whose address no code can be at: 0 or a small number, an address in the kernel's
@@ -714,7 +715,9 @@ class UserSymbolizer:
             if skey in self._unreadable:
                 return _EMPTY
             try:
-                with open(candidate, "rb") as f:
+                # map_files/ entries are /proc's links to the very file mapped: followed.
+                fd = open_regular(candidate, st, follow_links="/map_files/" in candidate)
+                with open(fd, "rb") as f:
                     try:
                         table = self._load(f, st.st_size, m.path)
                     except ELF_ERRORS:
@@ -754,7 +757,11 @@ class UserSymbolizer:
                 st = os.stat(candidate)
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                with open(candidate, "rb") as f:
+                # Swapped for a FIFO since the stat, its open would hang the collect thread:
+                # only the file looked at is opened; links followed in the debug root only.
+                fd = open_regular(candidate, st,
+                                  follow_links=candidate.startswith(self._debug_root + "/"))
+                with open(fd, "rb") as f:
                     debug = _ElfProbe(f, st.st_size, probe.deadline)
                     # A debuglink names a file by name only: it must be this build's.
                     if debug.has_symtab and debug.build_id == probe.build_id:
