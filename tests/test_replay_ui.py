@@ -331,3 +331,38 @@ def test_a_pane_the_file_does_not_hold_says_so_instead_of_waiting(recorded_snaps
     assert "not in this file" in seen["screen"]
     assert "waiting for scheduler events" not in seen["screen"]
     assert "chacha_permute" in seen["screen"]  # the panes the file holds show their rows
+
+
+def test_a_window_longer_than_any_recording_is_the_whole_of_it(replay):
+    """Issue 44: `w`, 400 nines, Enter crashed the app (OverflowError: the number read as
+    infinity); a window longer than the recording is all of it."""
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("w", *"9" * 400, "enter")
+        await settle(pilot)
+        seen["window"] = replay.window
+        seen["header"] = header(app)
+        await pilot.press("w", *"9" * 400, "h", "enter")  # a span of hours, as long
+        await settle(pilot)
+        seen["span"] = replay.window
+        seen["running"] = app.is_running
+
+    run_app(build_app(replay, interval_s=INTERVAL), scenario)
+    assert seen["window"] == seen["span"] == 180 and seen["running"]
+    assert "window 180 records" in seen["header"]
+
+
+@pytest.mark.parametrize(("typed", "records"), [
+    ("9" * 400, 1 << 40), ("9" * 400 + "s", 1 << 40), ("1e3", None), ("2.5", None),
+    ("0", 1), ("30s", 30), ("1.5m", 90), ("12", 12),
+])
+def test_parse_window_reads_any_length_typed(typed, records):
+    from ktop.record.replay import parse_window
+
+    if records is None:
+        with pytest.raises(ValueError):
+            parse_window(typed, 1.0)
+    else:
+        assert parse_window(typed, 1.0) == records

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import re
 import threading
 import time
@@ -20,6 +21,8 @@ DEFAULT_WINDOW_S = 5.0  # as live ktop's -w
 # Records' JSON decoded at once when a whole recording is merged (--baseline FILE): half
 # of what the recording's cache of decoded records keeps, which holds this batch and the last.
 MERGE_BATCH_BYTES = CACHE_BYTES // 2
+# A window typed longer than this many records is the whole recording (the timeline clamps it).
+MAX_WINDOW_RECORDS = 1 << 40
 
 
 # ---- times typed by the user ----------------------------------------------------------------
@@ -48,12 +51,12 @@ def parse_window(text: str, interval_s: float) -> int:
     if not match:
         raise ValueError(f"expected a number of records or a span like 30s, 5m, 1h, not {text!r}")
     value, unit = float(match.group(1)), match.group(2)
-    if unit is None:
-        if value != int(value):
-            raise ValueError(f"a number of records is whole: {text!r}")
-        return max(1, int(value))
-    seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
-    return max(1, round(seconds / interval_s)) if interval_s > 0 else 1
+    if unit is None and not value.is_integer() and value != math.inf:
+        raise ValueError(f"a number of records is whole: {text!r}")
+    records = value if unit is None else (
+        value * {"s": 1, "m": 60, "h": 3600}[unit] / interval_s if interval_s > 0 else 1)
+    # 400 nines read as infinity, which no int holds: more than any recording is the whole.
+    return max(1, round(min(records, MAX_WINDOW_RECORDS)))
 
 
 def _time_of_day(taken_at: float) -> tuple[tuple[int, int, int], int]:
