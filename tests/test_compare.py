@@ -226,6 +226,30 @@ def test_live_the_mark_is_the_window_then(windows):
     assert f"vs baseline {window_label(base)}" in seen["header"]
 
 
+def test_live_the_arrows_in_a_compared_drill_down_scroll_and_never_crash(windows):
+    """Issue 44: live, b, Enter on a row, then Left crashed the app (the compare drill-down
+    offered the replay's timeline keys, and there is no timeline live)."""
+    now, base = windows
+    source = SwitchableSource(base)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("b")
+        await pilot.pause()
+        source.current = now
+        await next_frames(pilot, source)
+        screen = await drill_into(pilot, CompareStacksScreen)
+        await pilot.press("left", "right", "left_square_bracket", "home", "end")
+        await pilot.pause(0.1)
+        seen["screen"], seen["still"] = screen, app.screen
+        seen["running"] = app.is_running
+
+    run_compare(source, scenario)
+    assert isinstance(seen["screen"], CompareStacksScreen)
+    assert seen["still"] is seen["screen"] and seen["running"]
+
+
 def test_baseline_given_to_the_app_compares_from_the_first_frame(windows):
     now, base = windows
     seen = {}

@@ -45,7 +45,9 @@ class CompareStacksScreen(DetailScreen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Stacks are compared by function names: there are no offsets to split.
-        return action != "toggle_offsets"
+        if action == "toggle_offsets":
+            return False
+        return super().check_action(action, parameters)  # the timeline keys: a replay's only
 
     def _stacks(self, snapshot: Snapshot) -> list[StackChange]:
         return compare_stacks(self.comparison, snapshot, self.baseline.snapshot, self.change.key,
