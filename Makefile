@@ -56,6 +56,7 @@ test: setup
 	exit $$rc
 
 bench: setup
+	$(PY) bench/busy.py
 	$(PY) bench/overhead.py
 	$(PY) bench/waits_cost.py
 
