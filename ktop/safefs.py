@@ -4,7 +4,9 @@
 symlink that nobody made (machines with fs.protected_symlinks=0 let root follow it). The
 directory is resolved as systemd's chase() does: one component at a time with openat() and
 O_NOFOLLOW, so no name is looked up twice; a symlink met on the way is followed only if
-root or the writing user owns it (others' links are refused, naming the link). Everything
+root or the writing user owns it and the directory holding it is root's or the writing
+user's alone (others' links, and links where others may write, are refused, naming the
+link). Everything
 after that is done relative to the directory's descriptor (openat, renameat), so nothing
 renamed or swapped in the path later can redirect the write. The file itself is created
 with O_EXCL | O_NOFOLLOW; an existing target that is not a regular file (a symlink, a
@@ -43,10 +45,23 @@ def trusted_owners() -> frozenset[int]:
     return frozenset({0, os.geteuid()})
 
 
+def _unsafe_holder(directory: os.stat_result) -> str:
+    """Why a link in this directory may not be followed, or "" if it may: the directory must
+    be root's or the writing user's alone (systemd's CHASE_SAFE). A link's owner says
+    nothing in a directory another user writes: with fs.protected_hardlinks=0 they can
+    hard-link a root-owned link (/usr/lib/ssl/private -> /etc/ssl/private) into it."""
+    if directory.st_uid not in trusted_owners():
+        return f"owned by uid {directory.st_uid}"
+    if directory.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others may write (mode {stat.S_IMODE(directory.st_mode):o})"
+    return ""
+
+
 def open_directory(path: str) -> int:
     """An O_PATH descriptor of the directory `path` names, reached without following any
-    symlink that a user other than root or the writing user owns. Raises UnsafePath for
-    such a link, OSError for the rest (no such directory, not a directory, no permission)."""
+    symlink that a user other than root or the writing user owns, or that sits in a
+    directory another user owns or may write. Raises UnsafePath for such a link, OSError
+    for the rest (no such directory, not a directory, no permission)."""
     trusted = trusted_owners()
     fd = os.open("/" if path.startswith("/") else ".", _DIR_FLAGS)
     parts = deque(path.split("/"))
@@ -67,6 +82,13 @@ def open_directory(path: str) -> int:
                     raise UnsafePath(
                         f"{shown} is a symlink owned by uid {info.st_uid}, and ktop follows no "
                         "link another user could have planted: name the directory it points to"
+                    )
+                unsafe = _unsafe_holder(os.fstat(fd))
+                if unsafe:
+                    raise UnsafePath(
+                        f"{shown} is a symlink in a directory {unsafe}, and ktop follows no link "
+                        "there (another user could have hard-linked root's own link into it): "
+                        "name the directory it points to"
                     )
                 links += 1
                 if links > MAX_LINKS:

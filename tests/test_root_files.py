@@ -180,6 +180,47 @@ def test_the_ring_renames_inside_the_directory_it_opened(sticky_dir, tmp_path,
     assert kept.records[-1].seq == 19 and kept.records[0].seq > 0
 
 
+@pytest.fixture
+def unprotected_hardlinks():
+    """Any user may hard-link a file they do not own (fs.protected_hardlinks=0, as on
+    machines that turn it off); put back after the test."""
+    path = "/proc/sys/fs/protected_hardlinks"
+    with open(path) as f:
+        before = f.read().strip()
+    with open(path, "w") as f:
+        f.write("0")
+    try:
+        yield
+    finally:
+        with open(path, "w") as f:
+            f.write(before)
+
+
+@root_only
+@pytest.mark.parametrize("holder", ["nobody's own directory", "a sticky directory like /var/lock"])
+def test_roots_own_link_hard_linked_where_others_write_is_not_followed(
+        sticky_dir, tmp_path, unprotected_hardlinks, capsys, holder):
+    """nobody: `ln -P /usr/lib/ssl/private ~/reports` (root's link to /etc/ssl/private):
+    the link is root's, but it sits where nobody writes; root's --snapshot
+    ~nobody/reports/snap.json must not land in /etc/ssl/private."""
+    victim = tmp_path / "root-only"
+    victim.mkdir(mode=0o700)
+    roots = os.path.join(sticky_dir, "roots")
+    os.mkdir(roots, 0o755)
+    os.symlink(victim, os.path.join(roots, "private"))  # /usr/lib/ssl/private's shape
+    directory = sticky_dir
+    if holder == "nobody's own directory":
+        directory = os.path.join(sticky_dir, "home")
+        nobody("mkdir", "-m", "0755", directory)
+    reports = os.path.join(directory, "reports")
+    nobody("ln", "-P", os.path.join(roots, "private"), reports)
+    assert os.lstat(reports).st_uid == 0 and stat.S_ISLNK(os.lstat(reports).st_mode)
+    assert snapshot_from_replay(f"{reports}/snap.json") == 1
+    line = one_line(capsys.readouterr().err)
+    assert f"cannot write {reports}/snap.json: {reports} is a symlink in a directory" in line
+    assert os.listdir(victim) == []
+
+
 def test_a_link_root_or_the_user_made_is_followed(tmp_path):
     """Not every link is refused: /var/run -> /run, or the user's own."""
     (tmp_path / "real").mkdir()
