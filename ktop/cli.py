@@ -20,7 +20,7 @@ from ktop.collectors.bpfload import pin_mmap_threshold
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums, parse_min_walk
 from ktop.engine import Options
 from ktop.model import PANE_FUNCTIONS
-from ktop.panes import PANES
+from ktop.panes import PANES, folded_exports, pprof_exports
 from ktop.text import printable
 from ktop.units import count_of
 
@@ -109,8 +109,16 @@ def _series(text: str) -> int:
 
 # --snapshot FILE's formats, as --format names them (ktop.writer maps suffixes to them).
 FORMAT_NAMES = ("svg", "txt", "json", "folded", "pprof", "prom")
-FOLDED_OF = ("cpu", "locks", "io", "io-latency")
-PPROF_OF = ("cpu", "locks", "io", "offcpu")  # as exports.pprof.PROFILES (not imported: protobuf loads slowly)
+# Every pane's exports, as its PaneDef declares them (ktop.panes; not exports.pprof: protobuf
+# loads slowly).
+FOLDED_OF = tuple(folded_exports())
+PPROF_OF = tuple(pprof_exports())
+
+
+def _exports_help(exports: dict[str, str]) -> str:
+    """cpu: CPU samples (default); locks: ...: each export's name and what it counts."""
+    return "; ".join(f"{name}: {what}{' (default)' if i == 0 else ''}"
+                     for i, (name, what) in enumerate(exports.items()))
 
 
 def _megabytes(text: str) -> int:
@@ -176,11 +184,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--format", choices=FORMAT_NAMES,
                         help="with --snapshot: the format, whatever FILE's suffix")
     parser.add_argument("--folded-of", choices=FOLDED_OF, metavar="|".join(FOLDED_OF),
-                        help="with folded stacks: CPU samples (default), lock waits in us, "
-                        "I/O bytes, or I/O latency in us")
+                        help="with folded stacks, the weight of each stack: "
+                        f"{_exports_help({n: e.weight for n, (_, e) in folded_exports().items()})}")
     parser.add_argument("--pprof-of", choices=PPROF_OF, metavar="|".join(PPROF_OF),
-                        help="with pprof: the profile of CPU samples (default), lock waits, or "
-                        "I/O (one pane a profile, each over its pane's own seconds)")
+                        help="with pprof: one pane's profile, over its own seconds: "
+                        f"{_exports_help({n: e.what for n, (_, e) in pprof_exports().items()})}")
     parser.add_argument("--serve", type=_serve_address, metavar="[ADDR:]PORT",
                         help="run headless and serve Prometheus metrics at /metrics (PORT "
                         "alone: 127.0.0.1 only; 0.0.0.0:PORT for every interface)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ktop.model import BuiltOnRead, Snapshot
-from ktop.panes import PANES, Comparison, PaneDef, Shows
+from ktop.panes import PANES, Comparison, PaneDef, Shows, folded_exports
 from ktop.text import human_bytes, printable
 from ktop.units import count_of, format_span
 
@@ -266,18 +266,10 @@ def diff_folded(now: Snapshot, base: Snapshot, of: str = "cpu", include_idle: bo
     return "".join(f"{stack} {was} {is_}\n" for stack, was, is_ in lines)
 
 
-# The pane whose window each folded weight is counted over.
-_FOLDED_WINDOW: dict[str, Callable[[Snapshot], float]] = {
-    "cpu": lambda s: s.cpu.window_s if s.cpu else 0.0,
-    "locks": lambda s: s.locks.window_s if s.locks else 0.0,
-    "io": lambda s: s.blockio.window_s if s.blockio else 0.0,
-    "io-latency": lambda s: s.blockio.window_s if s.blockio else 0.0,
-    "offcpu": lambda s: s.waits.window_s if s.waits else 0.0,
-}
-
-
 def _seconds_of(snapshot: Snapshot, of: str) -> float:
-    return _FOLDED_WINDOW.get(of, lambda s: 0.0)(snapshot) or snapshot.duration_s
+    """The seconds a folded export's weights were counted over: its pane's window."""
+    exports = folded_exports()
+    return (exports[of][0].window_s(snapshot) if of in exports else 0.0) or snapshot.duration_s
 
 
 # ---- --baseline TIME|FILE ---------------------------------------------------------------------

@@ -95,6 +95,38 @@ class Comparison:
     command_name: Callable[[Any], str] | None = None
 
 
+# (snapshot, include_idle) -> the stacks of one folded export, each with its weight.
+StackSource = Callable[[Snapshot, bool], Iterable[WeightedStack]]
+
+
+@dataclass(frozen=True)
+class FoldedExport:
+    """One kind of folded stacks a pane writes (`--snapshot FILE.folded --folded-of NAME`)."""
+
+    name: str  # --folded-of NAME
+    weight: str  # what a stack's number counts, for --help and the man page
+    stacks: StackSource
+
+
+@dataclass(frozen=True)
+class PprofExport:
+    """The pane's pprof profile (`--snapshot FILE.pb.gz --pprof-of NAME`), one per pane."""
+
+    name: str  # --pprof-of NAME
+    what: str  # for --help and the man page
+    sample_types: tuple[tuple[str, str], ...]  # (type, unit) of each value, in sample order
+    default_type: str  # what pprof shows unless told (-sample_index)
+    add: Callable[[Any, Snapshot, bool], None]  # (exports.pprof's tables, snapshot, include_idle)
+
+
+@dataclass(frozen=True)
+class CsvColumns:
+    """The pane's columns of `--dump csv`: one row of figures per recorded interval."""
+
+    names: tuple[str, ...]
+    cells: Callable[[Snapshot, bool], list[object]]  # (snapshot, show_idle), "" where none
+
+
 @dataclass(frozen=True)
 class PaneDef:
     """One pane. Building may raise collectors.bpfload.Unavailable: the pane then says why."""
@@ -115,6 +147,16 @@ class PaneDef:
     bpf_programs: tuple[str, ...] = ()
     rounding: Mapping[type, Mapping[str, int]] = dataclass_field(default_factory=dict)  # JSON digits
     compare: Comparison | None = None  # against a baseline window (key b, --baseline)
+    folded: tuple[FoldedExport, ...] = ()  # its folded stacks, one per weight
+    pprof: PprofExport | None = None
+    csv: CsvColumns | None = None
+    # Its Prometheus / OpenMetrics families: (exports.openmetrics.SnapshotMetrics, snapshot).
+    metrics: Callable[[Any, Snapshot], list[Any]] | None = None
+
+    def window_s(self, snapshot: Snapshot) -> float:
+        """The seconds its profile in the snapshot covers (0 for none, or no window of its
+        own: the processes'); the BPF panes attach one after the other, so each has its own."""
+        return getattr(getattr(snapshot, self.field, None), "window_s", 0.0) or 0.0
 
     @property
     def number(self) -> int:
@@ -188,6 +230,24 @@ def _function_stacks(snapshot: Snapshot, function: HotFunction) -> Iterable[Weig
             yield cpu_stack_frames(stack), stack.samples
 
 
+def _cpu_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import cpu_stacks  # noqa: PLC0415
+
+    return cpu_stacks(snapshot, include_idle)
+
+
+def _cpu_pprof(tables: Any, snapshot: Snapshot, include_idle: bool) -> None:
+    from ktop.exports.pprof import add_cpu  # noqa: PLC0415
+
+    add_cpu(tables, snapshot, include_idle)
+
+
+def _functions_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    from ktop.record.dump import functions_cells  # noqa: PLC0415
+
+    return functions_cells(snapshot, show_idle)
+
+
 # ---- lock contention ----------------------------------------------------------------------
 
 
@@ -235,6 +295,24 @@ def _lock_stacks(snapshot: Snapshot, caller: LockCaller) -> Iterable[WeightedSta
     from ktop.exports.folded import lock_stacks  # noqa: PLC0415
 
     return lock_stacks(caller)
+
+
+def _locks_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import lock_wait_stacks  # noqa: PLC0415
+
+    return lock_wait_stacks(snapshot, include_idle)
+
+
+def _locks_pprof(tables: Any, snapshot: Snapshot, include_idle: bool) -> None:
+    from ktop.exports.pprof import add_locks  # noqa: PLC0415
+
+    add_locks(tables, snapshot, include_idle)
+
+
+def _locks_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    from ktop.record.dump import locks_cells  # noqa: PLC0415
+
+    return locks_cells(snapshot, show_idle)
 
 
 # ---- block I/O ----------------------------------------------------------------------------
@@ -287,6 +365,30 @@ def _io_stacks(snapshot: Snapshot, process: IoProcess) -> Iterable[WeightedStack
     return io_process_stacks(process, process.bytes)
 
 
+def _io_bytes_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import io_byte_stacks  # noqa: PLC0415
+
+    return io_byte_stacks(snapshot, include_idle)
+
+
+def _io_latency_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import io_latency_stacks  # noqa: PLC0415
+
+    return io_latency_stacks(snapshot, include_idle)
+
+
+def _io_pprof(tables: Any, snapshot: Snapshot, include_idle: bool) -> None:
+    from ktop.exports.pprof import add_io  # noqa: PLC0415
+
+    add_io(tables, snapshot, include_idle)
+
+
+def _blockio_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    from ktop.record.dump import blockio_cells  # noqa: PLC0415
+
+    return blockio_cells(snapshot, show_idle)
+
+
 # ---- processes ----------------------------------------------------------------------------
 
 
@@ -313,6 +415,12 @@ def _process_stacks(snapshot: Snapshot, p: ProcessRow) -> Iterable[WeightedStack
     for stack in snapshot.cpu.stacks if snapshot.cpu and p.pid != EXITED_PID else ():
         if stack.pid == p.pid and not stack.idle and (stack.frames or stack.user_frames):
             yield cpu_stack_frames(stack), stack.samples
+
+
+def _processes_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    from ktop.record.dump import processes_cells  # noqa: PLC0415
+
+    return processes_cells(snapshot, show_idle)
 
 
 # ---- waits (off-CPU) ----------------------------------------------------------------------
@@ -363,6 +471,24 @@ def _wait_stacks(snapshot: Snapshot, group: Any) -> Iterable[WeightedStack]:
             yield wait_stack_frames(stack), stack.total_ns
 
 
+def _offcpu_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
+    from ktop.exports.folded import offcpu_stacks  # noqa: PLC0415
+
+    return offcpu_stacks(snapshot, include_idle)
+
+
+def _waits_pprof(tables: Any, snapshot: Snapshot, include_idle: bool) -> None:
+    from ktop.exports.pprof import add_waits  # noqa: PLC0415
+
+    add_waits(tables, snapshot, include_idle)
+
+
+def _waits_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    from ktop.record.dump import waits_cells  # noqa: PLC0415
+
+    return waits_cells(snapshot, show_idle)
+
+
 # In screen order; the BPF panes load in this order too (the first is what a user looks at
 # first).
 PANES: list[PaneDef] = [
@@ -378,6 +504,13 @@ PANES: list[PaneDef] = [
             "CPU%", "%", _compared_functions, key=lambda f: (f.symbol, f.module),
             name=_function_name, amount=lambda f: f.samples, scale=_cpu_scale,
             stacks=_function_stacks, stack_scale=_cpu_scale, folded_of="cpu"),
+        folded=(FoldedExport("cpu", "CPU samples", _cpu_folded),),
+        pprof=PprofExport("cpu", "CPU samples, as CPU time",
+                          (("samples", "count"), ("cpu", "nanoseconds")), "cpu", _cpu_pprof),
+        csv=CsvColumns(("cpu_kernel_pct", "cpu_user_pct", "cpu_idle_pct", "cpu_iowait_pct",
+                        "cpu_steal_pct", "samples", "top_function", "top_function_pct"),
+                       _functions_csv),
+        metrics=lambda metrics, snapshot: metrics.functions_families(snapshot),
     ),
     PaneDef(
         name="locks", field="locks", title="Lock contention", key_label="Lock contention",
@@ -388,6 +521,13 @@ PANES: list[PaneDef] = [
             "wait ms/s", "ms/s", _compared_callers, key=lambda c: (c.caller, c.type),
             name=lambda c: f"{c.caller} {c.type}", amount=lambda c: c.total_wait_ns,
             scale=_lock_scale, stacks=_lock_stacks, stack_scale=_lock_scale, folded_of="locks"),
+        folded=(FoldedExport("locks", "lock wait in us", _locks_folded),),
+        pprof=PprofExport("locks", "lock waits",
+                          (("contentions", "count"), ("lock_wait", "nanoseconds")), "lock_wait",
+                          _locks_pprof),
+        csv=CsvColumns(("lock_contended", "lock_wait_ms", "top_lock_caller", "top_lock_wait_ms"),
+                       _locks_csv),
+        metrics=lambda metrics, snapshot: metrics.locks_families(snapshot),
     ),
     PaneDef(
         name="blockio", field="blockio", title="Block I/O", key_label="Block I/O",
@@ -402,6 +542,14 @@ PANES: list[PaneDef] = [
             scale=_io_scale, stacks=_io_stacks, stack_scale=_io_scale, folded_of="io",
             command_key=lambda p: (p.comm, p.disk, p.rw),
             command_name=lambda p: f"{p.comm} {p.disk} {p.rw}"),
+        folded=(FoldedExport("io", "I/O bytes submitted", _io_bytes_folded),
+                FoldedExport("io-latency", "I/O latency in us", _io_latency_folded)),
+        pprof=PprofExport("io", "I/O requests, bytes and latency",
+                          (("io_requests", "count"), ("io", "bytes"),
+                           ("io_latency", "nanoseconds")), "io", _io_pprof),
+        csv=CsvColumns(("io_requests", "io_bytes", "io_avg_latency_ms", "top_io_pid",
+                        "top_io_comm", "top_io_bytes"), _blockio_csv),
+        metrics=lambda metrics, snapshot: metrics.blockio_families(snapshot),
     ),
     PaneDef(
         name="processes", field="processes", title="Processes", key_label="Processes",
@@ -414,6 +562,8 @@ PANES: list[PaneDef] = [
             stacks=_process_stacks, stack_scale=_cpu_scale, folded_of="cpu",
             command_key=lambda p: (p.pid == EXITED_PID, p.comm),
             command_name=lambda p: f"<children of {p.comm}>" if p.pid == EXITED_PID else p.comm),
+        csv=CsvColumns(("processes",), _processes_csv),
+        metrics=lambda metrics, snapshot: metrics.processes_families(snapshot),
     ),
     PaneDef(
         name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
@@ -426,6 +576,14 @@ PANES: list[PaneDef] = [
             name=lambda g: f"{g.pid} {g.comm}", amount=lambda g: g.waiting_ns,
             scale=_waits_scale, stacks=_wait_stacks, stack_scale=_waits_scale,
             folded_of="offcpu", command_key=lambda g: (g.comm,), command_name=lambda g: g.comm),
+        folded=(FoldedExport("offcpu", "blocked time in us", _offcpu_folded),),
+        pprof=PprofExport("offcpu", "time off the CPU (blocked, and in the run queue)",
+                          (("runqueue", "nanoseconds"), ("off_cpu", "nanoseconds")), "off_cpu",
+                          _waits_pprof),
+        csv=CsvColumns(("wait_runq_ms", "wait_blocked_s_ms", "wait_blocked_d_ms",
+                        "wait_blocked_other_ms", "top_wait_pid", "top_wait_comm", "top_wait_ms",
+                        "top_wait_reason"), _waits_csv),
+        metrics=lambda metrics, snapshot: metrics.waits_families(snapshot),
     ),
 ]
 
@@ -446,3 +604,13 @@ def bpf_panes() -> list[PaneDef]:
 def figured_panes() -> list[PaneDef]:
     """The panes with a timeline figure, in the order a record's frame keeps them."""
     return [spec for spec in PANES if spec.figure is not None]
+
+
+def folded_exports() -> dict[str, tuple[PaneDef, FoldedExport]]:
+    """Every pane's folded stacks by their --folded-of name, in screen order."""
+    return {export.name: (spec, export) for spec in PANES for export in spec.folded}
+
+
+def pprof_exports() -> dict[str, tuple[PaneDef, PprofExport]]:
+    """Every pane's pprof profile by its --pprof-of name, in screen order."""
+    return {spec.pprof.name: (spec, spec.pprof) for spec in PANES if spec.pprof is not None}

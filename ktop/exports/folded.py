@@ -20,10 +20,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from ktop.model import IoProcess, LockCaller, Snapshot, StackSample, UserFrame, WaitStack
+from ktop.panes import folded_exports
 from ktop.stacktree import function_name
 from ktop.text import printable
 
-FOLDED_OF = ("cpu", "locks", "io", "io-latency", "offcpu")
+FOLDED_OF = tuple(folded_exports())  # every pane's, as ktop.panes declares them
 TRUNCATED_FRAME = "[truncated]"  # stands for the outer kernel frames past the collected depth
 CALLERS_DROPPED_FRAME = "[callers not kept]"  # a rare stack of the totals: its function alone
 
@@ -55,12 +56,12 @@ def user_frames(frames: Iterable[UserFrame]) -> list[str]:
 
 def folded_stacks(snapshot: Snapshot, of: str = "cpu", include_idle: bool = False) -> Counter:
     """{"comm;frame;...;leaf": weight}: stacks that fold to the same line are summed."""
-    if of not in FOLDED_OF:
-        raise ValueError(f"no folded stacks of {of!r}: choose one of {', '.join(FOLDED_OF)}")
+    exports = folded_exports()
+    if of not in exports:
+        raise ValueError(f"no folded stacks of {of!r}: choose one of {', '.join(exports)}")
     lines: Counter = Counter()
-    rows = {"cpu": _cpu, "locks": _locks, "io": _io_bytes, "io-latency": _io_latency,
-            "offcpu": _offcpu}[of]
-    for frames, weight in rows(snapshot, include_idle):
+    _pane, export = exports[of]
+    for frames, weight in export.stacks(snapshot, include_idle):
         if weight > 0:
             lines[";".join(frames)] += weight
     return lines
@@ -83,7 +84,7 @@ def cpu_stack_frames(stack: StackSample) -> list[str]:
     return [frame_name(stack.comm), *user_frames(stack.user_frames), *truncated, *kernel]
 
 
-def _cpu(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
+def cpu_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
     if snapshot.cpu is None:
         return
     for stack in snapshot.cpu.stacks:
@@ -93,7 +94,7 @@ def _cpu(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], in
             yield cpu_stack_frames(stack), stack.samples
 
 
-def _locks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
+def lock_wait_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
     if snapshot.locks is None:
         return
     for caller in snapshot.locks.callers:
@@ -151,15 +152,15 @@ def _io(snapshot: Snapshot, weight: str) -> Iterator[tuple[list[str], int]]:
         yield from io_process_stacks(process, total)
 
 
-def _io_bytes(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
+def io_byte_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
     return _io(snapshot, "bytes")
 
 
-def _io_latency(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
+def io_latency_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
     return _io(snapshot, "latency")
 
 
-def _offcpu(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
+def offcpu_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
     if snapshot.waits is None:
         return
     for stack in snapshot.waits.stacks:

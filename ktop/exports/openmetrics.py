@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ktop.cgroups import short_name
 from ktop.lockviews import UNNAMED
 from ktop.model import Bucket, ProcessRow, Snapshot
-from ktop.panes import bpf_panes
+from ktop.panes import PANES, bpf_panes
 from ktop.text import printable
 from ktop.waitviews import hist_buckets_us, machine_runq_hist
 
@@ -142,11 +142,9 @@ class SnapshotMetrics:
         if snapshot is None:
             return families
         families += self._health(snapshot)
-        families += self._cpu(snapshot)
-        families += self._locks(snapshot)
-        families += self._blockio(snapshot)
-        families += self._processes(snapshot)
-        families += self._waits(snapshot)
+        for spec in PANES:  # each pane's families, as ktop.panes declares them
+            if spec.metrics is not None:
+                families += spec.metrics(self, snapshot)
         families += self._pressure(snapshot)
         return families
 
@@ -172,7 +170,7 @@ class SnapshotMetrics:
             families.append(cost)
         return families
 
-    def _cpu(self, snapshot: Snapshot) -> list[Metric]:
+    def functions_families(self, snapshot: Snapshot) -> list[Metric]:
         cpu = snapshot.cpu
         if cpu is None:
             return []
@@ -222,7 +220,7 @@ class SnapshotMetrics:
         self._floors[name] = value
         return value
 
-    def _locks(self, snapshot: Snapshot) -> list[Metric]:
+    def locks_families(self, snapshot: Snapshot) -> list[Metric]:
         locks = snapshot.locks
         if locks is None:
             return []
@@ -277,7 +275,7 @@ class SnapshotMetrics:
             lost.add_metric([label_value(reason)], float(count))
         return [wait, contentions, name_wait, name_contentions, histogram, lost]
 
-    def _waits(self, snapshot: Snapshot) -> list[Metric]:
+    def waits_families(self, snapshot: Snapshot) -> list[Metric]:
         waits = snapshot.waits
         if waits is None:
             return []
@@ -319,7 +317,7 @@ class SnapshotMetrics:
                 family.add_metric([resource, "full"], full / 100)
         return [family]
 
-    def _blockio(self, snapshot: Snapshot) -> list[Metric]:
+    def blockio_families(self, snapshot: Snapshot) -> list[Metric]:
         blockio = snapshot.blockio
         if blockio is None:
             return []
@@ -360,7 +358,7 @@ class SnapshotMetrics:
             lost.add_metric([label_value(reason)], float(count))
         return [io_bytes, requests, latency, lost]
 
-    def _processes(self, snapshot: Snapshot) -> list[Metric]:
+    def processes_families(self, snapshot: Snapshot) -> list[Metric]:
         cpu = GaugeMetricFamily(
             "ktop_process_cpu_ratio", "CPU of the processes of each command and cgroup over "
             "the last refresh (1 = one CPU), by mode (top N by CPU; the rest as "

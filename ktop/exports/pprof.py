@@ -38,6 +38,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from ktop.codec import MAX_INT
 from ktop.exports.folded import io_stack_shares
 from ktop.model import LockProfile, Snapshot, UserFrame
+from ktop.panes import pprof_exports
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
 from ktop.text import printable
 from ktop.writer import SnapshotError
@@ -131,16 +132,11 @@ def profile_class() -> type:
     return get_class(descriptor)
 
 
-# Per profile: (type, unit) of each value, in the order its samples carry them; the last is
-# what pprof shows unless told (-sample_index).
+# Per profile: (type, unit) of each value, in the order its samples carry them (each pane's
+# PprofExport, in ktop.panes).
 PROFILES: dict[str, tuple[tuple[str, str], ...]] = {
-    "cpu": (("samples", "count"), ("cpu", "nanoseconds")),
-    "locks": (("contentions", "count"), ("lock_wait", "nanoseconds")),
-    "io": (("io_requests", "count"), ("io", "bytes"), ("io_latency", "nanoseconds")),
-    "offcpu": (("runqueue", "nanoseconds"), ("off_cpu", "nanoseconds")),
-}
+    name: export.sample_types for name, (_pane, export) in pprof_exports().items()}
 PPROF_OF = tuple(PROFILES)
-_DEFAULT_TYPE = {"cpu": "cpu", "locks": "lock_wait", "io": "io", "offcpu": "off_cpu"}
 RUN_QUEUE = "[run queue]"
 KERNEL_MAPPING = "[kernel.kallsyms]"
 
@@ -251,52 +247,49 @@ def _utf8(text: str) -> str:
 
 
 def build_profile(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu") -> Any:
-    """One pane of the snapshot as a Profile message (not yet serialized): `of` is cpu,
-    locks or io. A pane that did not run gives a profile without samples."""
-    if of not in PROFILES:
-        raise ValueError(f"no pprof profile of {of!r}: choose one of {', '.join(PPROF_OF)}")
+    """One pane of the snapshot as a Profile message (not yet serialized): `of` names a
+    pane's profile (PPROF_OF). A pane that did not run gives a profile without samples."""
+    exports = pprof_exports()
+    if of not in exports:
+        raise ValueError(f"no pprof profile of {of!r}: choose one of {', '.join(exports)}")
+    pane, export = exports[of]
     profile = profile_class()()
-    tables = _Tables(profile, PROFILES[of])
-    for kind, unit in PROFILES[of]:
+    tables = _Tables(profile, export.sample_types)
+    for kind, unit in export.sample_types:
         profile.sample_type.add(type=tables.string(kind), unit=tables.string(unit))
-    pane = {"cpu": snapshot.cpu, "locks": snapshot.locks, "io": snapshot.blockio,
-            "offcpu": snapshot.waits}[of]
     # The pane's own span: the BPF panes attach one after the other, after the processes.
-    span_s = pane.window_s if pane is not None and pane.window_s else snapshot.duration_s
+    span_s = pane.window_s(snapshot) or snapshot.duration_s
     profile.time_nanos = int((snapshot.taken_at - span_s) * 1e9)
     profile.duration_nanos = int(span_s * 1e9)
-    profile.default_sample_type = tables.string(_DEFAULT_TYPE[of])
+    profile.default_sample_type = tables.string(export.default_type)
     tables.mapping(KERNEL_MAPPING)  # the first mapping is what pprof names the profile by
     profile.comment.append(tables.string(
         f"ktop {snapshot.ktop_version} on {snapshot.hostname}, Linux {snapshot.kernel}"
     ))
-    cpu = snapshot.cpu
-    if of == "cpu" and cpu is not None:
-        period_ns = round(1e9 / cpu.sample_hz) if cpu.sample_hz else 0
-        profile.period_type.type = tables.string("cpu")
-        profile.period_type.unit = tables.string("nanoseconds")
-        profile.period = period_ns
-        for stack in cpu.stacks:
-            if (stack.idle and not include_idle) or not (stack.frames or stack.user_frames):
-                continue
-            locations = tables.kernel_stack(stack.frames, stack.modules, stack.sources)
-            if stack.truncated:
-                locations.append(tables.location(TRUNCATED, KERNEL_MAPPING))
-            if stack.callers_dropped:
-                locations.append(tables.location(CALLERS_DROPPED, KERNEL_MAPPING))
-            locations += tables.user_stack(stack.user_frames)
-            tables.sample(locations, {"samples": stack.samples, "cpu": stack.samples * period_ns},
-                          {"pid": stack.pid, "comm": stack.comm})
-    if of == "locks" and snapshot.locks is not None:
-        _add_locks(tables, snapshot)
-    if of == "offcpu" and snapshot.waits is not None:
-        _add_waits(tables, snapshot)
-    if of == "io" and snapshot.blockio is not None:
-        _add_io(tables, snapshot)
-        profile.comment.append(tables.string(
-            "io bytes and io_latency are a process's, shared among its stacks by requests"
-        ))
+    export.add(tables, snapshot, include_idle)
     return profile
+
+
+def add_cpu(tables: _Tables, snapshot: Snapshot, include_idle: bool) -> None:
+    cpu = snapshot.cpu
+    if cpu is None:
+        return
+    profile = tables.profile
+    period_ns = round(1e9 / cpu.sample_hz) if cpu.sample_hz else 0
+    profile.period_type.type = tables.string("cpu")
+    profile.period_type.unit = tables.string("nanoseconds")
+    profile.period = period_ns
+    for stack in cpu.stacks:
+        if (stack.idle and not include_idle) or not (stack.frames or stack.user_frames):
+            continue
+        locations = tables.kernel_stack(stack.frames, stack.modules, stack.sources)
+        if stack.truncated:
+            locations.append(tables.location(TRUNCATED, KERNEL_MAPPING))
+        if stack.callers_dropped:
+            locations.append(tables.location(CALLERS_DROPPED, KERNEL_MAPPING))
+        locations += tables.user_stack(stack.user_frames)
+        tables.sample(locations, {"samples": stack.samples, "cpu": stack.samples * period_ns},
+                      {"pid": stack.pid, "comm": stack.comm})
 
 
 def caller_lock_names(locks: LockProfile) -> dict[tuple[str, str], str]:
@@ -310,7 +303,9 @@ def caller_lock_names(locks: LockProfile) -> dict[tuple[str, str], str]:
             if len(found) == 1 and "" not in found}
 
 
-def _add_locks(tables: _Tables, snapshot: Snapshot) -> None:
+def add_locks(tables: _Tables, snapshot: Snapshot, include_idle: bool = False) -> None:
+    if snapshot.locks is None:
+        return
     named = caller_lock_names(snapshot.locks)
     for caller in snapshot.locks.callers:
         where = {"lock_type": caller.type, "lock_caller": caller.caller}
@@ -329,7 +324,9 @@ def _add_locks(tables: _Tables, snapshot: Snapshot) -> None:
                               where)
 
 
-def _add_waits(tables: _Tables, snapshot: Snapshot) -> None:
+def add_waits(tables: _Tables, snapshot: Snapshot, include_idle: bool = False) -> None:
+    if snapshot.waits is None:
+        return
     for stack in snapshot.waits.stacks:
         locations = tables.kernel_stack(stack.frames) + tables.user_stack(stack.user)
         tables.sample(locations, {"off_cpu": stack.total_ns},
@@ -342,7 +339,9 @@ def _add_waits(tables: _Tables, snapshot: Snapshot) -> None:
                           {"pid": process.pid, "comm": process.comm})
 
 
-def _add_io(tables: _Tables, snapshot: Snapshot) -> None:
+def add_io(tables: _Tables, snapshot: Snapshot, include_idle: bool = False) -> None:
+    if snapshot.blockio is None:
+        return
     for process in snapshot.blockio.processes:
         latency_ns = round(process.avg_lat_ms * 1e6 * process.requests)
         shares = zip(process.stacks, io_stack_shares(process, process.bytes),
@@ -353,6 +352,8 @@ def _add_io(tables: _Tables, snapshot: Snapshot) -> None:
             tables.sample(tables.kernel_stack(stack.frames),
                           {"io_requests": stack.requests, "io": bytes_share,
                            "io_latency": latency_share}, labels)
+    tables.profile.comment.append(tables.string(
+        "io bytes and io_latency are a process's, shared among its stacks by requests"))
 
 
 def to_pprof(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu") -> bytes:

@@ -3,7 +3,8 @@ scripts (as `atop -P` and `below dump` do).
 
 jsonl: each line is the interval's snapshot in the JSON format `--snapshot FILE.json` writes
 (ktop.exports.jsonfile, with its "format" field). csv: a header line, then one row of figures per
-interval, with the top function, lock caller and I/O process named. Strings from the
+interval, each pane's columns as ktop.panes declares them (the top function, lock caller,
+I/O process and waiting process named). Strings from the
 recording are escaped (ktop.text.csv_cell): a hostile process name reaches no terminal, and
 one that starts as a formula (=HYPERLINK(...)) reaches a spreadsheet as text.
 """
@@ -16,60 +17,101 @@ import time
 from typing import TextIO
 
 from ktop.exports.jsonfile import to_json
-from ktop.model import EXITED_PID, Snapshot
+from ktop.model import EXITED_PID, Snapshot, WaitProcess
+from ktop.panes import PANES
 from ktop.record.fileformat import Recording
 from ktop.text import csv_cell
 
-CSV_COLUMNS = (
-    "time", "unix_time", "duration_s",
-    "cpu_kernel_pct", "cpu_user_pct", "cpu_idle_pct", "cpu_iowait_pct", "cpu_steal_pct",
-    "samples", "top_function", "top_function_pct",
-    "lock_contended", "lock_wait_ms", "top_lock_caller", "top_lock_wait_ms",
-    "io_requests", "io_bytes", "io_avg_latency_ms", "top_io_pid", "top_io_comm", "top_io_bytes",
-    "processes", "lost_in_interval",
-)
+# A column of each interval's own, then each pane's (ktop.panes: PaneDef.csv), then its losses.
+_TIME_COLUMNS = ("time", "unix_time", "duration_s")
+
+
+def csv_columns() -> tuple[str, ...]:
+    return (*_TIME_COLUMNS, *(name for spec in PANES if spec.csv for name in spec.csv.names),
+            "lost_in_interval")
+
+
+CSV_COLUMNS = csv_columns()
 
 
 def csv_row(snapshot: Snapshot, show_idle: bool = False) -> list[object]:
-    cpu, locks, io = snapshot.cpu, snapshot.locks, snapshot.blockio
     row: list[object] = [
         time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(snapshot.taken_at)),
         f"{snapshot.taken_at:.3f}", f"{snapshot.duration_s:.3f}",
     ]
+    for spec in PANES:
+        if spec.csv is not None:
+            cells = spec.csv.cells(snapshot, show_idle)
+            assert len(cells) == len(spec.csv.names), spec.name
+            row += cells
+    # Each record's losses are its interval's own (not since start): the column says so.
+    profiles = (getattr(snapshot, spec.field, None) for spec in PANES)
+    row.append(sum(n for profile in profiles if profile is not None
+                   for n in getattr(profile, "lost", {}).values()))
+    return row
+
+
+def functions_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    cpu = snapshot.cpu
     if cpu:
         functions = [f for f in cpu.functions if show_idle or not f.idle]
         top = functions[0] if functions else None
-        row += [f"{cpu.times.kernel:.2f}", f"{cpu.times.user:.2f}", f"{cpu.times.idle:.2f}",
-                f"{cpu.times.iowait:.2f}", f"{cpu.times.steal:.2f}", cpu.total_samples, csv_cell(top.symbol) if top else "",
-                f"{top.percent:.3f}" if top else ""]
-    elif snapshot.cpu_times is not None:  # no sampler (not root): /proc/stat's split
+        return [f"{cpu.times.kernel:.2f}", f"{cpu.times.user:.2f}", f"{cpu.times.idle:.2f}",
+                f"{cpu.times.iowait:.2f}", f"{cpu.times.steal:.2f}", cpu.total_samples,
+                csv_cell(top.symbol) if top else "", f"{top.percent:.3f}" if top else ""]
+    if snapshot.cpu_times is not None:  # no sampler (not root): /proc/stat's split
         times = snapshot.cpu_times
-        row += [f"{times.kernel:.2f}", f"{times.user:.2f}", f"{times.idle:.2f}",
+        return [f"{times.kernel:.2f}", f"{times.user:.2f}", f"{times.idle:.2f}",
                 f"{times.iowait:.2f}", f"{times.steal:.2f}", "", "", ""]
-    else:
-        row += [""] * 8
-    if locks:
-        top_lock = locks.callers[0] if locks.callers else None
-        row += [locks.events, f"{sum(c.total_wait_ns for c in locks.callers) / 1e6:.3f}",
-                csv_cell(top_lock.caller) if top_lock else "",
-                f"{top_lock.total_wait_ns / 1e6:.3f}" if top_lock else ""]
-    else:
-        row += [""] * 4
-    if io:
-        requests = sum(d.reads + d.writes for d in io.disks)
-        latency = sum(d.avg_lat_ms * (d.reads + d.writes) for d in io.disks)
-        top_io = io.processes[0] if io.processes else None
-        row += [requests, sum(d.read_bytes + d.write_bytes for d in io.disks),
-                f"{latency / requests:.4f}" if requests else "",
-                top_io.pid if top_io else "", csv_cell(top_io.comm) if top_io else "",
-                top_io.bytes if top_io else ""]
-    else:
-        row += [""] * 6
-    # Each record's losses are its interval's own (not since start): the column says so.
-    lost = sum(n for profile in (cpu, locks, io, snapshot.waits) if profile
-               for n in profile.lost.values())
-    row += [sum(1 for p in snapshot.processes if p.pid != EXITED_PID), lost]
-    return row
+    return [""] * 8
+
+
+def locks_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    locks = snapshot.locks
+    if not locks:
+        return [""] * 4
+    top_lock = locks.callers[0] if locks.callers else None
+    return [locks.events, f"{sum(c.total_wait_ns for c in locks.callers) / 1e6:.3f}",
+            csv_cell(top_lock.caller) if top_lock else "",
+            f"{top_lock.total_wait_ns / 1e6:.3f}" if top_lock else ""]
+
+
+def blockio_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    io = snapshot.blockio
+    if not io:
+        return [""] * 6
+    requests = sum(d.reads + d.writes for d in io.disks)
+    latency = sum(d.avg_lat_ms * (d.reads + d.writes) for d in io.disks)
+    top_io = io.processes[0] if io.processes else None
+    return [requests, sum(d.read_bytes + d.write_bytes for d in io.disks),
+            f"{latency / requests:.4f}" if requests else "",
+            top_io.pid if top_io else "", csv_cell(top_io.comm) if top_io else "",
+            top_io.bytes if top_io else ""]
+
+
+def processes_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    return [sum(1 for p in snapshot.processes if p.pid != EXITED_PID)]
+
+
+def waits_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    """Every thread's time waiting in the interval (ms), and the process that waited most."""
+    waits = snapshot.waits
+    if not waits:
+        return [""] * 8
+    processes = waits.processes
+    top = processes[0] if processes else None
+    return [f"{sum(p.runq_ns for p in processes) / 1e6:.3f}",
+            f"{sum(p.blocked_s_ns for p in processes) / 1e6:.3f}",
+            f"{sum(p.blocked_d_ns for p in processes) / 1e6:.3f}",
+            f"{sum(p.blocked_other_ns for p in processes) / 1e6:.3f}",
+            top.pid if top else "", csv_cell(top.comm) if top else "",
+            f"{_waiting_ns(top) / 1e6:.3f}" if top else "",
+            csv_cell(top.reason) if top else ""]
+
+
+def _waiting_ns(process: WaitProcess) -> int:
+    return (process.runq_ns + process.blocked_s_ns + process.blocked_d_ns
+            + process.blocked_other_ns)
 
 
 def dump(recording: Recording, fmt: str, out: TextIO, show_idle: bool = False) -> int:
