@@ -26,6 +26,7 @@ from ktop.collectors.bpfsys import RingBuffer
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.disks import bio_based_devices, in_flight_counts
 from ktop.collectors.maps import TwoGenerationProgram
+from ktop.losses import kernel_names
 
 PROGRAM = "blockio.bpf.c"
 # Map names, as bpf/blockio.bpf.c declares them.
@@ -36,19 +37,7 @@ MAP_HIST = ("latency_hist_0", "latency_hist_1")
 MAP_STACK_COUNTS = ("stack_counts_0", "stack_counts_1")
 MAP_STACKS = ("stacks_0", "stacks_1")
 MAP_COMPLETIONS = "completions"
-LOST_NAMES = (  # enum blk_lost in bpf/ktop.h, in order
-    "unpaired_complete",
-    "complete_missed",
-    "inflight_full",
-    "totals_map_full",
-    "hist_map_full",
-    "stack_counts_map_full",
-    "kstack_collision",
-    "kstack_map_full",
-    "ustack_collision",
-    "ustack_map_full",
-    "ringbuf_full",
-)
+LOST_NAMES = kernel_names("blockio")  # its `lost` array, as its C enum orders it
 RW_NAMES = ("R", "W", "F")  # enum blk_rw: BLK_RW_READ, BLK_RW_WRITE, BLK_RW_FLUSH
 
 REQUIRED_TRACEPOINTS = [

@@ -16,6 +16,7 @@ from ktop.collectors.bpfload import Unavailable, load_program
 from ktop.collectors.bpfsys import BpfMap, attach_sampling
 from ktop.collectors.maps import SharedAddresses, TwoGenerationProgram
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
+from ktop.losses import kernel_names
 
 PROGRAM = "cpu.bpf.c"
 # Map names, as bpf/cpu.bpf.c declares them.
@@ -26,13 +27,7 @@ MAP_IDLE_STACKS = ("idle_stacks_0", "idle_stacks_1")  # (cpu, ip, sp) -> key in 
 MAP_IDLE_CODE = "idle_code"
 MAP_OWN_PIDS = "own_pids"  # [ktop, its BPF compiler or 0]
 MAP_HASH_SEED = "hash_seed"
-LOST_NAMES = (  # enum cpu_lost in bpf/ktop.h, in order
-    "kstack_collision",
-    "kstack_map_full",
-    "ustack_collision",
-    "ustack_map_full",
-    "counts_map_full",
-)
+LOST_NAMES = kernel_names("functions")  # its `lost` array, as its C enum orders it
 # Decoded counter keys, and stacks read, remembered while in use: past this many, those not
 # met since the last time it was passed are forgotten (process churn never stops adding keys:
 # at 4000 Hz ~2,000 new user stacks a second, each a few hundred bytes).

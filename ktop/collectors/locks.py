@@ -22,6 +22,7 @@ from ktop.collectors.bpfload import (
 from ktop.collectors.bpfsys import attach_tracepoint, row_layout, task_name
 from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
 from ktop.collectors.maps import TwoGenerationProgram, forget_entries
+from ktop.losses import kernel_names
 
 PROGRAM = "locks.bpf.c"
 TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
@@ -42,21 +43,7 @@ MAP_USER_STACKS = ("user_stacks_0", "user_stacks_1")
 MAP_OWNER_WAITS = ("owner_waits_0", "owner_waits_1")
 MAP_LOCK_NAMES = "lock_names"
 MAP_CPU_RQS = "cpu_rqs"
-LOST_NAMES = (  # enum lock_lost in bpf/ktop.h, in order
-    "unpaired_end",
-    "nested_begin",
-    "start_map_full",
-    "stale_spin",
-    "kstack_collision",
-    "kstack_map_full",
-    "ustack_collision",
-    "ustack_map_full",
-    "stacks_map_full",
-    "locks_map_full",
-    "tasks_map_full",
-    "owners_map_full",
-    "owner_stack_stale",
-)
+LOST_NAMES = kernel_names("locks")  # its `lost` array, as its C enum orders it
 # enum lock_owner_kind in bpf/ktop.h
 OWNER_NONE, OWNER_TASK, OWNER_READERS, OWNER_UNKNOWN, OWNER_UNTRACED = range(5)
 # enum lock_name_kind

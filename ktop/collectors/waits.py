@@ -36,6 +36,7 @@ from ktop.collectors.maps import (
     TwoGenerationProgram,
     forget_entries,
 )
+from ktop.losses import kernel_names, note_names
 from ktop.model import WAKER_WAITING
 
 PROGRAM = "waits.bpf.c"
@@ -63,23 +64,11 @@ MAP_WAIT_STACKS = ("wait_stacks_0", "wait_stacks_1")
 MAP_STACKS = "stacks"  # a hash of the frames -> the frames
 MAP_USER_STACKS = "user_stacks"
 MAP_HASH_SEED = "hash_seed"
-LOST_NAMES = (  # enum wait_lost in bpf/waits.h, in order
-    "threads_map_full",
-    "procs_map_full",
-    "wait_stacks_full",
-    "kstack_collision",
-    "kstack_map_full",
-    "ustack_collision",
-    "ustack_map_full",
-    "no_wakeup_seen",
-    "unseen_start",
-    "long_wait_unwalked",
-    "switch_unseen",
-)
+LOST_NAMES = kernel_names("waits")  # its `lost` array, as its C enum orders it
 # Counted by the program but not losses: the first wait of each thread that was already
 # waiting when ktop started, and long waits whose stacks were not predicted (their time is
 # in every total; only the stack views lack them). Shown apart, as notes.
-NOT_LOSSES = ("unseen_start", "long_wait_unwalked")
+NOT_LOSSES = note_names("waits")
 HIST_SLOTS = 32  # WAIT_HIST_SLOTS: slot k >= 1 holds [2^(k-1), 2^k) us, slot 0 under 1 us
 STATES = ("S", "D", "other")  # enum wait_state
 NOT_WALKED = -2  # -ENOENT: the stack was not walked (a short wait predicted)

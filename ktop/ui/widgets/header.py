@@ -13,8 +13,9 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ktop.losses import counts_intact, reason
 from ktop.model import PANE_FUNCTIONS, Pressure, Snapshot
-from ktop.panes import PANES
+from ktop.panes import PANES, PaneDef
 from ktop.text import printable
 from ktop.ui.widgets.fit import MUST, Item, fit_items, item
 from ktop.units import format_span
@@ -28,54 +29,18 @@ class Badge(NamedTuple):
     style: str = "bold reverse yellow"
 
 
-# Why each loss happens, by the name the collectors give it (bpf/ktop.h's enums).
-LOSS_REASONS = {
-    "kstack_collision": "a kernel stack's bucket in the stack map held another stack: "
-                        "counted without its kernel stack",
-    "kstack_map_full": "the stack map had no room for a kernel stack: counted without it",
-    "ustack_collision": "a user stack's bucket in the stack map held another stack: "
-                        "counted without its user stack",
-    "ustack_map_full": "the stack map had no room for a user stack: counted without it",
-    "counts_map_full": "the counts map was full: the sample is not counted at all",
-    "unpaired_end": "a lock wait ended whose start was not seen: the wait is not counted",
-    "nested_begin": "a wait began inside another: only the outer one is timed",
-    "start_map_full": "the map of waits in progress was full: the wait is not counted",
-    "stale_spin": "a spinning wait whose end never came was replaced",
-    "stacks_map_full": "the per-stack map was full: the wait is missing from the caller view",
-    "locks_map_full": "the per-lock map was full: the wait is missing from the address view",
-    "tasks_map_full": "the per-task map was full: the wait is missing from the task view",
-    "owners_map_full": "the per-owner map was full: the wait is missing from the owner view "
-                       "and the drill-downs' owners",
-    "owner_stack_stale": "a lock owner's stack was taken just before a drain: the wait is "
-                         "charged to its owner without that stack",
-    "unpaired_complete": "a request completed that was not seen submitted: not counted",
-    "complete_missed": "a request's address was reused while in flight: one completion lost",
-    "inflight_full": "the map of requests in flight was full: the request is not counted",
-    "totals_full": "the per-process counters were full: a completion is not counted",
-    "hist_full": "the latency histogram map was full: a latency is not counted",
-    "stack_counts_full": "the per-stack counters were full: a request's stack is not counted",
-    "ringbuf_full": "the stream of recent requests dropped one: missing from that list "
-                    "only, every count has it",
-    "threads_map_full": "the map of threads was full, or had no memory for one more: a "
-                        "thread's waits are not counted",
-    "procs_map_full": "the per-process map was full: a switch-out's or a wait's time is lost",
-    "wait_stacks_full": "the per-stack map was full: a blocked wait is missing from the stack "
-                        "views (its process's totals have it)",
-    "no_wakeup_seen": "a thread was switched in while blocked, its wake-up unseen: counted as "
-                      "blocked until then, with no waker",
-    "switch_unseen": "a thread was switched out while ktop had it off a CPU, or in while on "
-                     "one: a switch was not seen, and the thread's time since its last event "
-                     "(on a CPU, queued or blocked) is not counted",
-    "exited_unseen": "a thread exited without its last switch-out seen: forgotten by ktop",
-    "stack_missing": "a stack was emptied from its map before ktop read it: counted without it",
-    "binary_unread": "a binary's symbols were past what ktop reads of one (sections, table "
-                     "sizes, CPU time): its frames show as [unknown]",
-    "recursion_misses": "the kernel skipped the program (another BPF program was running on "
-                        "that CPU): the event was not seen",
-}
-# Losses that cost no count (what they dropped is counted all the same): told apart from
-# those that do, or a busy disk's dropped list entries read as thousands of lost samples.
-COUNTS_INTACT = frozenset({"io.ringbuf_full", "cpu.binary_unread", "lock.owner_stack_stale"})
+# Losses that cost no count (what they dropped is counted all the same) are told apart from
+# those that do (ktop.losses: counts_intact), or a busy disk's dropped list entries read as
+# thousands of lost samples.
+def _counts_intact(key: str) -> bool:
+    """Of a loss keyed as losses() keys it: "io.ringbuf_full"."""
+    prefix, _, name = key.partition(".")
+    spec = _pane_of_prefix().get(prefix)
+    return spec is not None and counts_intact(spec.name, name)
+
+
+def _pane_of_prefix() -> dict[str, PaneDef]:
+    return {spec.loss_prefix: spec for spec in PANES if spec.loss_prefix}
 
 
 def losses(snapshot: Snapshot) -> dict[str, int]:
@@ -96,11 +61,12 @@ def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str, bool
     if snapshot is None:
         return []
     rows = []
-    pane_of_loss = {spec.loss_prefix: spec.numbered_title for spec in PANES}
+    pane_of_loss = _pane_of_prefix()
     for key, count in losses(snapshot).items():
         prefix, name = key.split(".", 1)
-        rows.append((pane_of_loss[prefix], name, count,
-                     LOSS_REASONS.get(name, "counted by the BPF program"), key in COUNTS_INTACT))
+        spec = pane_of_loss[prefix]
+        rows.append((spec.numbered_title, name, count, reason(spec.name, name),
+                     counts_intact(spec.name, name)))
     return sorted(rows, key=lambda row: row[4])  # stable: each pane's order kept
 
 
@@ -183,7 +149,7 @@ def header_items(
 
     bottom: list[Item] = []
     lost = losses(snapshot)
-    intact = sum(count for key, count in lost.items() if key in COUNTS_INTACT)
+    intact = sum(count for key, count in lost.items() if _counts_intact(key))
     total = sum(lost.values()) - intact
     if total:
         bottom.append(item(f"lost {total} (L lists)", 10, "bold yellow"))
