@@ -86,6 +86,10 @@ def served():
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "ktop --serve never listened"
             time.sleep(0.05)
+    # It listens before its first collect: a scrape may come before the page has data.
+    while b"\nktop_up 1" not in b"\n" + scrape(port)[1].encode():
+        assert time.monotonic() < deadline, "ktop --serve never had its first page"
+        time.sleep(0.05)
     try:
         yield process, port
     finally:
@@ -308,29 +312,88 @@ def test_clients_leaving_mid_response_cost_nothing(in_process):
     wait_for(lambda: threading.active_count() <= baseline)
 
 
-def test_connections_beyond_the_limit_get_503_and_the_rest_go_on(in_process):
-    """The cap is reached by connections being answered: clients that asked for a big page
-    and do not read it."""
+def stuck_clients(port: int, count: int, pipelined: int = 1) -> list[socket.socket]:
+    """Clients that ask for the page (`pipelined` requests at once) and never read it."""
+    stuck = []
+    for _ in range(count):
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's least
+        client.connect((LOCALHOST, port))
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * pipelined)
+        stuck.append(client)
+    return stuck
+
+
+def test_connections_stuck_being_answered_give_way_to_scrapes(in_process):
+    """Issue 44 item 9: 16 connections that pipelined GETs and never read denied every other
+    scrape for 30 s (0 of 29): a connection stuck answering was never evicted."""
     source, port, page = in_process
     source.loading = {}
     source.snapshot = big_snapshot(source.snapshot)
     wait_for(lambda: len(page.body()) > 300_000)
-    stuck = []
+    stuck = stuck_clients(port, MAX_CLIENTS, pipelined=20)
     try:
-        for _ in range(MAX_CLIENTS):
-            client = socket.socket()
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            client.connect((LOCALHOST, port))
-            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            stuck.append(client)
+        time.sleep(EVICT_AFTER_S * 2)
+        statuses = []
+        for _ in range(10):
+            started = time.monotonic()
+            status, text = scrape(port, timeout=5.0)
+            statuses.append((status, len(text) > 300_000, round(time.monotonic() - started, 1)))
+            time.sleep(0.1)
+    finally:
+        for connection in stuck:
+            connection.close()
+    assert [s[:2] for s in statuses] == [(200, True)] * 10, statuses
+
+
+def test_connections_beyond_the_limit_get_503_when_none_can_give_way(in_process, monkeypatch):
+    """503 is for when every connection is busy being answered and none has stalled long
+    enough to give way: one line, at once, and the rest go on."""
+    import ktop.exports.serve as serve_module  # noqa: PLC0415
+
+    monkeypatch.setattr(serve_module, "MAX_CLIENTS", 4)
+    monkeypatch.setattr(serve_module, "EVICT_AFTER_S", 60.0)
+    source, port, page = in_process
+    source.loading = {}
+    source.snapshot = big_snapshot(source.snapshot)
+    wait_for(lambda: len(page.body()) > 300_000)
+    stuck = stuck_clients(port, 4)
+    try:
         for client in stuck:
             assert client.recv(100).startswith(b"HTTP/1.1 200")  # being answered, slowly
-        time.sleep(EVICT_AFTER_S * 2)
         assert scrape(port)[0] == 503
     finally:
         for connection in stuck:
             connection.close()
     wait_for(lambda: scrape(port)[0] == 200)
+
+
+def test_a_stalled_answer_is_closed_at_its_deadline(in_process, monkeypatch):
+    """A client that stops reading loses its connection after SEND_DEADLINE_S, crowded or not."""
+    import ktop.exports.serve as serve_module  # noqa: PLC0415
+
+    monkeypatch.setattr(serve_module, "SEND_DEADLINE_S", 1.0)
+    source, port, page = in_process
+    source.loading = {}
+    source.snapshot = big_snapshot(source.snapshot)
+    wait_for(lambda: len(page.body()) > 300_000)
+    (client,) = stuck_clients(port, 1)
+    try:
+        time.sleep(2.0)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        client.settimeout(5)
+        received = 0
+        try:
+            while chunk := client.recv(1 << 16):
+                received += len(chunk)
+            ended = "closed"
+        except ConnectionResetError:
+            ended = "reset"
+        except TimeoutError:
+            ended = "still open"
+    finally:
+        client.close()
+    assert ended != "still open" and received < len(page.body()), (ended, received)
 
 
 def dribble(connection: socket.socket, until: float, every_s: float) -> None:
@@ -392,8 +455,7 @@ def test_a_request_has_one_deadline_however_it_dribbles(in_process, monkeypatch)
 
 def test_a_burst_of_200_connections_is_answered_at_once(in_process):
     """A listen backlog of 5 left most of 200 concurrent scrapers retrying their SYN for
-    seconds (74 of 200 unanswered after 60 s); each is answered (200, or 503 when all are
-    being answered) at once."""
+    seconds (74 of 200 unanswered after 60 s); each is answered, with the page, at once."""
     _source, port, _page = in_process
     request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     selector = selectors.DefaultSelector()
@@ -424,8 +486,7 @@ def test_a_burst_of_200_connections_is_answered_at_once(in_process):
         for client in clients:
             client.close()
     assert len(statuses) == 200 and took < 5, f"{len(statuses)} answered in {took:.1f}s"
-    assert set(statuses) <= {b"200", b"503"}, statuses
-    assert statuses.count(b"200") >= MAX_CLIENTS
+    assert statuses == [b"200"] * 200, statuses
 
 
 def test_keep_alive_scrapes_are_not_held_by_delayed_acks(in_process):

@@ -2,41 +2,50 @@
 
 The HTTP server listens before the collectors start, so a scrape during start-up is answered
 with what is ready and `ktop_up 0`. The page is rendered once per refresh (MetricsPage), so
-a scrape costs a copy of bytes however often it comes. At most MAX_CLIENTS connections are
-open at once: a further one takes the place of the one longest waiting for its request (idle
-or slow sockets alone never fill the server), or gets 503 when all are being answered. Each
-connection has REQUEST_DEADLINE_S for a whole request (a header line every few seconds does
-not hold it), and a client that goes away mid-response costs nothing but its own connection.
-Responses go out without Nagle's delay: headers and body are two writes, and a keep-alive
-client's delayed ACK would hold the body 40 ms.
+a scrape costs a copy of bytes however often it comes: one thread serves every connection
+from one event loop (selectors, non-blocking sockets), so a connection costs a descriptor
+and a few hundred bytes, not a thread, and nothing a client does (not reading, reading
+slowly, pipelining requests, dribbling headers) blocks the others. Each connection has
+REQUEST_DEADLINE_S for a whole request (from its start or its last answer) and
+SEND_DEADLINE_S for a whole answer, and is closed past either. Answers go out one at a
+time per connection (pipelined requests wait, unread, in the client's own socket), so a
+client that never reads holds one page, never more. At most MAX_CLIENTS connections are
+open at once: a further one takes the place of the one that has done nothing longest
+(waiting for its request, or its answer not moving, for EVICT_AFTER_S at least), or gets
+503 when every one is busy being answered. Responses go out without Nagle's delay.
 """
 
 from __future__ import annotations
 
 import errno
-import io
-import select
+import selectors
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ktop.exports.openmetrics import OPENMETRICS_TEXT, PROMETHEUS_TEXT, MetricsPage
+from ktop.text import printable
 
 if TYPE_CHECKING:
     from ktop.engine import DataSource
 
 DEFAULT_HOST = "127.0.0.1"  # only this machine unless an address is given: see parse_address
-MAX_CLIENTS = 16
+MAX_CLIENTS = 256  # open connections; each costs a descriptor (the process scan needs many)
 REQUEST_DEADLINE_S = 10.0  # from a connection's start or its last answer to a whole request
-SEND_TIMEOUT_S = 10.0  # a client that stops reading its answer
-EVICT_AFTER_S = 0.5  # a scraper sends its request at once: waiting longer, it may give way
+SEND_DEADLINE_S = 10.0  # for a whole answer: a client that stops reading loses its connection
+EVICT_AFTER_S = 0.5  # a scraper sends its request and reads its answer at once
 LISTEN_BACKLOG = 128  # a burst of scrapers is queued, not left to retry SYNs for seconds
+MAX_REQUEST_BYTES = 16384  # a request's line and headers: a scraper's are a few hundred
+ACCEPTS_PER_TURN = 64  # one turn of the loop accepts at most this many, then serves the rest
+ANSWERS_PER_TURN = 4  # pipelined requests of one connection answered in one turn
+SWEEP_EVERY_S = 0.1  # how often deadlines are checked
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
          b"Content-Length: 19\r\nConnection: close\r\n\r\nktop: too many now\n")
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large", 505: "HTTP Version Not Supported"}
 
 
 class ServeError(Exception):
@@ -67,165 +76,283 @@ def _wants_openmetrics(accept: str) -> bool:
     return "application/openmetrics-text" in accept
 
 
-class _DeadlineIO(socket.SocketIO):
-    """A socket's reads bounded by one deadline for a whole request, not per read."""
+@dataclass(eq=False, slots=True)
+class _Connection:
+    sock: socket.socket
+    moved: float  # when it last did something: bytes in, or bytes of its answer out
+    deadline: float
+    received: bytearray = field(default_factory=bytearray)
+    answer: list[memoryview] = field(default_factory=list)  # what is left to send
+    close_after: bool = False
+    pending: bool = False  # requests received whole and not answered yet (a pipeline)
+    interest: int = selectors.EVENT_READ
 
-    def __init__(self, connection: socket.socket) -> None:
-        super().__init__(connection, "rb")
-        self._connection = connection
-        self.deadline = 0.0
-
-    def readinto(self, b) -> int | None:  # type: ignore[override]
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("no whole request in time")
-        self._connection.settimeout(left)
-        return super().readinto(b)
+    @property
+    def answering(self) -> bool:
+        return bool(self.answer)
 
 
-class _MetricsHandler(BaseHTTPRequestHandler):
-    server: MetricsServer
-    server_version = "ktop"
-    protocol_version = "HTTP/1.1"  # Prometheus keeps its connection between scrapes
-    disable_nagle_algorithm = True
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
 
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()  # the socket stays open: ours reads it under the deadline
-        self._reader = _DeadlineIO(self.connection)
-        self.rfile = io.BufferedReader(self._reader)
 
-    def handle_one_request(self) -> None:
-        self._reader.deadline = time.monotonic() + REQUEST_DEADLINE_S
-        self.server.waiting(self.connection)
-        super().handle_one_request()
+def _parse_request(head: bytes) -> _Request | int:
+    """The request line and headers (without the blank line), or the status to refuse with."""
+    lines = head.decode("latin-1").split("\n")
+    parts = lines[0].rstrip("\r").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return 400
+    method, target, version = parts
+    if version not in ("HTTP/1.0", "HTTP/1.1"):
+        return 505
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, text = line.rstrip("\r").partition(":")
+        if not colon or not name or name != name.strip():
+            return 400
+        headers[name.lower()] = text.strip()
+    return _Request(method, target, version, headers)
 
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()  # the request line was read; this reads the headers
-        self.connection.settimeout(SEND_TIMEOUT_S)
-        self.server.answering(self.connection)
-        return parsed
 
-    def do_GET(self) -> None:
-        self._answer(send_body=True)
+def _keeps_alive(request: _Request) -> bool:
+    tokens = {t.strip().lower() for t in request.headers.get("connection", "").split(",")}
+    if request.version == "HTTP/1.0":
+        return "keep-alive" in tokens
+    return "close" not in tokens
 
-    def do_HEAD(self) -> None:
-        self._answer(send_body=False)
 
-    def _answer(self, send_body: bool) -> None:
-        path = self.path.split("?", 1)[0]
+class MetricsServer:
+    """The event loop serving /metrics: serve_forever() in a thread, shutdown() from
+    another, then server_close(). `socket` is the listening socket."""
+
+    def __init__(self, address: tuple[str, int], page: MetricsPage, family: int,
+                 say: Callable[[str], None]) -> None:
+        self.page = page
+        self._say = say
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # A restart binds at once; a live listener still refuses.
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(LISTEN_BACKLOG)
+            self.socket.setblocking(False)
+        except OSError:
+            self.socket.close()
+            raise
+        self.server_address = self.socket.getsockname()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.socket, selectors.EVENT_READ, None)
+        self._open: dict[socket.socket, _Connection] = {}
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._listening_paused_until = 0.0
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def serve_forever(self, poll_interval: float = 0.2) -> None:
+        self._stopped.clear()
+        try:
+            swept = time.monotonic()
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if self._listening_paused_until and now >= self._listening_paused_until:
+                    self._listening_paused_until = 0.0
+                    self._selector.register(self.socket, selectors.EVENT_READ, None)
+                wait = min(poll_interval, SWEEP_EVERY_S)
+                for key, _mask in self._selector.select(wait):
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._serve(key.data)
+                now = time.monotonic()
+                if now - swept >= SWEEP_EVERY_S:
+                    swept = now
+                    self._sweep(now)
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serve_forever() and wait for it to return."""
+        self._stop.set()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        for connection in list(self._open.values()):
+            self._close(connection)
+        self._selector.close()
+        self.socket.close()
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_TURN):
+            try:
+                sock, _address = self.socket.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors: the backlog keeps them; one idle connection gives
+                    # way, and the listener rests a moment rather than spin.
+                    self._evict(time.monotonic())
+                    self._listening_paused_until = time.monotonic() + SWEEP_EVERY_S
+                    self._selector.unregister(self.socket)
+                return  # ECONNABORTED and the like: that client's loss
+            now = time.monotonic()
+            if len(self._open) >= MAX_CLIENTS and not self._evict(now):
+                try:
+                    sock.setblocking(False)
+                    sock.send(_BUSY)
+                except OSError:
+                    pass
+                sock.close()
+                continue
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass  # not TCP (a test's socketpair), or already gone
+            connection = _Connection(sock, now, now + REQUEST_DEADLINE_S)
+            self._open[sock] = connection
+            self._selector.register(sock, selectors.EVENT_READ, connection)
+
+    def _evict(self, now: float) -> bool:
+        """Room for one more: the connection that has done nothing longest gives way, if it
+        has done nothing for EVICT_AFTER_S (waiting for its request, or for its client to
+        read its answer). False if every one is busy."""
+        still = [c for c in self._open.values() if now - c.moved >= EVICT_AFTER_S]
+        if not still:
+            return False
+        self._close(min(still, key=lambda c: c.moved))
+        return True
+
+    def _sweep(self, now: float) -> None:
+        for connection in [c for c in self._open.values() if now >= c.deadline]:
+            self._close(connection)
+
+    def _close(self, connection: _Connection) -> None:
+        if self._open.pop(connection.sock, None) is None:
+            return
+        try:
+            self._selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass
+        connection.sock.close()
+
+    # ---- one connection ------------------------------------------------------------------
+
+    def _serve(self, connection: _Connection) -> None:
+        try:
+            if not connection.answering and not connection.pending:
+                data = connection.sock.recv(MAX_REQUEST_BYTES)
+                if not data:
+                    self._close(connection)
+                    return
+                connection.received += data
+                connection.moved = time.monotonic()
+            self._progress(connection)
+        except OSError:  # the client left or reset: its loss
+            self._close(connection)
+        except Exception as e:  # a bug: this connection ends, the server goes on
+            self._say(f"error answering a client: {printable(repr(e))[:200]}")
+            self._close(connection)
+
+    def _progress(self, connection: _Connection) -> None:
+        """Send what is due, then answer the next request received whole, a few at most
+        (a client pipelining hundreds waits its turn behind the others)."""
+        connection.pending = False
+        for _ in range(ANSWERS_PER_TURN):
+            if connection.answering:
+                if not self._send(connection):
+                    break  # the client must read first, or is gone
+            elif not self._next_request(connection):
+                break  # no request whole yet
+        else:
+            connection.pending = True  # more to do: back when the socket is writable
+        if connection.sock.fileno() < 0:
+            return  # closed
+        interest = (selectors.EVENT_WRITE if connection.answering or connection.pending
+                    else selectors.EVENT_READ)
+        if interest != connection.interest:
+            connection.interest = interest
+            self._selector.modify(connection.sock, interest, connection)
+
+    def _next_request(self, connection: _Connection) -> bool:
+        """Put the answer to the request received whole, if there is one, in its place."""
+        received = connection.received
+        end, skip = received.find(b"\r\n\r\n"), 4
+        if end < 0:
+            end, skip = received.find(b"\n\n"), 2
+        if end < 0 and len(received) <= MAX_REQUEST_BYTES:
+            return False
+        if end < 0 or end > MAX_REQUEST_BYTES:
+            self._answer(connection, 431, b"ktop: request too long\n", "text/plain", True)
+            return True
+        head = bytes(received[:end]).lstrip(b"\r\n")
+        del received[: end + skip]
+        request = _parse_request(head)
+        if isinstance(request, int):
+            self._answer(connection, request, b"ktop: not an HTTP request\n", "text/plain", True)
+            return True
+        # A request with a body is answered, then the connection closed: none is expected.
+        close = (not _keeps_alive(request) or "transfer-encoding" in request.headers
+                 or request.headers.get("content-length", "0") not in ("", "0"))
+        if request.method not in ("GET", "HEAD"):
+            self._answer(connection, 405, b"ktop: GET /metrics\n", "text/plain", close,
+                         extra="Allow: GET, HEAD\r\n")
+            return True
+        path = request.target.split("?", 1)[0]
         if path == "/metrics":
-            openmetrics = _wants_openmetrics(self.headers.get("Accept", ""))
-            body = self.server.page.body(openmetrics)
-            kind = OPENMETRICS_TEXT if openmetrics else PROMETHEUS_TEXT
-            status = 200
+            openmetrics = _wants_openmetrics(request.headers.get("accept", ""))
+            body = self.page.body(openmetrics)
+            kind, status = (OPENMETRICS_TEXT if openmetrics else PROMETHEUS_TEXT), 200
         elif path == "/":
             body, kind, status = b"ktop: metrics at /metrics\n", "text/plain; charset=utf-8", 200
         else:
             body, kind, status = b"ktop: no such page; metrics at /metrics\n", "text/plain", 404
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if send_body:
-            self.wfile.write(body)
+        self._answer(connection, status, body, kind, close, head_only=request.method == "HEAD")
+        return True
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # a scrape every few seconds is no news
-
-
-class MetricsServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True  # a restart binds at once; a live listener still refuses
-
-    request_queue_size = LISTEN_BACKLOG
-
-    def __init__(self, address: tuple[str, int], page: MetricsPage, family: int,
-                 say: Callable[[str], None]) -> None:
-        self.address_family = family
-        self.page = page
-        self._say = say
-        self._lock = threading.Lock()
-        # Open connections: since when each waits for its request (None: being answered).
-        self._open: dict[socket.socket, float | None] = {}
-        super().__init__(address, _MetricsHandler)
-
-    def waiting(self, connection: socket.socket) -> None:
-        with self._lock:
-            if connection in self._open:
-                self._open[connection] = time.monotonic()
-
-    def answering(self, connection: socket.socket) -> None:
-        with self._lock:
-            if connection in self._open:
-                self._open[connection] = None
-
-    def _make_room(self) -> bool:
-        """Room for one more connection: the one longest waiting for its request gives way
-        (closed under the lock, so it cannot start being answered meanwhile)."""
+    def _answer(self, connection: _Connection, status: int, body: bytes, kind: str,
+                close: bool, head_only: bool = False, extra: str = "") -> None:
+        ending = "Connection: close\r\n" if close else ""
+        head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nServer: ktop\r\n"
+                f"Content-Type: {kind}\r\nContent-Length: {len(body)}\r\n{extra}{ending}"
+                "\r\n").encode()
+        connection.answer = [memoryview(head)]
+        if body and not head_only:
+            connection.answer.append(memoryview(body))  # the page itself, not a copy
+        connection.close_after = close
         now = time.monotonic()
-        with self._lock:
-            if len(self._open) < MAX_CLIENTS:
-                return True
-            waiting = [(since, c) for c, since in self._open.items()
-                       if since is not None and now - since >= EVICT_AFTER_S
-                       and not _unread(c)]
-            if not waiting:
-                return False
-            _, oldest = min(waiting, key=lambda pair: pair[0])
-            del self._open[oldest]
-            try:
-                oldest.shutdown(socket.SHUT_RDWR)  # its thread reads the end and leaves
-            except OSError:
-                pass
-            return True
+        connection.moved = now
+        connection.deadline = now + SEND_DEADLINE_S
 
-    def process_request(self, request, client_address) -> None:
-        if not self._make_room():
-            try:
-                request.sendall(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        with self._lock:
-            self._open[request] = time.monotonic()
+    def _send(self, connection: _Connection) -> bool:
+        """Send what the socket takes of the answer: True if it is all sent and the
+        connection stays open for the next request."""
         try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread: not open
-            self._forget(request)
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._forget(request)
-
-    def _forget(self, request: socket.socket) -> None:
-        with self._lock:
-            self._open.pop(request, None)
-
-    def handle_error(self, request, client_address) -> None:
-        error = sys.exc_info()[1]
-        if isinstance(error, (ConnectionError, TimeoutError)):
-            return  # the client left or went quiet: its loss
-        self._say(f"error answering {client_address[0]}: {error}")
-
-
-def _unread(connection: socket.socket) -> bool:
-    """Bytes wait in the connection that its thread has not read yet (a busy machine): a
-    request on its way to an answer, not an idle client. Asked by poll first: a socket with
-    a timeout (its thread's deadline) makes even a MSG_DONTWAIT recv wait for data, up to
-    that timeout (a scrape waited 9 s behind idle connections, under the server's lock)."""
-    try:
-        poller = select.poll()
-        poller.register(connection, select.POLLIN)
-        if not poller.poll(0):
+            sent = connection.sock.sendmsg(connection.answer)
+        except BlockingIOError:
             return False
-        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-    except OSError:  # the connection is gone
-        return False
+        if sent:
+            connection.moved = time.monotonic()
+        while sent:
+            first = connection.answer[0]
+            if sent < len(first):
+                connection.answer[0] = first[sent:]
+                break
+            sent -= len(first)
+            connection.answer.pop(0)
+        if connection.answer:
+            return False
+        if connection.close_after:
+            self._close(connection)
+            return False
+        connection.deadline = time.monotonic() + REQUEST_DEADLINE_S
+        return True
 
 
 def bind(host: str, port: int, page: MetricsPage, say: Callable[[str], None]) -> MetricsServer:
