@@ -13,6 +13,7 @@ from conftest import run_app
 from ktop.aggregate.waits import WaitAggregator, interrupt_of, merge_profiles, reason_of
 from ktop.cli import parse_args
 from ktop.collectors.pressure import parse_pressure
+from ktop.collectors.procfiles import KeptFds
 from ktop.collectors.runqueue import RunDelays, parse_run_delay
 from ktop.collectors.waits import (
     HIST_SLOTS,
@@ -345,7 +346,7 @@ def test_run_delays_keep_a_descriptor_per_live_thread_and_no_more(tmp_path):
         return len(os.listdir("/proc/self/fd"))
 
     before = open_fds()
-    delays = RunDelays(str(tmp_path), max_open=3)
+    delays = RunDelays(str(tmp_path), KeptFds(room=3))
     threads({5: 100, 6: 200})
     assert delays.delta_ns(5, 1, threads=2) is None
     assert open_fds() == before + 2

@@ -1,5 +1,5 @@
 """Each disk's I/O counters from /proc/diskstats, as iostat reads them: exact kernel
-accounting, no BPF, no root. Read with pread through a descriptor kept open; each read gives
+accounting, no BPF, no root. Read to its end with pread through a descriptor kept open; each read gives
 the counters' growth since the one before (ktop.aggregate.diskstats folds them into a window).
 """
 
@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from ktop.collectors.disks import DiskNames, kernel_dev
+from ktop.collectors.procfiles import pread_to_eof
 from ktop.model import DiskIo, IostatProfile
 
 PROC_DISKSTATS = "/proc/diskstats"
@@ -18,7 +19,7 @@ PROC_DISKSTATS = "/proc/diskstats"
 COUNTERS = ("reads", "read_merges", "read_sectors", "read_ms", "writes", "write_merges",
             "write_sectors", "write_ms", "in_flight", "busy_ms", "queue_ms", "discards",
             "discard_merges", "discard_sectors", "discard_ms", "flushes", "flush_ms")
-_FIRST_READ = 1 << 16
+_READ_SIZE = 1 << 16
 
 
 def parse_diskstats(text: bytes) -> dict[tuple[int, int], tuple[str, tuple[int, ...]]]:
@@ -60,7 +61,6 @@ class DiskStatsReader:
         self._names = names or DiskNames(sys_root)
         self._clock = clock
         self._fd: int | None = None
-        self._size = _FIRST_READ
         self._last: dict[tuple[int, int], tuple[str, tuple[int, ...]]] | None = None
         self._last_at = 0.0
         self.error = ""  # why there are no disk figures ("" when there are)
@@ -68,11 +68,8 @@ class DiskStatsReader:
     def _read(self) -> bytes:
         if self._fd is None:
             self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        while True:
-            text = os.pread(self._fd, self._size, 0)
-            if len(text) < self._size:
-                return text
-            self._size *= 2  # more disks than the buffer held: read it whole
+        # A page of disks a read (seq_file): a short read is not the end (69 of 203 disks).
+        return pread_to_eof(self._fd, _READ_SIZE)
 
     def restart(self) -> None:
         """The next read counts from now (what came before is dropped)."""

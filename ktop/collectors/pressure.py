@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from ktop.collectors.procfiles import pread_record
 from ktop.model import Pressure
 
 RESOURCES = ("cpu", "io", "memory")
@@ -59,7 +60,7 @@ class PressureReader:
                 if fd is None:
                     fd = self._fds[resource] = os.open(
                         os.path.join(self._root, resource + self._suffix), os.O_RDONLY | os.O_CLOEXEC)
-                values[resource] = parse_pressure(os.pread(fd, _MAX, 0))
+                values[resource] = parse_pressure(pread_record(fd, _MAX))
             except (OSError, ValueError) as e:
                 why = getattr(e, "strerror", None) or e
                 self.error = (f"no PSI for cgroup {self._cgroup} ({why})" if self._cgroup

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import pwd
-import resource
 import time
 from typing import NamedTuple
 
 from ktop.cgroups import parse_proc_cgroup
+from ktop.collectors.procfiles import KeptFds, kept_fds, pread_record
 from ktop.collectors.runqueue import RunDelays
 from ktop.model import EXITED_PID, ProcessRow, TaskCounts
 
@@ -183,7 +183,7 @@ class _Debts:
 class ProcessCollector:
     pane = "processes"
 
-    def __init__(self, proc: str = _PROC) -> None:
+    def __init__(self, proc: str = _PROC, kept: KeptFds | None = None) -> None:
         self._proc = proc
         # Each process at the previous refresh; the start time tells a reused pid from the
         # process we measured before.
@@ -205,7 +205,8 @@ class ProcessCollector:
         self._cgroups: dict[int, tuple[int, str]] = {}  # pid -> (start ticks, v2 path)
         self._unreadable_io: set[tuple[int, int]] = set()  # (pid, start): EACCES, not root
         self._refreshes = 0
-        self._max_open = min(4096, max(0, _soft_fd_limit() - 256))
+        # One budget for every kept descriptor, the run-queue reader's too (procfiles).
+        self._kept = kept if kept is not None else kept_fds()
         # A process whose figures did not change keeps its row object (most, when idle).
         self._rows: dict[int, tuple[tuple, ProcessRow]] = {}
         # What /proc/PID/stat and io read last time: unchanged, a quiet row stands as it was.
@@ -221,7 +222,7 @@ class ProcessCollector:
         self._previous_forks: int | None = None
         # The kernel's counts at the last refresh: runnable and blocked tasks, forks a second.
         self.tasks: TaskCounts | None = None
-        self._run_delays = RunDelays(proc, self._max_open)  # RUNQ%: schedstat's run_delay
+        self._run_delays = RunDelays(proc, self._kept)  # RUNQ%: schedstat's run_delay
 
     def start(self) -> None:
         self.collect()
@@ -241,24 +242,23 @@ class ProcessCollector:
         fd = fds.pop(pid, None)
         if fd is not None:
             try:
-                text = os.pread(fd, size, 0)
+                text = pread_record(fd, size)
                 fds[pid] = fd
                 return text
             except OSError:  # its process exited: the pid may name a new one now
-                os.close(fd)
+                self._kept.release(fd)
         try:
             fd = os.open(f"{self._proc}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:  # vanished between listing and reading, or not ours to read
             return None
         try:
-            text = os.read(fd, size)
+            text = pread_record(fd, size)
         except OSError:
             os.close(fd)
             return None
-        if len(fds) < self._max_open:
-            fds[pid] = fd
-        else:
-            os.close(fd)
+        kept = self._kept.keep(fd)  # closed when there is no room: opened again next time
+        if kept is not None:
+            fds[pid] = kept
         return text
 
     def _io_text(self, pid: int, start: int) -> bytes | None:
@@ -451,7 +451,7 @@ class ProcessCollector:
                 del table[gone]
         for fds in (self._stat_fds, self._io_fds, self._cgroup_fds):
             for gone in [pid for pid in fds if pid not in current]:
-                os.close(fds.pop(gone))
+                self._kept.release(fds.pop(gone))
         rows.sort(key=lambda r: (-r.cpu_percent, r.pid))
         return tuple(rows)
 
@@ -577,13 +577,10 @@ class ProcessCollector:
                 self._proc_stat_fd = os.open(f"{self._proc}/stat", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 return None
-        try:
-            text = os.pread(self._proc_stat_fd, _PROC_STAT_MAX, 0)
+        try:  # whole: the interrupt counts of a big machine can outgrow the buffer
+            counts = parse_task_counts(pread_record(self._proc_stat_fd, _PROC_STAT_MAX))
         except OSError:
             return None
-        counts = parse_task_counts(text)
-        if counts is None and len(text) == _PROC_STAT_MAX:  # interrupt counts of a big machine
-            counts = parse_task_counts(os.pread(self._proc_stat_fd, 1 << 22, 0))
         if counts is None:
             return None
         running, blocked, forks = counts
@@ -607,7 +604,7 @@ class ProcessCollector:
         self._rows.clear()
         for fds in (self._stat_fds, self._io_fds, self._cgroup_fds):
             for fd in fds.values():
-                os.close(fd)
+                self._kept.release(fd)
             fds.clear()
         if self._proc_stat_fd is not None:
             os.close(self._proc_stat_fd)
@@ -643,10 +640,6 @@ def read_cmdline(path: str) -> str:
 def _rounded(rate: float | None) -> float | None:
     """Bytes a second, to the byte: a row whose rates did not move keeps its object."""
     return None if rate is None else float(round(rate))
-
-
-def _soft_fd_limit() -> int:
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _full_name(comm: str, cmdline: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from ktop.collectors.procfiles import KeptFds, kept_fds, pread_record
+
 _SCHEDSTAT_MAX = 128
 
 
@@ -24,13 +26,12 @@ def parse_run_delay(text: bytes) -> int | None:
 class RunDelays:
     """Each process's run-queue ns since the last time it was asked about."""
 
-    def __init__(self, proc: str = "/proc", max_open: int = 1024) -> None:
+    def __init__(self, proc: str = "/proc", kept: KeptFds | None = None) -> None:
         self._proc = proc
         # pid -> {tid: its schedstat, kept open}: a read is then one pread, not an open, a
         # read and a close through Python's file object (7 system calls, ~25 us).
         self._fds: dict[int, dict[int, int]] = {}
-        self._open = 0  # descriptors kept, at most max_open
-        self._max_open = max_open
+        self._kept = kept if kept is not None else kept_fds()
         # (pid, start) -> {tid: run_delay at the last ask}
         self._last: dict[tuple[int, int], dict[int, int]] = {}
 
@@ -56,7 +57,8 @@ class RunDelays:
             text = None
             if fd is not None:
                 try:
-                    text = os.pread(fd, _SCHEDSTAT_MAX, 0)
+                    text = pread_record(fd, _SCHEDSTAT_MAX)
+                    fds[tid] = fd
                 except OSError:
                     self._close(fd)
                     fd = None
@@ -68,16 +70,14 @@ class RunDelays:
                     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     continue
-                self._open += 1
                 try:
-                    text = os.read(fd, _SCHEDSTAT_MAX)
+                    text = pread_record(fd, _SCHEDSTAT_MAX)
                 except OSError:
-                    self._close(fd)
+                    os.close(fd)
                     continue
-            if self._open <= self._max_open:
-                fds[tid] = fd
-            else:
-                self._close(fd)
+                kept_fd = self._kept.keep(fd)  # closed when there is no room
+                if kept_fd is not None:
+                    fds[tid] = kept_fd
             value = parse_run_delay(text or b"")
             if value is not None:
                 delays[tid] = value
@@ -86,8 +86,7 @@ class RunDelays:
         return delays
 
     def _close(self, fd: int) -> None:
-        os.close(fd)
-        self._open -= 1
+        self._kept.release(fd)
 
     def delta_ns(self, pid: int, start: int, threads: int, born: bool = False) -> int | None:
         """Run-queue ns the process's threads gained since the last ask (None the first
@@ -112,6 +111,5 @@ class RunDelays:
     def close(self) -> None:
         for fds in self._fds.values():
             for fd in fds.values():
-                os.close(fd)
+                self._close(fd)
         self._fds.clear()
-        self._open = 0
