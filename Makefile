@@ -8,12 +8,13 @@ SYSPY     := /usr/bin/python3
 APT_PKGS  := python3-bpfcc python3-venv linux-headers-amd64 bpftool linux-perf \
              tmux librsvg2-bin sudo gcc binutils e2fsprogs golang-go
 KTOP_LINK := /usr/local/bin/ktop
+MAN_PAGE  := /usr/local/share/man/man1/ktop.1
 
-.PHONY: all setup deps link bytecode run test lint bench bench-waits bench-idle bench-soak screenshots clean
+.PHONY: all setup deps link bytecode man run test lint bench bench-waits bench-idle bench-soak screenshots clean
 
 all: setup
 
-setup: deps $(VENV)/.installed link bytecode
+setup: deps $(VENV)/.installed link bytecode man
 
 deps:
 	@missing=""; for p in $(APT_PKGS); do \
@@ -40,6 +41,12 @@ link: $(VENV)/.installed
 # start (0.1 s of ktop's first screen went to compiling its changed modules).
 bytecode: $(VENV)/.installed
 	@$(PY) -m compileall -q ktop
+
+# `man ktop`: generated from the CLI's options and the screens' keys (ktop/manpage.py), so
+# it says what this checkout does; replaced whole by rename.
+man: $(VENV)/.installed
+	@mkdir -p $(dir $(MAN_PAGE))
+	@$(PY) -m ktop.manpage > $(MAN_PAGE).tmp && mv -f $(MAN_PAGE).tmp $(MAN_PAGE)
 
 run: setup
 	$(VENV)/bin/ktop $(ARGS)

@@ -154,87 +154,105 @@ def _drill(text: str) -> str:
     return text
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+# --help's sections (as perf's options are grouped), in its order; the man page's too.
+OPTION_GROUPS = (
+    ("collection", "what is collected, and how often"),
+    ("display", "what the panes show, live or replayed"),
+    ("snapshot", "run headless for a while and write one file: the screen or its data"),
+    ("export", "data for other tools: flame graphs, pprof, Prometheus"),
+    ("recording and replay", "record every interval to a file, replay it, compare two moments"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every option, grouped (ktop.manpage documents them from here too)."""
     parser = argparse.ArgumentParser(
         prog="ktop",
         description="Live view of the Linux kernel: hot functions, lock contention, "
         "block I/O, processes, and waits (where threads' time goes off the CPU, and who "
         "woke them). Run as root.",
     )
-    parser.add_argument("-F", "--frequency", type=_frequency, default=99, metavar="HZ",
+    collection, display, snapshot, export, recording = (
+        parser.add_argument_group(title, description) for title, description in OPTION_GROUPS)
+    collection.add_argument("-F", "--frequency", type=_frequency, default=99, metavar="HZ",
                         help="CPU sampling frequency in Hz (default 99)")
-    parser.add_argument("-d", "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
+    collection.add_argument("-d", "--interval", type=_positive_float, default=1.0, metavar="SECONDS",
                         help="refresh interval (default 1)")
-    parser.add_argument("-w", "--window", type=_positive_float, default=5.0, metavar="SECONDS",
+    collection.add_argument("-w", "--window", type=_positive_float, default=5.0, metavar="SECONDS",
                         help="span of the live window (default 5), or of the window over a "
                         "recording's records with --replay")
-    parser.add_argument("--cumulative", action="store_true",
+    display.add_argument("--cumulative", action="store_true",
                         help="count since start instead of the recent window (key c)")
-    parser.add_argument("--idle", action="store_true", help="show idle rows (key i)")
-    parser.add_argument("-p", "--pid", type=_pid, metavar="PID",
+    display.add_argument("--idle", action="store_true", help="show idle rows (key i)")
+    display.add_argument("-p", "--pid", type=_pid, metavar="PID",
                         help="show only this process in every pane")
-    parser.add_argument("--cgroup", metavar="PATH|NAME",
+    display.add_argument("--cgroup", metavar="PATH|NAME",
                         help="show only this cgroup v2 and the cgroups below it in every pane "
                         "(/system.slice/nginx.service, its full path under the mount, or the "
                         "name ktop shows: nginx.service, podman:ace6f0acfc2f; key G)")
-    parser.add_argument("--snapshot", metavar="FILE",
+    snapshot.add_argument("--snapshot", metavar="FILE",
                         help="run headless and write FILE, then exit: the screen (.svg, .txt), "
                         "its data (.json), flame graph stacks (.folded), pprof (.pb.gz) or "
                         "Prometheus text (.prom); - for standard output with --format")
-    parser.add_argument("--format", choices=FORMAT_NAMES,
+    snapshot.add_argument("--format", choices=FORMAT_NAMES,
                         help="with --snapshot: the format, whatever FILE's suffix")
-    parser.add_argument("--folded-of", choices=FOLDED_OF, metavar="|".join(FOLDED_OF),
+    export.add_argument("--folded-of", choices=FOLDED_OF, metavar="|".join(FOLDED_OF),
                         help="with folded stacks, the weight of each stack: "
                         f"{_exports_help({n: e.weight for n, (_, e) in folded_exports().items()})}")
-    parser.add_argument("--pprof-of", choices=PPROF_OF, metavar="|".join(PPROF_OF),
+    export.add_argument("--pprof-of", choices=PPROF_OF, metavar="|".join(PPROF_OF),
                         help="with pprof: one pane's profile, over its own seconds: "
                         f"{_exports_help({n: e.what for n, (_, e) in pprof_exports().items()})}")
-    parser.add_argument("--serve", type=_serve_address, metavar="[ADDR:]PORT",
+    export.add_argument("--serve", type=_serve_address, metavar="[ADDR:]PORT",
                         help="run headless and serve Prometheus metrics at /metrics (PORT "
                         "alone: 127.0.0.1 only; 0.0.0.0:PORT for every interface)")
-    parser.add_argument("--top", type=_series, metavar="N",
+    export.add_argument("--top", type=_series, metavar="N",
                         help="with --serve or .prom: series for the top N functions, lock "
                         "callers, disks and processes, the rest summed as other (default 20)")
-    parser.add_argument("--duration", type=_duration, metavar="SECONDS",
+    snapshot.add_argument("--duration", type=_duration, metavar="SECONDS",
                         help="how long --snapshot collects (default 3), or --record records "
                         "(default: until SIGINT or SIGTERM)")
-    parser.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
+    snapshot.add_argument("--size", type=_size, default=(160, 50), metavar="COLSxROWS",
                         help="screen size for --snapshot .svg/.txt (default 160x50)")
-    parser.add_argument("--drill", type=_drill, metavar="PANE:WHAT",
+    snapshot.add_argument("--drill", type=_drill, metavar="PANE:WHAT",
                         help="with --snapshot .svg/.txt: picture the stacks behind one row, "
                         f"{', '.join(_DRILL_FORMS)} (e.g. {PANE_FUNCTIONS}:vfs_read)")
-    parser.add_argument("--vmlinux", type=_readable_file, metavar="PATH",
+    collection.add_argument("--vmlinux", type=_readable_file, metavar="PATH",
                         help="debug ELF of the running kernel, for file:line in stacks "
                         "(default /usr/lib/debug/boot/vmlinux-$(uname -r) when present)")
-    parser.add_argument("--replay", metavar="FILE",
+    recording.add_argument("--replay", metavar="FILE",
                         help="show a recording (--record FILE) or a snapshot (--snapshot "
                         "FILE.json) instead of live data, no root needed; with --snapshot, "
                         "picture it")
-    parser.add_argument("--record", metavar="FILE",
+    recording.add_argument("--record", metavar="FILE",
                         help="run headless and append one record per interval (-d) to FILE, "
                         "for --replay FILE later")
-    parser.add_argument("--max-size", type=_megabytes, metavar="MB",
+    recording.add_argument("--max-size", type=_megabytes, metavar="MB",
                         help="with --record: keep FILE under MB megabytes, dropping the oldest "
                         "records (a ring)")
-    parser.add_argument("--at", metavar="HH:MM:SS",
+    recording.add_argument("--at", metavar="HH:MM:SS",
                         help="with --replay of a recording: the moment to show (the window "
                         "ending there), e.g. with --snapshot out.svg")
-    parser.add_argument("--baseline", metavar="HH:MM:SS|FILE",
+    recording.add_argument("--baseline", metavar="HH:MM:SS|FILE",
                         help="compare with a baseline: a time in the --replay recording (the "
                         "window of -w ending there), or a file, a recording (all its records) "
                         "or a snapshot (--snapshot FILE.json). Every pane shows each row's "
                         "figure a second, the baseline's and the change (key b in the TUI); "
                         "with --snapshot, .json adds both figures and the change, .folded "
                         "writes two counts a stack (difffolded.pl, flamegraph.pl)")
-    parser.add_argument("--dump", choices=("jsonl", "csv"),
+    recording.add_argument("--dump", choices=("jsonl", "csv"),
                         help="with --replay of a recording: write every record to stdout, one "
                         "line per interval")
-    parser.add_argument("--offcpu-min", type=_offcpu_min, default=DEFAULT_MIN_WALK,
+    collection.add_argument("--offcpu-min", type=_offcpu_min, default=DEFAULT_MIN_WALK,
                         metavar="US|S=US,D=US", help="waits pane: walk the stacks of waits "
                         "predicted at least this long, in µs: one minimum for every state, or "
                         "S (and the rest) and D (I/O) apart (default "
                         f"{DEFAULT_MIN_WALK}; every wait's time is counted regardless)")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for option, path in (("--snapshot", args.snapshot), ("--record", args.record),
                          ("--replay", args.replay)):

@@ -37,6 +37,24 @@ COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 22
 
 
+def main_keys(bindings: list[Binding], timeline: bool) -> list[tuple[str, str]]:
+    """(keys, what they do) of the panes' screen, in the help's order: `?` shows those that
+    apply, the man page (ktop.manpage) all of them."""
+    from ktop.ui.screens.help import bindings_help  # noqa: PLC0415  (rich.table: not at start)
+
+    first = next(i for i, b in enumerate(bindings) if b.action.startswith("focus_pane_number"))
+    return [
+        *bindings_help(bindings[:first]),
+        *((str(spec.number), spec.key_label) for spec in PANES),  # the panes by number
+        *bindings_help([b for b in bindings[first:]
+                        if not b.action.startswith("focus_pane_number")]),
+        ("Up Down PgUp PgDn" + ("" if timeline else " Home End"), "move in the focused table"),
+        ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),
+        ("Esc Backspace", "show all processes (or cgroups) again / leave the zoom"),
+        ("mouse", "click a row to select it, click it again to drill down"),
+    ]
+
+
 class MainScreen(ChangedRowsScreen):
     # In the footer's order; "app." keys are the app's, here so they keep their place.
     BINDINGS = [
@@ -402,21 +420,10 @@ class MainScreen(ChangedRowsScreen):
         self.action_focus_pane(message.pane)
 
     def action_help(self) -> None:
-        from ktop.ui.screens.help import HelpScreen, bindings_help  # noqa: PLC0415  (rich.table: not at start)
+        from ktop.ui.screens.help import HelpScreen  # noqa: PLC0415  (rich.table: not at start)
 
         bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and self._applies(b.action)]
-        first = next(i for i, b in enumerate(bindings) if b.action.startswith("focus_pane_number"))
-        keys = [
-            *bindings_help(bindings[:first]),
-            *((str(spec.number), spec.key_label) for spec in PANES),  # the panes by number
-            *bindings_help([b for b in bindings[first:]
-                            if not b.action.startswith("focus_pane_number")]),
-            ("Up Down PgUp PgDn" + ("" if self.timeline else " Home End"),
-             "move in the focused table"),
-            ("Enter", "drill down: the call stacks behind the row (a process: filter to it)"),
-            ("Esc Backspace", "show all processes (or cgroups) again / leave the zoom"),
-            ("mouse", "click a row to select it, click it again to drill down"),
-        ]
+        keys = main_keys(bindings, self.timeline is not None)
         pane = self.focused_pane()
         view = f", {pane.view} view (v: the others)" if len(pane.VIEWS) > 1 else ""
         if pane.comparing:
