@@ -80,7 +80,7 @@ class CompareStacksScreen(DetailScreen):
                 item(f"now {window_label(self.snapshot)} vs baseline {self.baseline.label}", 20,
                      "dim", gap="   ")]
 
-    def rebuild(self) -> None:
+    def draw(self) -> None:
         self.header_widget().update(self.header())
         unit = self.comparison.unit
         lines: list[Text] = [Text(f"stacks behind the row, {self.comparison.label} a second of "

@@ -85,7 +85,7 @@ class LockCallerScreen(DetailScreen):
                 item(f"max {format_ns(c.max_wait_ns)}", 40, gap=", "),
                 item(f"avg {format_ns(c.avg_wait_ns)}", 30, gap=", ")]
 
-    def rebuild(self) -> None:
+    def draw(self) -> None:
         c = self.caller
         self.header_widget().update(self.header())
 
@@ -210,7 +210,7 @@ class LockAddressScreen(DetailScreen):
                 item(f"total {format_ns(lock.total_wait_ns)}", 80, gap=", "),
                 item(f"max {format_ns(lock.max_wait_ns)}", 40, gap=", ")]
 
-    def rebuild(self) -> None:
+    def draw(self) -> None:
         self.header_widget().update(self.header())
         locks = self.snapshot.locks
         owners = owners_of_lock(locks, self.row.address, self.row.type) if locks else []
@@ -282,7 +282,7 @@ class IoProcessScreen(DetailScreen):
                 item(f"avg {format_ns(p.avg_lat_ms * 1e6)}", 70, gap=", "),
                 item(f"(queue {format_ns(p.avg_queue_ms * 1e6)})", 40, gap=" ")]
 
-    def rebuild(self) -> None:
+    def draw(self) -> None:
         p = self.process
         self.header_widget().update(self.header())
 

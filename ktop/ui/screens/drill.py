@@ -85,6 +85,20 @@ class DrillScreen(Screen[None]):
         self.host = host
         self.stale = False
         self.merge_offsets = True  # as perf report: one stack per call path; `o` splits
+        self._composed = False  # its widgets are mounted (on_mount)
+        self._dismissed = False  # Esc: leaving, its widgets about to go
+
+    def drawable(self) -> bool:
+        """Whether its widgets are there to draw into. A refresh, a key or its own mount can
+        come before they are composed (Enter, then r at once) or after Esc dismissed the
+        screen and they are being removed (a crash, once in ~12,000 random keys): the data
+        is still taken, nothing is drawn."""
+        if not self._composed or self._dismissed or not self.is_attached:
+            return False
+        try:
+            return self in self.app.screen_stack
+        except Exception:  # noqa: BLE001 - no app any more (shutting down)
+            return False
 
     def still_present(self, snapshot: Snapshot) -> bool:
         """Whether the row is in `snapshot`; if so, the screen takes its new figures."""
@@ -118,7 +132,7 @@ class DrillScreen(Screen[None]):
 
     def show_paused(self) -> None:
         """Space, pressed here or on the panes: the header says so (the body stays)."""
-        if self.is_mounted:
+        if self.drawable():
             self.header_widget().update(self.header())
 
     def shown(self) -> object:
@@ -126,6 +140,26 @@ class DrillScreen(Screen[None]):
         raise NotImplementedError
 
     def rebuild(self) -> None:
+        """The header and the body drawn again from the screen's data, if it is drawable."""
+        if self.drawable():
+            self.draw()
+
+    def draw(self) -> None:
+        raise NotImplementedError
+
+    def on_mount(self) -> None:
+        self._composed = True
+        if not self.drawable():  # dismissed before it was even mounted: its widgets go
+            return
+        self.prepare()
+        self.draw()
+        self.focus_body()
+        self.refresh_bindings()  # its keys act from now on (check_action)
+
+    def prepare(self) -> None:
+        """Once its widgets are mounted, before the first draw (a table's columns)."""
+
+    def focus_body(self) -> None:
         raise NotImplementedError
 
     def follow(self, snapshot: Snapshot, drawn: bool = True) -> None:
@@ -167,17 +201,23 @@ class DrillScreen(Screen[None]):
                     f"{time.strftime(clock, time.localtime(end))} ({format_span(window_s)})")
         return "since start" if self.host.cumulative else f"in the last {format_span(window_s)}"
 
+    # Keys that act whatever the screen shows: they draw nothing into its widgets.
+    ALWAYS_ACTIONS = frozenset({"back", "help", "timeline"})
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The timeline keys move a replay only (live, the arrows are the body's)."""
+        """The timeline keys move a replay only (live, the arrows are the body's); the keys
+        that draw wait for the widgets (drawable)."""
         if action == "timeline":
             return self.host.timeline is not None
-        return True
+        return action in self.ALWAYS_ACTIONS or self.drawable()
 
     def action_timeline(self, how: str, amount: int) -> None:
         self.host.move_timeline(how, amount)
 
     def action_back(self) -> None:
-        self.dismiss(None)
+        if not self._dismissed:  # a second Esc before it is gone would pop the screen under it
+            self._dismissed = True
+            self.dismiss(None)
 
     def action_refresh_data(self) -> None:
         """r: the latest data now, even while paused."""
@@ -240,8 +280,7 @@ class DetailScreen(DrillScreen):
             yield Static(id="stack-list-text")
         yield KeysFooter()
 
-    def on_mount(self) -> None:
-        self.rebuild()
+    def focus_body(self) -> None:
         self.query_one("#stack-list", VerticalScroll).focus()
 
 

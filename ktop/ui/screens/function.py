@@ -69,13 +69,14 @@ class FunctionScreen(DrillScreen):
             yield DataTable(id="stack-processes", cursor_type="row")
         yield KeysFooter()
 
-    def on_mount(self) -> None:
+    def prepare(self) -> None:
         table = self.query_one("#stack-processes", DataTable)
         table.add_column(Text("PID", justify="right"), key="pid", width=8)
         table.add_column("COMM", key="comm", width=16)
         table.add_column(Text("samples", justify="right"), key="samples", width=8)
         table.add_column(Text("share", justify="right"), key="share", width=7)
-        self.rebuild()
+
+    def focus_body(self) -> None:
         self.query_one(Tree).focus()
 
     def _find(self, snapshot: Snapshot) -> tuple[StackSample, ...]:
@@ -100,10 +101,10 @@ class FunctionScreen(DrillScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The trees merge by function already: offsets are split or merged in stacks alone,
         # and the stacks view has no branches to open.
-        if action == "toggle_offsets":
-            return self.view == "stacks"
-        return self.view != "stacks" if action in self._TREE_ACTIONS else super().check_action(
-            action, parameters)
+        allowed = super().check_action(action, parameters)
+        if not allowed or action not in self._TREE_ACTIONS | {"toggle_offsets"}:
+            return allowed
+        return (self.view == "stacks") == (action == "toggle_offsets")
 
     def header_items(self) -> list[Item]:
         cpu = self.snapshot.cpu
@@ -121,7 +122,7 @@ class FunctionScreen(DrillScreen):
                           short="v: callers/callees/stacks", gap="   "))
         return items
 
-    def rebuild(self, keep_tree: bool = True) -> None:
+    def draw(self, keep_tree: bool = True) -> None:
         self.header_widget().update(self.header())
         tree = self.query_one(Tree)
         listing = self.query_one("#stack-list", VerticalScroll)
@@ -191,7 +192,8 @@ class FunctionScreen(DrillScreen):
 
     def action_cycle_view(self) -> None:
         self.view = self.VIEWS[(self.VIEWS.index(self.view) + 1) % len(self.VIEWS)]
-        self.rebuild(keep_tree=False)
+        if self.drawable():
+            self.draw(keep_tree=False)
         self.refresh_bindings()  # `o` is the stacks view's alone
 
     def _cursor(self) -> TreeNode | None:

@@ -59,7 +59,10 @@ class HelpScreen(ModalScreen[None]):
 
     def _say_more(self, _scrolled: float | None = None) -> None:
         """The box's bottom line says how far the text goes on, while it goes on."""
-        box = self.query_one("#help-box", VerticalScroll)
+        boxes = self.query("#help-box")  # none once Esc closed it: a scroll may come after
+        if not boxes:
+            return
+        box = boxes.first(VerticalScroll)
         below = max(0, round(box.max_scroll_y - box.scroll_y))
         subtitle = f"{below} more lines: Down PgDn" if below else (
             "Up PgUp: back to the top" if box.scroll_y else "")

@@ -44,6 +44,8 @@ class LossesScreen(ModalScreen[None]):
         self.set_interval(self._interval_s, self._update)
 
     def _update(self) -> None:
+        if not self.query("#losses-list"):  # closed (Esc) with its timer's tick on the way
+            return
         rows, window, (bpf_panes, bpf_every) = self._latest()
         # Compared as shown: a run time that moved in a digit not printed is no change.
         bpf_panes = tuple((pane, round(percent, 2)) for pane, percent in bpf_panes)

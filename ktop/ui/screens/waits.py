@@ -102,7 +102,7 @@ class WaitStacksScreen(DetailScreen):
                      gap="   "),
                 item(f"total {format_ns(total)}", 80, gap=", ")]
 
-    def rebuild(self) -> None:
+    def draw(self) -> None:
         self.header_widget().update(self.header())
         window = self._window()
         lines: list = []
