@@ -66,6 +66,7 @@ bench: setup
 	$(PY) bench/busy.py
 	$(PY) bench/overhead.py
 	$(PY) bench/waits_cost.py
+	$(PY) bench/serve_load.py
 
 # The waits pane's part alone: a pipe ping-pong's throughput with and without it (and over
 # empty programs: the floor), then its losses under churn.
