@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import io
 import os
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
+from typing import NoReturn
 
 from ktop import __version__
 from ktop.collectors.bpfload import pin_mmap_threshold
@@ -92,9 +94,13 @@ def _serve_address(text: str) -> tuple[str, int]:
     from ktop.exports.serve import parse_address
 
     try:
-        return parse_address(text)
+        host, port = parse_address(text)
+        host.encode("idna")  # what getaddrinfo does with it (a bidi mark failed there)
+    except UnicodeError:
+        raise argparse.ArgumentTypeError(f"not an address: {text!r}") from None
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    return host, port
 
 
 def _series(text: str) -> int:
@@ -164,9 +170,18 @@ OPTION_GROUPS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its every error line escaped: they quote what was typed (`--serve`'s
+    address, an unknown option, a choice), which may hold a terminal's escapes."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every option, grouped (ktop.manpage documents them from here too)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ktop",
         description="Live view of the Linux kernel: hot functions, lock contention, "
         "block I/O, processes, and waits (where threads' time goes off the CPU, and who "
@@ -296,6 +311,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if given:
             parser.error(f"{', '.join(given)} shape live collection; --replay shows recorded data")
         if (args.at or args.dump) and not recording:
+            try:
+                os.stat(args.replay)
+            except OSError as e:
+                parser.error(f"--replay {printable(args.replay)}: " + (
+                    "no such file" if e.errno == errno.ENOENT else f"cannot read it: {e.strerror}")
+                    + "; --at and --dump replay a recording (--record FILE)")
             parser.error(f"--at and --dump need a recording (--record FILE); "
                          f"{printable(args.replay)} is not one")
     return args
@@ -364,7 +385,9 @@ _messages = sys.stderr
 
 
 def _say(message: str) -> None:
-    print(f"ktop: {message}", file=_messages, flush=True)
+    # Every line escaped here too (printable leaves escaped text as it is): a message that
+    # quotes what a user typed or a file held can never reach the terminal raw.
+    print(f"ktop: {printable(message)}", file=_messages, flush=True)
 
 
 def _fail(message: str, code: int = 1) -> int:
@@ -646,10 +669,13 @@ def without_openssl() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.serve is not None or _snapshot_format(args) == "prom":
-        return _run(args)
-    with without_openssl():
-        return _run(args)
+    try:
+        if args.serve is not None or _snapshot_format(args) == "prom":
+            return _run(args)
+        with without_openssl():
+            return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C while a baseline loads, a dump writes...: no traceback
+        return _fail("interrupted", 130)
 
 
 def _run(args: argparse.Namespace) -> int:

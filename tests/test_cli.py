@@ -148,3 +148,41 @@ def test_a_drill_name_with_escapes_is_not_echoed_raw(tmp_path):
                   str(tmp_path / "x.txt"), "--drill", "locks:\x1b[2J")
     assert result.returncode == 1
     assert "\x1b" not in result.stderr and "\\x1b[2J" in result.stderr, result.stderr
+
+
+# What a user may type that a terminal would obey: a title change (OSC ... BEL), a clear
+# screen (CSI), a bidi override that reorders the line.
+HOSTILE = ("\x1b]2;T\x07", "\x1b[2J", "\u202e")
+
+
+@pytest.mark.parametrize("args", [
+    ["--serve", "{h}:1"],  # parsed, then refused when bound
+    ["--serve", "[{h}]:99999"],
+    ["--serve", "{h}:x:1"],
+    ["{h}"],  # unrecognized arguments
+    ["--snapshot", "x.txt", "{h}"],
+    ["--s{h}"],  # ambiguous or unrecognized option
+    ["--format", "{h}"],  # invalid choice
+    ["--interval", "{h}"],
+    ["--drill", "{h}"],
+    ["--snapshot", "x.svg", "--size", "{h}"],
+    ["--replay", "/nonexistent/{h}.krec", "--dump", "csv"],
+    ["--replay", "/nonexistent/{h}.krec"],
+])
+def test_every_error_line_escapes_what_was_typed(args, tmp_path):
+    """Issue 44: `--serve "$(printf '\\e]2;T\\a'):1"` printed the raw escape in its error."""
+    for hostile in HOSTILE:
+        result = ktop(*(a.replace("{h}", hostile) for a in args), cwd=tmp_path)
+        assert result.returncode != 0
+        said = result.stderr.strip().splitlines()[-1]
+        assert said.startswith("ktop: "), result.stderr
+        assert not any(c in result.stderr for c in "\x1b\x07\u202e"), repr(result.stderr)
+        assert any(escaped in said for escaped in ("\\x1b", "\\u202e")), said
+
+
+def test_replay_of_no_such_file_with_dump_says_so(tmp_path):
+    result = ktop("--replay", str(tmp_path / "gone.krec"), "--dump", "csv")
+    assert result.returncode == 2
+    said = result.stderr.strip().splitlines()[-1]
+    assert said == (f"ktop: error: --replay {tmp_path}/gone.krec: no such file; --at and "
+                    "--dump replay a recording (--record FILE)"), said
