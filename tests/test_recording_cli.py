@@ -316,3 +316,19 @@ def test_serving_a_bad_recording_is_one_line(tmp_path):
     path.write_bytes(b"KTOPREC")
     line = one_error_line(ktop("--replay", str(path), "--serve", "127.0.0.1:39973"))
     assert "cut off in its header" in line
+
+
+def test_ctrl_c_during_a_dump_is_one_line_and_exit_130(tmp_path):
+    """Issue 44: Ctrl-C while `--dump jsonl` wrote printed a KeyboardInterrupt traceback."""
+    from compare_data import RECORDS, make_compare_recording
+
+    recording = make_compare_recording(tmp_path / "r.krec")  # 670 KB of JSON lines
+    process = subprocess.Popen([sys.executable, "-m", "ktop", "--replay", recording,
+                                "--dump", "jsonl"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()  # dumping: soon held up by the pipe, full
+    process.send_signal(signal.SIGINT)
+    rest, said = process.communicate(timeout=30)
+    assert json.loads(first)["duration_s"] == 1.0
+    assert len((first + rest).splitlines()) < RECORDS  # stopped on the way
+    assert (process.returncode, said) == (130, "ktop: interrupted\n")
