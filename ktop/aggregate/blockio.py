@@ -18,7 +18,7 @@ from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.blockio import BlockCollector
-    from ktop.engine import LiveSource
+    from ktop.panedef import PaneServices
 
 # (pid, comm, dev, rw, cgroup): one row of the per-process table.
 IoKey = tuple[int, str, int, str, str]
@@ -380,7 +380,7 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
     )
 
 
-def build(source: LiveSource) -> tuple[BlockCollector, BlockAggregator]:
+def build(source: PaneServices) -> tuple[BlockCollector, BlockAggregator]:
     """The block I/O pane's collector and aggregator (ktop.panes)."""
     from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
 

@@ -18,7 +18,7 @@ from ktop.symbolize.kernel import IdleClassifier, Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.cpu import CpuSampler
-    from ktop.engine import LiveSource
+    from ktop.panedef import PaneServices
 
 # Resolves one process's user addresses while it is alive: (pid, addresses) -> frames.
 UserResolver = Callable[[int, Sequence[int]], Sequence[UserFrame]]
@@ -513,7 +513,7 @@ def merge_profiles(profiles: Sequence[CpuProfile]) -> CpuProfile:
     return built
 
 
-def build(source: LiveSource) -> tuple[CpuSampler, CpuAggregator]:
+def build(source: PaneServices) -> tuple[CpuSampler, CpuAggregator]:
     """The hot functions pane's sampler and aggregator (ktop.panes)."""
     from ktop.collectors import loader  # noqa: PLC0415
     from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415

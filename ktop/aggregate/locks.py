@@ -41,7 +41,7 @@ from ktop.symbolize.locknames import LockNamer
 
 if TYPE_CHECKING:
     from ktop.collectors.locks import LockCollector
-    from ktop.engine import LiveSource
+    from ktop.panedef import PaneServices
 
 # Lock type flags of lock:contention_begin (include/trace/events/lock.h).
 LCB_F_SPIN = 1 << 0
@@ -510,7 +510,7 @@ def _by_total_wait(waits: dict) -> list:
     return sorted(waits.items(), key=lambda kv: (-kv[1].total_ns, kv[0]))
 
 
-def build(source: LiveSource) -> tuple[LockCollector, LockAggregator]:
+def build(source: PaneServices) -> tuple[LockCollector, LockAggregator]:
     """The lock contention pane's collector and aggregator (ktop.panes)."""
     from ktop.collectors.locks import LockCollector  # noqa: PLC0415
 

@@ -24,7 +24,7 @@ from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
     from ktop.collectors.waits import WaitCollector
-    from ktop.engine import LiveSource
+    from ktop.panedef import PaneServices
 
 # Frames of the tracing machinery above the scheduler, cut from every stack.
 _TRACING_PREFIXES = (
@@ -465,7 +465,7 @@ def merge_profiles(profiles: Sequence[WaitProfile]) -> WaitProfile:
                          WalkMinimums(newest.min_walk_us, newest.min_walk_d_us))
 
 
-def build(source: LiveSource) -> tuple[WaitCollector, WaitAggregator]:
+def build(source: PaneServices) -> tuple[WaitCollector, WaitAggregator]:
     """The waits pane's collector and aggregator (ktop.panes)."""
     from ktop.collectors.waits import WaitCollector  # noqa: PLC0415
 

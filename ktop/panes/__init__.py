@@ -7,15 +7,14 @@ name them. A new pane is its own files (collector, aggregator, widget), its prof
 in model.Snapshot, and one entry here (plus its stylesheet, if it needs one).
 
 Nothing here imports Textual or a collector: each part that does is imported when used.
+What a pane is (PaneDef and its parts) is described in ktop.panedef, which imports no pane.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ktop.lockviews import caller_waits_of
 from ktop.model import (
@@ -32,139 +31,29 @@ from ktop.model import (
     Snapshot,
     WaitProfile,
 )
+from ktop.panedef import (
+    PANES,
+    Aggregator,
+    Collector,
+    Comparison,
+    CsvColumns,
+    Figure,
+    FoldedExport,
+    PaneDef,
+    PaneServices,
+    PprofExport,
+    Shows,
+    StackSource,
+    WeightedStack,
+)
 
 if TYPE_CHECKING:
-    from ktop.engine import LiveSource
     from ktop.ui.widgets.pane import Pane
 
-
-class Collector(Protocol):
-    """Loads and attaches its BPF program in start(); drain() empties what it counted."""
-
-    def start(self) -> None: ...
-    def drain(self) -> Any: ...
-    def close(self) -> None: ...
-
-
-class Aggregator(Protocol):
-    """Folds drains into a window and builds the pane's profile from it: the window's, the
-    totals since start (cumulative), or the newest interval's alone (latest, for a record)."""
-
-    def add(self, drain: Any) -> None: ...
-    def profile(self, cumulative: bool = False, latest: bool = False) -> Any: ...
-    def fold_exited(self, is_alive: Callable[[int], bool]) -> None: ...
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One figure of each recorded interval, drawn as a sparkline on the replay's timeline."""
-
-    label: str
-    short: str  # the label on a narrow screen
-    value: Callable[[Snapshot], float]  # NaN when the interval has no data for it
-    unit: str  # after the scale's top value: "%", "ms"
-    per_second: bool = False  # drawn divided by the interval's length
-
-
-# A row filter: does the row of this pid and cgroup show (--pid, --cgroup, G)?
-Shows = Callable[[int, str], bool]
-# A stack as the folded exports write it, root first, and its weight in the pane's count.
-WeightedStack = tuple[list[str], float]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """How a pane's rows compare between two windows (ktop.compare: one diff for every
-    pane). Each row is named by a key that means the same row in both windows, and measured
-    by one figure a second of its window, so windows of different lengths compare."""
-
-    label: str  # the figure's column: "CPU%", "wait ms/s"
-    unit: str  # how ktop.compare formats it: "%", "ms/s", "B/s"
-    rows: Callable[[Snapshot, Shows | None], Sequence[Any]]  # the rows, filtered
-    key: Callable[[Any], tuple]
-    name: Callable[[Any], str]  # what the row is called on screen and in the JSON
-    amount: Callable[[Any], float]  # in the window, in the pane's own count
-    scale: Callable[[Snapshot], float]  # amount x scale = the figure a second
-    # The stacks behind a row, weighed in the count stack_scale makes the row's figure of.
-    stacks: Callable[[Snapshot, Any], Iterable[WeightedStack]]
-    stack_scale: Callable[[Snapshot], float]
-    folded_of: str  # the folded stacks (--folded-of) of this pane's weights
-    # Rows of processes matched by command instead (m), and so named: their pids are not
-    # the same processes in another file.
-    command_key: Callable[[Any], tuple] | None = None
-    command_name: Callable[[Any], str] | None = None
-
-
-# (snapshot, include_idle) -> the stacks of one folded export, each with its weight.
-StackSource = Callable[[Snapshot, bool], Iterable[WeightedStack]]
-
-
-@dataclass(frozen=True)
-class FoldedExport:
-    """One kind of folded stacks a pane writes (`--snapshot FILE.folded --folded-of NAME`)."""
-
-    name: str  # --folded-of NAME
-    weight: str  # what a stack's number counts, for --help and the man page
-    stacks: StackSource
-
-
-@dataclass(frozen=True)
-class PprofExport:
-    """The pane's pprof profile (`--snapshot FILE.pb.gz --pprof-of NAME`), one per pane."""
-
-    name: str  # --pprof-of NAME
-    what: str  # for --help and the man page
-    sample_types: tuple[tuple[str, str], ...]  # (type, unit) of each value, in sample order
-    default_type: str  # what pprof shows unless told (-sample_index)
-    add: Callable[[Any, Snapshot, bool], None]  # (exports.pprof's tables, snapshot, include_idle)
-
-
-@dataclass(frozen=True)
-class CsvColumns:
-    """The pane's columns of `--dump csv`: one row of figures per recorded interval."""
-
-    names: tuple[str, ...]
-    cells: Callable[[Snapshot, bool], list[object]]  # (snapshot, show_idle), "" where none
-
-
-@dataclass(frozen=True)
-class PaneDef:
-    """One pane. Building may raise collectors.bpfload.Unavailable: the pane then says why."""
-
-    name: str  # --drill NAME:..., keys of Snapshot.unavailable and .loading, widget ids
-    field: str  # the Snapshot field holding its profile
-    title: str  # its border title, after its number
-    key_label: str  # beside its number key in the help and on the tabs
-    short_label: str  # on the tabs, when the full labels do not fit
-    drill_by: str  # the field of its rows `--drill NAME:WHAT` names one by
-    widget: Callable[[], type[Pane]]  # imports the widget class
-    build: Callable[[LiveSource], tuple[Collector, Aggregator]] | None = None  # None: no BPF
-    merge: Callable[[Sequence[Any]], Any] | None = None  # records -> one window's profile
-    figure: Figure | None = None
-    loss_prefix: str = ""  # the header's and L's name for its losses ("cpu.kstack_collision")
-    # Its BPF programs, by the start of their names as the kernel keeps them (15 characters):
-    # their run time is shown per pane in the header and on L.
-    bpf_programs: tuple[str, ...] = ()
-    rounding: Mapping[type, Mapping[str, int]] = dataclass_field(default_factory=dict)  # JSON digits
-    compare: Comparison | None = None  # against a baseline window (key b, --baseline)
-    folded: tuple[FoldedExport, ...] = ()  # its folded stacks, one per weight
-    pprof: PprofExport | None = None
-    csv: CsvColumns | None = None
-    # Its Prometheus / OpenMetrics families: (exports.openmetrics.SnapshotMetrics, snapshot).
-    metrics: Callable[[Any, Snapshot], list[Any]] | None = None
-
-    def window_s(self, snapshot: Snapshot) -> float:
-        """The seconds its profile in the snapshot covers (0 for none, or no window of its
-        own: the processes'); the BPF panes attach one after the other, so each has its own."""
-        return getattr(getattr(snapshot, self.field, None), "window_s", 0.0) or 0.0
-
-    @property
-    def number(self) -> int:
-        return PANES.index(self) + 1
-
-    @property
-    def numbered_title(self) -> str:
-        return f"{self.number} {self.title}"
+__all__ = ["PANES", "Aggregator", "Collector", "Comparison", "CsvColumns", "Figure",
+           "FoldedExport", "PaneDef", "PaneServices", "PprofExport", "Shows", "StackSource",
+           "WeightedStack", "bpf_panes", "figured_panes", "folded_exports", "pane",
+           "pprof_exports"]
 
 
 # ---- hot kernel functions -----------------------------------------------------------------
@@ -176,7 +65,7 @@ def _functions_widget() -> type[Pane]:
     return FunctionsPane
 
 
-def _build_functions(source: LiveSource) -> tuple[Collector, Aggregator]:
+def _build_functions(source: PaneServices) -> tuple[Collector, Aggregator]:
     from ktop.aggregate.cpu import build  # noqa: PLC0415
 
     return build(source)
@@ -257,7 +146,7 @@ def _locks_widget() -> type[Pane]:
     return LocksPane
 
 
-def _build_locks(source: LiveSource) -> tuple[Collector, Aggregator]:
+def _build_locks(source: PaneServices) -> tuple[Collector, Aggregator]:
     from ktop.aggregate.locks import build  # noqa: PLC0415
 
     return build(source)
@@ -324,7 +213,7 @@ def _blockio_widget() -> type[Pane]:
     return BlockIoPane
 
 
-def _build_blockio(source: LiveSource) -> tuple[Collector, Aggregator]:
+def _build_blockio(source: PaneServices) -> tuple[Collector, Aggregator]:
     from ktop.aggregate.blockio import build  # noqa: PLC0415
 
     return build(source)
@@ -432,7 +321,7 @@ def _waits_widget() -> type[Pane]:
     return WaitsPane
 
 
-def _build_waits(source: LiveSource) -> tuple[Collector, Aggregator]:
+def _build_waits(source: PaneServices) -> tuple[Collector, Aggregator]:
     from ktop.aggregate.waits import build  # noqa: PLC0415
 
     return build(source)
@@ -491,7 +380,7 @@ def _waits_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
 
 # In screen order; the BPF panes load in this order too (the first is what a user looks at
 # first).
-PANES: list[PaneDef] = [
+PANES[:] = [
     PaneDef(
         name="functions", field="cpu", title="Hot kernel functions", key_label="Hot functions",
         short_label="Functions", drill_by="symbol", widget=_functions_widget,
