@@ -180,7 +180,7 @@ def child(minutes: float, trace: bool, count_objects: bool) -> None:
 
     from ktop import cli
     from ktop.engine import LiveSource
-    from ktop.panes import PANES
+    from ktop.registry import PANES
     from ktop.ui.app import build_app
     from ktop.ui.widgets.header import losses
 

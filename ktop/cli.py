@@ -22,7 +22,7 @@ from ktop.collectors.bpfload import pin_mmap_threshold
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums, parse_min_walk
 from ktop.engine import Options
 from ktop.model import PANE_FUNCTIONS
-from ktop.panes import PANES, folded_exports, pprof_exports
+from ktop.registry import PANES, folded_exports, pprof_exports
 from ktop.text import printable
 from ktop.units import count_of
 
@@ -115,7 +115,7 @@ def _series(text: str) -> int:
 
 # --snapshot FILE's formats, as --format names them (ktop.writer maps suffixes to them).
 FORMAT_NAMES = ("svg", "txt", "json", "folded", "pprof", "prom")
-# Every pane's exports, as its PaneDef declares them (ktop.panes; not exports.pprof: protobuf
+# Every pane's exports, as its PaneDef declares them (ktop.registry; not exports.pprof: protobuf
 # loads slowly).
 FOLDED_OF = tuple(folded_exports())
 PPROF_OF = tuple(pprof_exports())

@@ -1,6 +1,6 @@
 """Two moments compared: a window against a baseline window, pane by pane and stack by stack.
 
-One diff serves every pane: each pane's Comparison (ktop.panes) names its rows by a key that
+One diff serves every pane: each pane's Comparison (ktop.registry) names its rows by a key that
 means the same row in both windows and measures each by one figure a second of its own
 window, so a 30 s window compares with a 5 s one. A row is `new` when the baseline has no
 such row, `gone` when only the baseline has it (listed with its baseline figure). The panes
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ktop.model import BuiltOnRead, Snapshot
-from ktop.panes import PANES, Comparison, PaneDef, Shows, folded_exports
+from ktop.registry import PANES, Comparison, PaneDef, Shows, folded_exports
 from ktop.text import human_bytes, printable
 from ktop.units import count_of, format_span
 

@@ -32,7 +32,7 @@ from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
-from ktop.panes import Aggregator, Collector, bpf_panes
+from ktop.registry import Aggregator, Collector, bpf_panes
 from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span
 
@@ -93,7 +93,7 @@ class DataSource(Protocol):
 @dataclass(frozen=True)
 class PaneSpec:
     """A BPF pane as the engine loads it: its name and how to build its collector and
-    aggregator (ktop.panes gives each pane's; tests hand the engine their own)."""
+    aggregator (ktop.registry gives each pane's; tests hand the engine their own)."""
 
     name: str
     build: Callable[[LiveSource], tuple[Collector, Aggregator]]
@@ -120,7 +120,7 @@ COMPILE_NICE = 10
 FIRST_FRAME_WAIT_S = 1.0
 
 def bpf_specs() -> list[PaneSpec]:
-    """Every BPF pane of ktop.panes, in load order."""
+    """Every BPF pane of ktop.registry, in load order."""
     return [PaneSpec(spec.name, spec.build) for spec in bpf_panes() if spec.build is not None]
 
 

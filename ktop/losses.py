@@ -19,7 +19,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Loss:
     name: str  # as recorded and shown after its pane's prefix: cpu.kstack_map_full
-    pane: str  # the pane that counts it (ktop.panes' name)
+    pane: str  # the pane that counts it (ktop.registry' name)
     reason: str  # why it happens and what it cost, one line (L, the help)
     enum: str = ""  # the C enum member counting it in the kernel; "" when counted in Python
     counts_intact: bool = False  # what it dropped is counted all the same (a list entry)

@@ -1,5 +1,5 @@
 """ktop(1), generated from what it documents: the options from the CLI's argparse parser (its
-groups are the sections), the keys from the screens' bindings, the panes from ktop.panes,
+groups are the sections), the keys from the screens' bindings, the panes from ktop.registry,
 the examples checked against the parser by tests/test_manpage.py. So it cannot drift.
 
 `python -m ktop.manpage` prints it (roff); `make setup` installs it as
@@ -14,7 +14,7 @@ import time
 
 from ktop import __version__
 from ktop.cli import OPTION_GROUPS, build_parser
-from ktop.panes import PANES
+from ktop.registry import PANES
 
 # (command, what it does): each is parsed by the CLI in the tests, so none names an option
 # that does not exist.

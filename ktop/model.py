@@ -15,7 +15,7 @@ from ktop.frozen import quick_init
 
 T = TypeVar("T")
 
-# Pane names, used as keys of Snapshot.unavailable and in --drill (ktop.panes has each pane).
+# Pane names, used as keys of Snapshot.unavailable and in --drill (ktop.registry has each pane).
 PANE_FUNCTIONS = "functions"
 PANE_LOCKS = "locks"
 PANE_BLOCKIO = "blockio"

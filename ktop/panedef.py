@@ -1,6 +1,6 @@
-"""What a pane is: the descriptor types every pane's entry in ktop.panes fills, and the narrow
+"""What a pane is: the descriptor types every pane's entry in ktop.registry fills, and the narrow
 services a pane's build gets from the live source. The list itself (PANES) is here, empty
-until ktop.panes fills it, so `spec.number` needs no import of the registry.
+until ktop.registry fills it, so `spec.number` needs no import of the registry.
 
 No ktop import at run time: a pane's parts, the engine, the exporters and the UI all read
 these types, and none of them is imported back from here.
@@ -172,5 +172,5 @@ class PaneDef:
         return f"{self.number} {self.title}"
 
 
-# Every pane, in screen order: ktop.panes fills it (a pane's number is its place here).
+# Every pane, in screen order: ktop.registry fills it (a pane's number is its place here).
 PANES: list[PaneDef] = []

@@ -16,9 +16,9 @@ from test_ui import INTERVAL, SwitchableSource, next_frames, rows
 
 from ktop.aggregate.merge import merge_snapshots
 from ktop.compare import GONE, NEW, baseline_of, compare_rows, compare_stacks, window_label
-from ktop.panes import PANES, pane
 from ktop.record.fileformat import Recording
 from ktop.record.replay import ReplaySource
+from ktop.registry import PANES, pane
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
 from ktop.ui.screens.compare import CompareStacksScreen

@@ -32,8 +32,8 @@ from ktop.exports import ExportOptions, export
 from ktop.exports.folded import FOLDED_OF
 from ktop.exports.jsonfile import read_snapshot_file, to_json
 from ktop.model import BuiltOnRead, Snapshot
-from ktop.panes import PANES
 from ktop.record.fileformat import RecordWriter
+from ktop.registry import PANES
 from ktop.text import printable
 from ktop.ui.app import build_app
 from ktop.ui.headless import render_screen, screen_text

@@ -1,7 +1,7 @@
 """Imports go one way: the kernel side never imports the engine or the UI, a pane's modules
 never import another pane's, the descriptors (ktop.panedef, ktop.losses) import no pane,
 and the modules below the wiring that still read the pane registry are the ones listed
-here, no more (each is a circle through ktop.panes' lazy imports, to undo, not to grow).
+here, no more (each is a circle through ktop.registry's lazy imports, to undo, not to grow).
 
 Read from the source with ast: every import counts, at the top of a module, inside a
 function or under TYPE_CHECKING alike (each ties the modules as much for a reader)."""
@@ -111,18 +111,18 @@ def test_no_pane_imports_another():
     assert crossing == []
 
 
-# Below the wiring, yet reading the registry (ktop.panes), which imports them back when a
+# Below the wiring, yet reading the registry (ktop.registry), which imports them back when a
 # pane's part is used: today's list, which may shrink and must not grow.
 REGISTRY_READERS_BELOW_THE_WIRING = {
     "ktop.aggregate.merge", "ktop.collectors.selfcost", "ktop.engine", "ktop.exports.folded",
     "ktop.exports.jsonfile", "ktop.exports.openmetrics", "ktop.exports.pprof",
     "ktop.record.dump", "ktop.record.fileformat",
 }
-WIRING_AND_ABOVE = {"ktop.cli", "ktop.compare", "ktop.manpage", "ktop.panes"}
+WIRING_AND_ABOVE = {"ktop.cli", "ktop.compare", "ktop.manpage", "ktop.registry"}
 
 
 def test_no_new_module_below_the_wiring_reads_the_registry():
-    below = {name for name in importers_of("ktop.panes")
+    below = {name for name in importers_of("ktop.registry")
              if name not in WIRING_AND_ABOVE and not name.startswith("ktop.ui")}
     assert below <= REGISTRY_READERS_BELOW_THE_WIRING, below - REGISTRY_READERS_BELOW_THE_WIRING
 

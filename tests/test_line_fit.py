@@ -14,7 +14,7 @@ from test_export import full_snapshot
 
 from ktop.engine import RecordedSource
 from ktop.model import DiskIo, IostatProfile, Pressure, SelfCostRow
-from ktop.panes import PANES
+from ktop.registry import PANES
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
 from ktop.ui.screens.help import HelpScreen

@@ -12,7 +12,7 @@ import pytest
 
 from ktop import losses
 from ktop.collectors import blockio, cpu, locks, waits
-from ktop.panes import PANES, bpf_panes
+from ktop.registry import PANES, bpf_panes
 from ktop.ui.widgets.header import loss_lines
 
 ROOT = Path(__file__).resolve().parent.parent

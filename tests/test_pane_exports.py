@@ -1,4 +1,4 @@
-"""Every export a pane declares (ktop.panes) works through the command line: `--folded-of`,
+"""Every export a pane declares (ktop.registry) works through the command line: `--folded-of`,
 `--pprof-of`, `--drill`, the Prometheus families, the CSV dump's columns and compare's
 folded stacks, for every pane. The README documented `--folded-of offcpu` while the CLI's
 own list refused it (exit 2): the lists are the registry's now, and this runs each of them."""
@@ -21,9 +21,9 @@ from ktop.exports.jsonfile import to_json
 from ktop.exports.openmetrics import SnapshotMetrics
 from ktop.exports.pprof import profile_class
 from ktop.model import Snapshot
-from ktop.panes import PANES, folded_exports, pprof_exports
 from ktop.record.dump import CSV_COLUMNS
 from ktop.record.fileformat import RecordWriter
+from ktop.registry import PANES, folded_exports, pprof_exports
 from ktop.stacktree import hot_functions
 
 FOLDED = list(folded_exports())

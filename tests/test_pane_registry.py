@@ -1,4 +1,4 @@
-"""A pane is one entry of ktop.panes: a fifth pane, registered by a test as the waits pane
+"""A pane is one entry of ktop.registry: a fifth pane, registered by a test as the waits pane
 will be, gets its place in the grid, its number key, its tab and its line in the help,
 with nothing else changed."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import run_app
 
-from ktop import panes
+from ktop import registry as panes
 from ktop.engine import RecordedSource
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text

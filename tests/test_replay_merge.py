@@ -334,7 +334,7 @@ def test_a_window_of_wait_records_equals_the_live_window(window):
     from test_waits import KALLSYMS, NANOSLEEP, TIMER_WAKE, blocked, drain, stack, times
 
     from ktop.aggregate.waits import WaitAggregator
-    from ktop.panes import pane
+    from ktop.registry import pane
     from ktop.symbolize.kernel import Kallsyms
 
     futex = stack("__schedule", "schedule", "futex_do_wait")

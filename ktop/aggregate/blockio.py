@@ -381,7 +381,7 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
 
 
 def build(source: PaneServices) -> tuple[BlockCollector, BlockAggregator]:
-    """The block I/O pane's collector and aggregator (ktop.panes)."""
+    """The block I/O pane's collector and aggregator (ktop.registry)."""
     from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
 
     return BlockCollector(source.options.interval_s), BlockAggregator(

@@ -514,7 +514,7 @@ def merge_profiles(profiles: Sequence[CpuProfile]) -> CpuProfile:
 
 
 def build(source: PaneServices) -> tuple[CpuSampler, CpuAggregator]:
-    """The hot functions pane's sampler and aggregator (ktop.panes)."""
+    """The hot functions pane's sampler and aggregator (ktop.registry)."""
     from ktop.collectors import loader  # noqa: PLC0415
     from ktop.collectors.cpu import CpuSampler  # noqa: PLC0415
 

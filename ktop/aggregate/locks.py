@@ -511,7 +511,7 @@ def _by_total_wait(waits: dict) -> list:
 
 
 def build(source: PaneServices) -> tuple[LockCollector, LockAggregator]:
-    """The lock contention pane's collector and aggregator (ktop.panes)."""
+    """The lock contention pane's collector and aggregator (ktop.registry)."""
     from ktop.collectors.locks import LockCollector  # noqa: PLC0415
 
     return LockCollector(source.options.interval_s), LockAggregator(

@@ -1,7 +1,7 @@
 """Recorded intervals as one window: a replay's Snapshot.
 
 Each record holds one interval alone (what each aggregator's profile(latest=True) built).
-Each pane's profiles are summed by its merge (ktop.panes: its aggregator's merge_profiles),
+Each pane's profiles are summed by its merge (ktop.registry: its aggregator's merge_profiles),
 which counts them back into the counts the live window keeps and builds the profile as
 live does: one fold for live and replay. The processes pane, the losses (counted since start) and the rest come
 from the newest record, as live.
@@ -16,7 +16,7 @@ from typing import Any
 from ktop.aggregate.diskstats import merge_profiles as merge_iostat
 from ktop.collectors.procstat import merge_times
 from ktop.model import Snapshot
-from ktop.panes import PANES
+from ktop.registry import PANES
 
 
 def merge_snapshots(snapshots: Sequence[Snapshot]) -> Snapshot:

@@ -466,7 +466,7 @@ def merge_profiles(profiles: Sequence[WaitProfile]) -> WaitProfile:
 
 
 def build(source: PaneServices) -> tuple[WaitCollector, WaitAggregator]:
-    """The waits pane's collector and aggregator (ktop.panes)."""
+    """The waits pane's collector and aggregator (ktop.registry)."""
     from ktop.collectors.waits import WaitCollector  # noqa: PLC0415
 
     minimum = source.options.offcpu_min

@@ -29,7 +29,7 @@ TRACEPOINTS = ["lock:contention_begin", "lock:contention_end"]
 # Where an owner wakes the thread that waits for its lock, and where CPUs show their run queue.
 WAKING_TRACEPOINT = "sched:sched_waking"
 # The program of each tracepoint; names begin "on_lock_"/"on_contention_" so that BPF run time
-# is told to this pane (ktop.panes), not to the waits pane's "on_sched_".
+# is told to this pane (ktop.registry), not to the waits pane's "on_sched_".
 FUNCTIONS = {"lock:contention_begin": "on_contention_begin",
              "lock:contention_end": "on_contention_end", WAKING_TRACEPOINT: "on_lock_waking"}
 # Map names, as bpf/locks.bpf.c declares them.

@@ -56,8 +56,8 @@ def bpf_run_time_ns(programs: dict[int, int]) -> int | None:
 
 
 def pane_of_program(name: str) -> str:
-    """The pane a BPF program serves, by its name (ktop.panes' bpf_programs); "" for none."""
-    from ktop.panes import PANES  # noqa: PLC0415
+    """The pane a BPF program serves, by its name (ktop.registry' bpf_programs); "" for none."""
+    from ktop.registry import PANES  # noqa: PLC0415
 
     return next((spec.name for spec in PANES
                  if any(name.startswith(prefix) for prefix in spec.bpf_programs)), "")

@@ -19,8 +19,8 @@ DATA_FORMATS = ("json", "folded", "pprof", "prom")
 @dataclass(frozen=True)
 class ExportOptions:
     include_idle: bool = False
-    folded_of: str = "cpu"  # a pane's folded stacks (ktop.panes.folded_exports)
-    pprof_of: str = "cpu"  # a pane's pprof profile (ktop.panes.pprof_exports)
+    folded_of: str = "cpu"  # a pane's folded stacks (ktop.registry.folded_exports)
+    pprof_of: str = "cpu"  # a pane's pprof profile (ktop.registry.pprof_exports)
     top: int = 20  # series per metric before the rest is summed into `other`
 
 

@@ -20,11 +20,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from ktop.model import IoProcess, LockCaller, Snapshot, StackSample, UserFrame, WaitStack
-from ktop.panes import folded_exports
+from ktop.registry import folded_exports
 from ktop.stacktree import function_name
 from ktop.text import printable
 
-FOLDED_OF = tuple(folded_exports())  # every pane's, as ktop.panes declares them
+FOLDED_OF = tuple(folded_exports())  # every pane's, as ktop.registry declares them
 TRUNCATED_FRAME = "[truncated]"  # stands for the outer kernel frames past the collected depth
 CALLERS_DROPPED_FRAME = "[callers not kept]"  # a rare stack of the totals: its function alone
 

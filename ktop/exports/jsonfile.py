@@ -11,7 +11,7 @@ from typing import Any
 
 from ktop.codec import FieldError, RecordingError, from_data, to_data
 from ktop.model import Snapshot
-from ktop.panes import PANES
+from ktop.registry import PANES
 from ktop.stacktree import callers_tree
 from ktop.text import printable
 
@@ -24,7 +24,7 @@ MAX_FILE = 64 << 20
 FORMAT = 2
 
 # Floats only shown are written rounded to what they can mean (each pane's own, in
-# ktop.panes). Those not named there are written whole: spans, CPU shares and I/O latencies
+# ktop.registry). Those not named there are written whole: spans, CPU shares and I/O latencies
 # feed the exports (pprof, folded, Prometheus), which must come out of a replayed file as
 # they came out of the live run.
 ROUNDING: dict[type, Mapping[str, int]] = {

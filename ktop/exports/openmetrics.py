@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ktop.cgroups import short_name
 from ktop.lockviews import UNNAMED
 from ktop.model import Bucket, ProcessRow, Snapshot
-from ktop.panes import PANES, bpf_panes
+from ktop.registry import PANES, bpf_panes
 from ktop.text import printable
 from ktop.waitviews import hist_buckets_us, machine_runq_hist
 
@@ -142,7 +142,7 @@ class SnapshotMetrics:
         if snapshot is None:
             return families
         families += self._health(snapshot)
-        for spec in PANES:  # each pane's families, as ktop.panes declares them
+        for spec in PANES:  # each pane's families, as ktop.registry declares them
             if spec.metrics is not None:
                 families += spec.metrics(self, snapshot)
         families += self._pressure(snapshot)

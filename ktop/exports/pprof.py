@@ -38,7 +38,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from ktop.codec import MAX_INT
 from ktop.exports.folded import io_stack_shares
 from ktop.model import LockProfile, Snapshot, UserFrame
-from ktop.panes import pprof_exports
+from ktop.registry import pprof_exports
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
 from ktop.text import printable
 from ktop.writer import SnapshotError
@@ -133,7 +133,7 @@ def profile_class() -> type:
 
 
 # Per profile: (type, unit) of each value, in the order its samples carry them (each pane's
-# PprofExport, in ktop.panes).
+# PprofExport, in ktop.registry).
 PROFILES: dict[str, tuple[tuple[str, str], ...]] = {
     name: export.sample_types for name, (_pane, export) in pprof_exports().items()}
 PPROF_OF = tuple(PROFILES)

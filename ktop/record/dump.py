@@ -3,7 +3,7 @@ scripts (as `atop -P` and `below dump` do).
 
 jsonl: each line is the interval's snapshot in the JSON format `--snapshot FILE.json` writes
 (ktop.exports.jsonfile, with its "format" field). csv: a header line, then one row of figures per
-interval, each pane's columns as ktop.panes declares them (the top function, lock caller,
+interval, each pane's columns as ktop.registry declares them (the top function, lock caller,
 I/O process and waiting process named). Strings from the
 recording are escaped (ktop.text.csv_cell): a hostile process name reaches no terminal, and
 one that starts as a formula (=HYPERLINK(...)) reaches a spreadsheet as text.
@@ -18,11 +18,11 @@ from typing import TextIO
 
 from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID, Snapshot, WaitProcess
-from ktop.panes import PANES
 from ktop.record.fileformat import Recording
+from ktop.registry import PANES
 from ktop.text import csv_cell
 
-# A column of each interval's own, then each pane's (ktop.panes: PaneDef.csv), then its losses.
+# A column of each interval's own, then each pane's (ktop.registry: PaneDef.csv), then its losses.
 _TIME_COLUMNS = ("time", "unix_time", "duration_s")
 
 

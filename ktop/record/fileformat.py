@@ -75,7 +75,7 @@ from ktop.codec import (
     to_data,
 )
 from ktop.model import IoRequest, Snapshot
-from ktop.panes import PANES, figured_panes
+from ktop.registry import PANES, figured_panes
 from ktop.stacktree import hot_functions
 from ktop.text import printable
 
@@ -123,7 +123,7 @@ class RecordInfo:
 
     @property
     def figures(self) -> tuple[float, ...]:
-        """In the order of ktop.panes.figured_panes()."""
+        """In the order of ktop.registry.figured_panes()."""
         return self.kernel_percent, self.lock_wait_ms, self.io_latency_ms
 
 
@@ -335,7 +335,7 @@ def _load_json(text: bytes | str) -> Any:
 
 def _figures(snapshot: Snapshot) -> tuple[float, ...]:
     """The timeline figures of one interval, NaN where unknown: the frame keeps FIGURES, the
-    first panes' of ktop.panes that have one (their order is the format's)."""
+    first panes' of ktop.registry that have one (their order is the format's)."""
     figures = [spec.figure.value(snapshot) for spec in figured_panes() if spec.figure]
     return (*figures, *[math.nan] * FIGURES)[:FIGURES]
 

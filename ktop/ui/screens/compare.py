@@ -1,6 +1,6 @@
 """The drill-down of a compared row (a baseline is set, key b): the stacks behind it in both
 windows, stack by stack, a second of each window, biggest change first; a stack of one window
-alone is marked new or gone. One screen for every pane: its Comparison (ktop.panes) says
+alone is marked new or gone. One screen for every pane: its Comparison (ktop.registry) says
 which stacks are behind a row and in what figure."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ktop.compare import (
     window_label,
 )
 from ktop.model import Snapshot
-from ktop.panes import PaneDef
+from ktop.registry import PaneDef
 from ktop.text import printable
 from ktop.ui.screens.drill import DetailScreen, DrillHost, frame_line
 from ktop.ui.widgets.fit import MUST, Item, item

@@ -16,7 +16,7 @@ from textual.dom import DOMNode
 from textual.widgets import Input
 
 from ktop import cgroups
-from ktop.panes import PANES
+from ktop.registry import PANES
 from ktop.text import printable
 from ktop.ui.widgets.compositor import ChangedRowsScreen
 from ktop.ui.widgets.footer import KeysFooter
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ktop.engine import Timeline
     from ktop.ui.app import KtopApp
 
-# Number keys for up to this many panes (ktop.panes has them, in order).
+# Number keys for up to this many panes (ktop.registry has them, in order).
 MAX_PANES = 9
 # Below this size the panes cannot be read side by side (at 80x24 a symbol had 7 columns,
 # the lock caller none): one pane at a time, with tabs, as htop and btop do.
@@ -63,7 +63,7 @@ class MainScreen(ChangedRowsScreen):
         Binding("question_mark,f1", "help", "Help"),
         Binding("tab", "focus_pane_step(1)", "Next pane", show=False, priority=True),
         Binding("shift+tab", "focus_pane_step(-1)", "Previous pane", show=False, priority=True),
-        # 1, 2, 3...: the panes in screen order (the help names them from ktop.panes).
+        # 1, 2, 3...: the panes in screen order (the help names them from ktop.registry).
         *(Binding(str(i), f"focus_pane_number({i})", f"pane {i}", show=False)
           for i in range(1, MAX_PANES + 1)),
         Binding("space", "app.pause", "Pause", priority=True),

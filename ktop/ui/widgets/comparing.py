@@ -1,5 +1,5 @@
 """A pane compared with a baseline window (key b): one table for every pane, made from its
-Comparison (ktop.panes) by ktop.compare's one diff. Each row: its figure a second now, in the
+Comparison (ktop.registry) by ktop.compare's one diff. Each row: its figure a second now, in the
 baseline, the change, the name; `new` and `gone` rows marked; biggest change first."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ktop.compare import GONE, NEW, Change, changed_count, compare_rows, format_figure, holds
 from ktop.model import Snapshot
-from ktop.panes import PaneDef
+from ktop.registry import PaneDef
 from ktop.ui.widgets.pane import Display, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 from ktop.units import format_span

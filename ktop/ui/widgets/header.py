@@ -15,7 +15,7 @@ from textual.widget import Widget
 
 from ktop.losses import counts_intact, reason
 from ktop.model import PANE_FUNCTIONS, Pressure, Snapshot
-from ktop.panes import PANES, PaneDef
+from ktop.registry import PANES, PaneDef
 from ktop.text import printable
 from ktop.ui.widgets.fit import MUST, Item, fit_items, item
 from ktop.units import format_span

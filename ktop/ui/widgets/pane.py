@@ -14,7 +14,7 @@ from textual.content import Content
 from textual.geometry import Region
 from textual.widgets import Static
 
-from ktop import panes
+from ktop import registry as panes
 from ktop.cgroups import in_subtree
 from ktop.compare import Baseline
 from ktop.model import Snapshot
@@ -111,7 +111,7 @@ class Pane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
         self.view = self.VIEWS[0].name
-        self.spec = panes.pane(self.PANE)  # its name, number, title... (ktop.panes)
+        self.spec = panes.pane(self.PANE)  # its name, number, title... (ktop.registry)
         self.border_title = self.spec.numbered_title
         self._snapshot: Snapshot | None = None  # what the rows shown were made from
         self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widget import Widget
 
-from ktop.panes import figured_panes
 from ktop.record.fileformat import FIGURES, RecordIndex
 from ktop.record.replay import TimelineView
+from ktop.registry import figured_panes
 from ktop.ui.widgets.fit import MUST, fit_items, item
 from ktop.units import format_scale, format_span
 
