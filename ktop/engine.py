@@ -169,6 +169,8 @@ class LiveSource:
         self._last_collect = 0.0
         self._span_start = 0.0  # restart_span(): when the panes' counts begin (0: at start)
         self._last_span = 0.0
+        self._drained_at = (0.0, 0.0)  # the last drain's end of interval: monotonic, wall
+        self._scan_late_s = 0.0  # how long after it the processes were read
 
     @property
     def unavailable(self) -> dict[str, str]:
@@ -293,7 +295,22 @@ class LiveSource:
     def collect(self, latest: bool = False) -> Snapshot:
         """The window (or totals since start) after draining every collector; with latest,
         the newest interval alone, as `ktop --record` keeps each one."""
-        running = self._drain_all()
+        read_at_the_end: list[Any] = []
+
+        def read_files() -> None:
+            # Read as the panes' intervals end, not after the maps are read and the processes
+            # scanned (seconds on a saturated machine: the iostat view covered 20.85 s beside
+            # the CPU pane's 1.27 s): one record, one span.
+            disk_interval = self._diskstats.read()
+            if disk_interval is not None:
+                self._iostat.add(disk_interval)
+            read_at_the_end.extend((
+                self._proc_stat_split(), self._pressure.read(),
+                self._cgroup_pressure.read() if self._cgroup_pressure else None))
+
+        running = self._drain_all(read_files)
+        drained_at, taken_at = self._drained_at
+        split, pressure, cgroup_pressure = read_at_the_end
         profiles: dict[str, Any] = {}
         for name, (collector, aggregator) in running:
             try:
@@ -303,9 +320,9 @@ class LiveSource:
                 self._stopped(name, collector, e)
         processes = self._processes.collect(self._ran)
         self._ran = set() if self._ran_known else None  # known from the drain just done
-        disk_interval = self._diskstats.read()
-        if disk_interval is not None:
-            self._iostat.add(disk_interval)
+        # How long after the drain the processes were read: their rows are that much later
+        # than the rest of the record (each process's rates are over its own interval).
+        self._scan_late_s = time.monotonic() - drained_at
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
         cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
@@ -313,16 +330,16 @@ class LiveSource:
             # Binaries whose symbols were past what is read: their frames are [unknown].
             cpu_profile = profiles[PANE_FUNCTIONS] = dataclasses.replace(cpu_profile, lost={
                 **cpu_profile.lost, "binary_unread": self._user_symbols.unread})
-        now = time.monotonic()
-        # Without CPU samples, a record's span is the time since the last collect.
-        self._last_span = now - (self._last_collect or self.started_at)
-        self._last_collect = now
+        # Without CPU samples, a record's span is the time since the last drain.
+        self._last_span = drained_at - (self._last_collect or self.started_at)
+        self._last_collect = drained_at
         cpu_times = None
         if cpu_profile:
             duration = cpu_profile.window_s
         else:
-            duration = self._last_span if latest else now - (self._span_start or self.started_at)
-            cpu_times = self._proc_stat_split()
+            duration = (self._last_span if latest
+                        else drained_at - (self._span_start or self.started_at))
+            cpu_times = split
         if self._collects % TRIM_EVERY == 0:
             trim_heap()
         with self._lock:
@@ -332,7 +349,7 @@ class LiveSource:
             ktop_version=__version__,
             kernel=platform.release(),
             hostname=socket.gethostname(),
-            taken_at=time.time(),
+            taken_at=taken_at,  # the drain's: a record ends where the next begins
             duration_s=duration,
             headers=self.headers,
             processes=processes,
@@ -340,22 +357,38 @@ class LiveSource:
             unavailable=unavailable,
             loading=loading,
             cost=self._self_cost.measure(),
-            tasks=self._processes.tasks,
+            tasks=(dataclasses.replace(self._processes.tasks, read_late_s=self._scan_late_s)
+                   if self._processes.tasks is not None else None),
             cpu_times=cpu_times,
-            pressure=self._pressure.read(),
-            cgroup_pressure=self._cgroup_pressure.read() if self._cgroup_pressure else None,
+            pressure=pressure,
+            cgroup_pressure=cgroup_pressure,
             cgroup_pressure_of=(self.options.cgroup or "") if self._cgroup_pressure else "",
             iostat=self._iostat.profile(self.cumulative, latest),
             cumulative=self.cumulative and not latest,
         )
 
-    def _drain_all(self) -> list[tuple[str, tuple[Collector, Aggregator]]]:
+    def _drain_all(self, at_the_end: Callable[[], None] | None = None,
+                   ) -> list[tuple[str, tuple[Collector, Aggregator]]]:
         """Every running collector drained into its aggregator (those that fail stop, their
-        pane says why), exited processes folded now and then; the panes still running."""
+        pane says why), exited processes folded now and then; the panes still running.
+        `at_the_end` runs as soon as every interval has ended, before any is read."""
         with self._lock:
             running = list(self._running.items())
-        # Every collector drained before any drain is folded: their intervals end together
-        # (folding a CPU drain full of new stacks took 0.2 s, which the next pane's gained).
+        # Every collector's interval ended (its maps flipped) before any is read, and every
+        # one read before any drain is folded: their intervals end together (reading the CPU
+        # pane's maps under load took seconds, which the next pane's interval gained).
+        for name, (collector, _aggregator) in running:
+            end_interval = getattr(collector, "end_interval", None)
+            if end_interval is not None:
+                try:
+                    end_interval()
+                except Exception as e:
+                    self._stopped(name, collector, e)
+        self._drained_at = (time.monotonic(), time.time())
+        if at_the_end is not None:
+            at_the_end()
+        with self._lock:
+            running = [(name, pair) for name, pair in running if name in self._running]
         drains = []
         for name, (collector, aggregator) in running:
             try:

@@ -223,6 +223,9 @@ class TaskCounts:
     running: int  # runnable tasks (threads) at that instant, ktop's reader among them
     blocked: int  # in uninterruptible sleep (mostly waiting for I/O)
     forks_per_s: float | None = None  # tasks started a second over the interval
+    # Seconds from the drain that ends the record's interval (its stamp) to the end of the
+    # process scan: the processes pane's rows are that much later than the other panes'.
+    read_late_s: float = 0.0
 
 
 @quick_init

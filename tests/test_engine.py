@@ -212,3 +212,96 @@ def test_attaching_wakes_the_caller_for_an_early_refresh(gates):
         assert woken.wait(10)
     finally:
         source.close()
+
+
+# ---- one record, one span, stamped at its drain (issue 44 item 16) ------------------------
+
+
+class SpanCollector:
+    """Ends its interval when told (or when drained, as a collector without end_interval
+    does), then takes `read_s` to read it, as a saturated machine makes a drain slow."""
+
+    def __init__(self, name: str, log: list[str], read_s: list[float]) -> None:
+        self.name, self.log, self.read_s = name, log, read_s
+        self.last = self.ended = 0.0
+
+    def start(self) -> None:
+        self.last = time.monotonic()
+
+    def end_interval(self) -> None:
+        self.ended = time.monotonic()
+        self.log.append(f"end {self.name}")
+
+    def drain(self) -> tuple[float, float]:
+        end, self.ended = self.ended or time.monotonic(), 0.0
+        self.log.append(f"read {self.name}")
+        time.sleep(self.read_s.pop(0) if self.read_s else 0.0)
+        start, self.last = self.last, end
+        return start, end
+
+    def close(self) -> None:
+        pass
+
+
+class SpanAggregator(FakeAggregator):
+    def add(self, drain) -> None:
+        self.start, self.end = drain
+
+    def profile(self, cumulative: bool = False, latest: bool = False):
+        return SimpleNamespace(pane=self.name, window_s=self.end - self.start, lost={})
+
+
+def test_a_record_is_stamped_at_its_drain_and_its_panes_cover_one_span(monkeypatch):
+    """Under `perf bench sched messaging -g 20` records were stamped up to 19.6 s after their
+    drain (time.time() after the slow process scan), so they overlapped, and one record's
+    panes covered 1.27 s (CPU), 3.48 s (waits) and 20.85 s (iostat). Here the first pane's
+    maps take from 0.05 to 0.5 s to read and the process scan from 0.1 to 0.8 s."""
+    log: list[str] = []
+    cpu = SpanCollector(PANE_FUNCTIONS, log, [])
+    locks = SpanCollector(PANE_LOCKS, log, [])
+    source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS, PANE_LOCKS})), [
+        PaneSpec(PANE_FUNCTIONS, lambda source: (cpu, SpanAggregator(PANE_FUNCTIONS))),
+        PaneSpec(PANE_LOCKS, lambda source: (locks, SpanAggregator(PANE_LOCKS)))])
+    scan_s = [0.1]
+    scanned_at: list[float] = []
+    real_scan = source._processes.collect
+
+    def slow_scan(ran=None):
+        scanned_at.append(time.time())
+        time.sleep(scan_s[0])
+        return real_scan(ran)
+
+    monkeypatch.setattr(source._processes, "collect", slow_scan)
+    read_disks = source._diskstats.read
+    disks_read_at: list[float] = []
+    monkeypatch.setattr(source._diskstats, "read",
+                        lambda: disks_read_at.append(time.time()) or read_disks())
+    source.start(wait=True)
+    records = []
+    try:
+        source.collect(latest=True)
+        for cpu_read_s, scan_s[0] in [(0.05, 0.1), (0.5, 0.8), (0.05, 0.1), (0.05, 0.1)]:
+            time.sleep(0.2)
+            log.clear()
+            cpu.read_s = [cpu_read_s]
+            record = source.collect(latest=True)
+            records.append(record)
+            # Every pane's interval ended before any pane's maps were read.
+            assert log == [f"end {PANE_FUNCTIONS}", f"end {PANE_LOCKS}",
+                           f"read {PANE_FUNCTIONS}", f"read {PANE_LOCKS}"], log
+            # Stamped at the drain, before the process scan began; the disks read there too.
+            assert disks_read_at[-1] <= scanned_at[-1]
+            assert scanned_at[-1] - cpu_read_s - 0.2 <= record.taken_at <= scanned_at[-1]
+            # One span: the panes', the disks' and the record's own are the same seconds.
+            assert record.locks.window_s == pytest.approx(record.cpu.window_s, abs=0.02)
+            assert record.iostat.span_s == pytest.approx(record.cpu.window_s, abs=0.02)
+            assert record.duration_s == record.cpu.window_s
+    finally:
+        source.close()
+    # Each record begins where the one before ended: none overlaps the next.
+    for before, after in zip(records, records[1:]):
+        assert after.taken_at - after.duration_s == pytest.approx(before.taken_at, abs=0.02)
+    # What a late scan means is said: the processes were read that long after the drain.
+    lates = [r.tasks.read_late_s for r in records]
+    assert lates[1] == pytest.approx(0.5 + 0.8, abs=0.2), lates
+    assert all(late < 0.5 for i, late in enumerate(lates) if i != 1), lates

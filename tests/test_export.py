@@ -216,7 +216,7 @@ def full_snapshot() -> Snapshot:
         loading={"locks": "compiling its BPF program... 2s"},
         cost=SelfCostRow(cpu_percent=1 + THIRD, bpf_percent=THIRD,
                          bpf_panes={"waits": THIRD}), paused=True, cumulative=True,
-        tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD),
+        tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD, read_late_s=19.6),
         cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
                            ticks=300, iowait=10 - THIRD),
         iostat=IostatProfile(1 + THIRD, (DiskIo("vda", 253, 1, *range(1, 18)),)),

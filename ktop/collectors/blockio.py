@@ -210,6 +210,7 @@ class BlockCollector:
         self._user_stacks = user_stacks
         self._sys_root = sys_root
         self._program: TwoGenerationProgram | None = None
+        self._ended: tuple[int, float] | None = None  # by end_interval(): (generation, end)
         self._completions: RingBuffer | None = None
         self._origin = 0.0
         self._last = 0.0
@@ -268,10 +269,17 @@ class BlockCollector:
             )
         )
 
+    def end_interval(self) -> None:
+        """End the interval now; the next drain() reads it (the engine ends every pane's
+        before it reads any, so they cover the same span)."""
+        assert self._program is not None, "start() first"
+        self._ended = self._program.swap()
+
     def drain(self) -> BlockDrain:
         """Swap map generations, then read and empty the one the program just left."""
         assert self._program is not None, "start() first"
-        old, end = self._program.swap()
+        old, end = self._ended or self._program.swap()
+        self._ended = None
         cgroup_name = self._cgroups.name
 
         totals = tuple(

@@ -159,6 +159,7 @@ class CpuSampler:
         self.cpus = os.cpu_count() or 1
         self._interval_s = interval_s
         self._program: TwoGenerationProgram | None = None
+        self._ended: tuple[int, float, CpuTicks] | None = None  # by end_interval()
         self._last = 0.0
         self._ticks = CpuTicks()
         # Each counter's key as the kernel wrote it -> its row: a workload's keys come back
@@ -221,12 +222,18 @@ class CpuSampler:
             code.start[i], code.end[i] = start, end
         table[0] = code
 
+    def end_interval(self) -> None:
+        """End the interval now; the next drain() reads it (the engine ends every pane's
+        before it reads any, so they cover the same span)."""
+        assert self._program is not None, "start() first"
+        self._ended = (*self._program.swap(), read_cpu_ticks())
+
     def drain(self) -> CpuDrain:
         """Swap map generations, then read and empty the one the program just left: its
         counters, the stacks first seen in its interval, and its idle task's cache."""
         assert self._program is not None, "start() first"
-        old, end = self._program.swap()
-        ticks = read_cpu_ticks()
+        old, end, ticks = self._ended or (*self._program.swap(), read_cpu_ticks())
+        self._ended = None
         counts_map = self._program.table(MAP_COUNTS[old])
         keys, values = counts_map.drain_columns()
         # Emptied after each drain: a generation's maps hold one interval's stacks.

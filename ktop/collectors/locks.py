@@ -283,6 +283,7 @@ class LockCollector:
         self._user_stacks = user_stacks
         self._pass_on = pass_on
         self._program: TwoGenerationProgram | None = None
+        self._ended: tuple[int, float] | None = None  # by end_interval(): (generation, end)
         self._last = 0.0
         self._stale_begins = 0
         self._cgroups = cgroups or shared_names()
@@ -326,10 +327,17 @@ class LockCollector:
             ) from None
         self._last = time.monotonic()
 
+    def end_interval(self) -> None:
+        """End the interval now; the next drain() reads it (the engine ends every pane's
+        before it reads any, so they cover the same span)."""
+        assert self._program is not None, "start() first"
+        self._ended = self._program.swap()
+
     def drain(self) -> LockDrain:
         """Swap map generations, then read and empty the one the program just left."""
         assert self._program is not None, "start() first"
-        old, end = self._program.swap()
+        old, end = self._ended or self._program.swap()
+        self._ended = None
         kernel_stacks = self._program.table(MAP_STACKS[old])
         user_stacks = self._program.table(MAP_USER_STACKS[old])
         walk = self._program.stacks.read

@@ -326,6 +326,7 @@ class WaitCollector:
         self._user_stacks = user_stacks
         self.min_walk = min_walk
         self._program: TwoGenerationProgram | None = None
+        self._ended: tuple[int, float] | None = None  # by end_interval(): (generation, end)
         self._last = 0.0
         self._stale_threads = 0
         self._uncounted: tuple[int, ...] | None = None  # RAN_UNKNOWN_AFTER's at the last drain
@@ -397,11 +398,18 @@ class WaitCollector:
         time.sleep(0.001)  # a program that read the old word may still be writing: us
         return program.generation ^ 1, (word & ~1) / 1e9
 
+    def end_interval(self) -> None:
+        """End the interval now; the next drain() reads it (the engine ends every pane's
+        before it reads any, so they cover the same span)."""
+        assert self._program is not None, "start() first"
+        self._ended = self._end_interval()
+
     def drain(self) -> WaitDrain:
         """End the interval, then read and empty the generation of maps it filled."""
         assert self._program is not None, "start() first"
         program = self._program
-        old, end = self._end_interval()
+        old, end = self._ended or self._end_interval()
+        self._ended = None
         kernel, user = self._kernel_stacks, self._user_stacks_read
         kernel.take(program.table(MAP_STACKS))
         user.take(program.table(MAP_USER_STACKS))

@@ -13,6 +13,8 @@ from ktop.text import human_bytes
 from ktop.ui.widgets.pane import WIDE, WIDER, CgroupFilter, Display, Drill, Pane, PaneRow, View
 from ktop.ui.widgets.table import Cell, Column, num
 
+READ_LATE_SHOWN_S = 0.5  # processes read this long after the drain: the title says so
+
 
 @dataclass(frozen=True)
 class CgroupRow:
@@ -196,6 +198,8 @@ def task_summary(snapshot: Snapshot, shown: tuple[ProcessRow, ...] | None = None
     text = f"{processes} tasks, {threads} thr; {tasks.running} running"
     if tasks.forks_per_s:
         text += f", {tasks.forks_per_s:.0f} started/s"
+    if tasks.read_late_s >= READ_LATE_SHOWN_S:  # a saturated machine: say the rows are later
+        text += f"; read {tasks.read_late_s:.1f}s after the other panes"
     return text
 
 
