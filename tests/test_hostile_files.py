@@ -418,23 +418,36 @@ def test_serve_of_a_forged_recording_is_one_line(tmp_path):
     assert rest.count("\n") == 1 and "cpu.window_s: found nan" in rest, rest[-2000:]
 
 
-def test_ktop_never_records_what_it_would_refuse_to_read(tmp_path):
-    """A machine of more processes than a table holds: said, and the file keeps its whole
-    records (it gained one no replay could read)."""
+def test_a_record_past_what_ktop_reads_back_is_trimmed_and_counted_not_refused(tmp_path):
+    """A machine of more processes than a table holds, or processes of huge command lines
+    (nobody's six of 1.8 MB made a 63 MiB record): the record keeps the first rows of a
+    table (most first) and cut texts, the trim is counted, and the recorder goes on (it
+    stopped, exit 1, at the first such interval)."""
     import dataclasses
 
-    from ktop.record.fileformat import RecordWriter
+    from ktop.record.fileformat import MAX_JSON, RecordWriter
 
     snapshot = interval(0)
     crowded = dataclasses.replace(snapshot, processes=tuple(
         dataclasses.replace(snapshot.processes[0], pid=10 + i) for i in range(MAX_ROWS + 1)))
+    huge = "\x01" * (2 << 20)  # each control byte is 6 bytes of JSON
+    hostile = dataclasses.replace(snapshot, processes=tuple(
+        dataclasses.replace(snapshot.processes[0], pid=10 + i, cmdline=huge) for i in range(6)))
+    assert len(json.dumps(hostile.processes[0].cmdline)) * 6 > MAX_JSON
     path = str(tmp_path / "r.krec")
     writer = RecordWriter(path)
     writer.append(snapshot)
-    with pytest.raises(RecordingError) as error:
-        writer.append(crowded)
+    writer.append(crowded)
+    assert (writer.trimmed_records, writer.trimmed_rows) == (1, 1)
+    writer.append(hostile)
+    writer.append(snapshot)
+    assert writer.trimmed_records == 2
     writer.close()
-    assert f"holds {MAX_ROWS + 1} rows of processes; ktop reads back at most {MAX_ROWS}" in (
-        one_line(error))
     recording = Recording(path)
-    assert len(recording) == 1 and recording.snapshot(0).processes == snapshot.processes
+    assert len(recording) == 4
+    assert len(recording.snapshot(1).processes) == MAX_ROWS
+    assert recording.snapshot(1).processes[:3] == crowded.processes[:3]
+    trimmed = recording.snapshot(2).processes
+    assert [p.pid for p in trimmed] == [p.pid for p in hostile.processes]  # every row kept
+    assert all(0 < len(p.cmdline) <= fileformat.TRIMMED_TEXT for p in trimmed)
+    assert recording.snapshot(3).processes == snapshot.processes

@@ -1,5 +1,5 @@
-"""ktop on a machine with many processes and few descriptors: the TUI starts and the
-headless modes run (root: the panes load BPF programs)."""
+"""ktop on a real server: many processes, few descriptors, hostile command lines; the TUI
+starts, and the headless modes run and go on (root: the panes load BPF programs)."""
 
 from __future__ import annotations
 
@@ -112,3 +112,39 @@ def test_headless_modes_run_under_ulimit_1024_with_770_processes(tmp_path):
             serve.send_signal(signal.SIGTERM)
             _, errors = serve.communicate(timeout=60)
         assert "Traceback" not in errors and "Errno 24" not in errors, errors
+
+
+HUGE_ARGS = "import sys, time; time.sleep(600)"
+
+
+def test_record_goes_on_past_nobodys_processes_of_huge_command_lines(tmp_path, shared_dir):
+    """nobody runs 6 processes of 1.8 MB command lines (control bytes, 6 bytes of JSON
+    each): `ktop --record` stopped at the first interval, exit 1, 'not recorded'."""
+    from conftest import as_nobody  # noqa: PLC0415
+
+    from ktop.record.fileformat import Recording  # noqa: PLC0415
+
+    args = ["\x01" * (120 << 10)] * 15  # 1.8 MB: 15 arguments of the kernel's 128 KiB most
+    hostile = [subprocess.Popen([*as_nobody(shared_dir), sys.executable, "-c", HUGE_ARGS, *args])
+               for _ in range(6)]
+    try:
+        time.sleep(1)
+        assert all(p.poll() is None for p in hostile)
+        path = tmp_path / "r.krec"
+        with first_in_line():
+            result = subprocess.run([sys.executable, "-m", "ktop", "--record", str(path),
+                                     "--duration", "3"], capture_output=True, text=True,
+                                    timeout=180)
+        assert result.returncode == 0, result.stderr
+        assert "not recorded" not in result.stderr + result.stdout
+        recording = Recording(str(path))
+        assert len(recording) >= 2
+        last = recording.snapshot(len(recording) - 1)
+        pythons = [p for p in last.processes if p.cmdline.startswith(sys.executable + " -c")
+                   and "\x01" in p.cmdline]
+        assert len(pythons) >= 6
+        assert all(len(p.cmdline) <= 4096 + 3 for p in pythons)
+    finally:
+        for p in hostile:
+            p.kill()
+            p.wait()

@@ -61,6 +61,9 @@ def test_command_lines_read_as_htop_shows_them(tmp_path):
     assert cmdline(b"") == ""  # a kernel thread
     assert cmdline(b"caf\xe9\0") == "caf\ufffd"  # not UTF-8: shown, not fatal
     assert read_cmdline(str(tmp_path / "gone")) == ""  # exited before we looked
+    # 1.8 MB of arguments (nobody can run six): its first 4 KiB kept, the cut said
+    long = cmdline(b"prog\0" + b"x" * (120 << 10) + b"\0" + b"y" * (1800 << 10) + b"\0")
+    assert long.startswith("prog xxx") and long.endswith("x...") and len(long) == 4096 + 3
     assert read_cmdline(f"/proc/{os.getpid()}/cmdline").startswith(sys.orig_argv[0])  # this run, as started
 
 

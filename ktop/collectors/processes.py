@@ -28,6 +28,7 @@ _STAT_MAX = 4096  # /proc/PID/stat is one line of about 300 bytes
 _IO_MAX = 512  # /proc/PID/io: seven short lines
 _PROC_STAT_MAX = 65536  # /proc/stat: a line per CPU and interrupt counts
 _CGROUP_MAX = 4096  # /proc/PID/cgroup: one line per hierarchy (v1 and v2 on a hybrid machine)
+CMDLINE_MAX = 4096  # bytes of a command line read and kept; the rest is cut ("...")
 # A process moved to another cgroup while it sleeps is seen within this many refreshes (one
 # that runs, at once): reading every process's cgroup each refresh cost 0.3 ms for 76.
 CGROUP_RECHECK = 10
@@ -627,14 +628,18 @@ def parse_task_counts(text: bytes) -> tuple[int, int, int] | None:
 def read_cmdline(path: str) -> str:
     """A command line as htop shows it: arguments NUL-separated, joined by spaces. A process
     that rewrote its arguments ("postgres: writer") ends without a NUL. Kernel threads and
-    processes gone or hidden from us have none: ""."""
+    processes gone or hidden from us have none: "". Its first CMDLINE_MAX bytes, then "...":
+    any user can run processes of 2 MB command lines, kept in every row and record."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(CMDLINE_MAX + 1)
     except OSError:
         return ""
+    cut = len(data) > CMDLINE_MAX
+    data = data[:CMDLINE_MAX] if cut else data
     data = data[:-1] if data.endswith(b"\0") else data.removesuffix(b" ")
-    return data.replace(b"\0", b" ").decode(errors="replace")
+    text = data.replace(b"\0", b" ").decode(errors="replace")
+    return text + "..." if cut else text
 
 
 def _rounded(rate: float | None) -> float | None:

@@ -191,9 +191,89 @@ _REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(IoRequest))
 def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
     """One interval's snapshot as a record's (uncompressed) payload, in the format of the
     file it goes to."""
+    return encode_record(snapshot, format)[0]
+
+
+def encode_record(snapshot: Snapshot, format: int = FORMAT) -> tuple[bytes, int]:
+    """The payload, and how many rows and texts were left out or cut to make it one ktop
+    reads back (0 for most): a table past MAX_ROWS keeps its first rows (tables are in the
+    order shown, most first), and a record past MAX_JSON has its long texts cut to
+    TRIMMED_TEXT and its tables cut shorter until it fits. One interval never stops a
+    recorder."""
+    data = _record_data(snapshot)
+    trimmed = _cut_tables(data, MAX_ROWS)
+    payload = _payload(data, format)
+    rows = MAX_ROWS
+    while len(payload) > MAX_JSON:
+        data = _record_data(snapshot)
+        trimmed = _cut_tables(data, rows) + _cut_texts(data)
+        longest = _longest_table(data)
+        payload = _payload(data, format)
+        if len(payload) > MAX_JSON:
+            if longest <= 1:  # cannot happen with texts cut and a row a table
+                raise RecordingError(f"this interval's record is {len(payload) >> 20} MiB of "
+                                     f"JSON even trimmed, more than the {MAX_JSON >> 20} MiB "
+                                     "ktop reads back: not recorded")
+            rows = max(1, min(longest // 2, int(longest * MAX_JSON / len(payload) * 0.9)))
+    return payload, trimmed
+
+
+# A text of a trimmed record is cut to this many characters (a command line, a cgroup path).
+TRIMMED_TEXT = 256
+
+
+def _record_data(snapshot: Snapshot) -> dict[str, Any]:
     data = to_data(dataclasses.replace(snapshot, paused=False), skip_defaults=True)
     if data.get("cpu"):
         del data["cpu"]["functions"]  # derived from the stacks: computed again on reading
+    return data
+
+
+def _cut_tables(data: Any, rows: int) -> int:
+    """Every list of the data to its first `rows` (a list of values past MAX_ROWS only: a
+    stack's frames are cut by no smaller count); the rows left out."""
+    cut = 0
+    if type(data) is dict:
+        for value in data.values():
+            if type(value) is list or type(value) is dict:
+                cut += _cut_tables(value, rows)
+    elif type(data) is list:
+        limit = rows if data and type(data[0]) is dict else MAX_ROWS
+        if len(data) > limit:
+            cut += len(data) - limit
+            del data[limit:]
+        for item in data:
+            if type(item) is list or type(item) is dict:
+                cut += _cut_tables(item, rows)
+    return cut
+
+
+def _cut_texts(data: Any) -> int:
+    """Every text value longer than TRIMMED_TEXT cut to it, in place; how many were."""
+    cut = 0
+    items = data.items() if type(data) is dict else enumerate(data)
+    for key, value in items:
+        if type(value) is str and len(value) > TRIMMED_TEXT:
+            data[key] = value[:TRIMMED_TEXT]
+            cut += 1
+        elif type(value) is list or type(value) is dict:
+            cut += _cut_texts(value)
+    return cut
+
+
+def _longest_table(data: Any) -> int:
+    """The length of the longest list of rows (dicts) in the data."""
+    longest = 0
+    values = data.values() if type(data) is dict else data
+    if type(data) is list and data and type(data[0]) is dict:
+        longest = len(data)
+    for value in values:
+        if type(value) is list or type(value) is dict:
+            longest = max(longest, _longest_table(value))
+    return longest
+
+
+def _payload(data: dict[str, Any], format: int) -> bytes:
     if format >= 2:
         names = _Names()
         names.number(data)
@@ -202,11 +282,7 @@ def encode_snapshot(snapshot: Snapshot, format: int = FORMAT) -> bytes:
             data["blockio"]["requests"] = _request_columns(requests)
         # First: a reader meets the names before the numbers that stand for them.
         data = {"names": names.table, **data}
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
-    if len(payload) > MAX_JSON:  # never written: no ktop would read it back
-        raise RecordingError(f"this interval's record is {len(payload) >> 20} MiB of JSON, more "
-                             f"than the {MAX_JSON >> 20} MiB ktop reads back: not recorded")
-    return payload
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
 
 class _Names:
@@ -342,10 +418,17 @@ def _figures(snapshot: Snapshot) -> tuple[float, ...]:
 
 def frame_record(seq: int, snapshot: Snapshot, level: int = 6, format: int = FORMAT) -> bytes:
     """The bytes appended for one interval: frame and compressed payload."""
-    payload = zlib.compress(encode_snapshot(snapshot, format), level)
+    return framed_record(seq, snapshot, level, format)[0]
+
+
+def framed_record(seq: int, snapshot: Snapshot, level: int = 6,
+                  format: int = FORMAT) -> tuple[bytes, int]:
+    """frame_record's bytes, and the rows and texts trimmed to make the record fit."""
+    encoded, trimmed = encode_record(snapshot, format)
+    payload = zlib.compress(encoded, level)
     head = _FRAME.pack(SYNC, len(payload), seq, zlib.crc32(payload), snapshot.taken_at,
                        snapshot.duration_s, *_figures(snapshot), 0)
-    return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload
+    return head[:-4] + struct.pack("<I", zlib.crc32(head[:-4])) + payload, trimmed
 
 
 # The header's flags. SINCE_START: the records of this file of an older format count their
@@ -719,6 +802,9 @@ class RecordWriter:
         self.level = level
         self.records = 0  # appended by this writer
         self.ring_dropped = 0  # records the ring dropped, oldest first
+        # Records trimmed to be ones ktop reads back, and the rows and texts they left out.
+        self.trimmed_records = 0
+        self.trimmed_rows = 0
         self.format = FORMAT
         # A file whose records count losses since start (older formats) goes on so, from its
         # last record's: each pane's, by reason; None: each record holds its interval's own.
@@ -916,7 +1002,7 @@ class RecordWriter:
                 name: sum_lost((since_start.get(name, {}), lost))
                 for name, lost in _losses(snapshot).items()}}
             snapshot = _with_losses(snapshot, self._lost_since_start)
-        record = frame_record(self._seq, snapshot, self.level, self.format)
+        record, trimmed = framed_record(self._seq, snapshot, self.level, self.format)
         if self.max_bytes and self._end + len(record) > self.max_bytes and self._offsets:
             self._drop_oldest(len(record))
         try:
@@ -933,6 +1019,9 @@ class RecordWriter:
         self._end += len(record)
         self._seq += 1
         self.records += 1
+        if trimmed:
+            self.trimmed_records += 1
+            self.trimmed_rows += trimmed
         return len(record)
 
     def _stopped(self, error: OSError) -> RecordingError:

@@ -18,6 +18,7 @@ from ktop.engine import LiveSource, Options
 from ktop.model import Snapshot
 from ktop.record.fileformat import HEADER_SIZE, RecordingError, RecordWriter
 from ktop.text import human_bytes, printable
+from ktop.units import count_of
 
 
 class SessionRecorder:
@@ -29,6 +30,7 @@ class SessionRecorder:
         self.writer = RecordWriter(path, max_bytes, exclusive=exclusive)
         self.path = path
         self.error = ""
+        self.trimmed = 0
         self._lock = threading.Lock()
 
     def append(self, snapshot: Snapshot) -> bool:
@@ -51,6 +53,7 @@ class SessionRecorder:
     def _close(self) -> None:
         if self.writer is not None:
             self.records, self.size = self.writer.continued + self.writer.records, self.writer.size
+            self.trimmed = self.writer.trimmed_records
             self.writer.close()
             self.writer = None
 
@@ -59,8 +62,13 @@ class SessionRecorder:
         with self._lock:
             writer = self.writer
             if writer is None:
-                return f"{self.records} records, {human_bytes(self.size)}"
-            return f"{writer.continued + writer.records} records, {human_bytes(writer.size)}"
+                return f"{self.records} records, {human_bytes(self.size)}{_trimmed_note(self.trimmed)}"
+            return (f"{writer.continued + writer.records} records, {human_bytes(writer.size)}"
+                    f"{_trimmed_note(writer.trimmed_records)}")
+
+
+def _trimmed_note(records: int) -> str:
+    return f", {records} trimmed" if records else ""
 
 
 def new_session_recorder(directory: str) -> SessionRecorder:
@@ -124,20 +132,33 @@ def record(
             stopped = stop.wait(max(0.0, next_at - now))
             # Stopped (SIGINT, SIGTERM) mid-interval: the interval in progress is written
             # too, its span the seconds it really covers.
+            trimmed = writer.trimmed_records
             try:
                 writer.append(source.collect(latest=True))
             except RecordingError as e:
                 say(str(e))
                 return 1
             appended += 1
+            if writer.trimmed_records > trimmed == 0:  # said once, counted in the last line
+                say(f"record {appended} trimmed to fit what ktop reads back: "
+                    f"{writer.trimmed_rows} rows and texts left out or cut (counted)")
             if stopped or next_at >= end:
                 break
     finally:
         source.close()
         size = writer.size
         writer.close()
-    say(f"recorded {appended} intervals to {writer.name} ({human_bytes(size)}B{_per_record(writer)})")
+    say(f"recorded {appended} intervals to {writer.name} ({human_bytes(size)}B{_per_record(writer)})"
+        f"{_trimmed(writer)}")
     return 0
+
+
+def _trimmed(writer: RecordWriter) -> str:
+    """The records trimmed to fit, as a loss said."""
+    if not writer.trimmed_records:
+        return ""
+    return (f"; {count_of(writer.trimmed_records, 'record')} trimmed to fit, "
+            f"{writer.trimmed_rows} rows and texts left out or cut")
 
 
 def _per_record(writer: RecordWriter) -> str:
