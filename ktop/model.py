@@ -514,8 +514,8 @@ class WaitWaker:
     """Who ended some of a stack's blocked waits: offwaketime's one hop."""
 
     pid: int  # 0 for an interrupt or no wake-up seen (comm says which)
-    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[interrupt]" (not walked),
-    # "[no wake-up seen]", or WAKER_WAITING
+    comm: str  # the waker's command, "[hardirq]", "[softirq]", "[nmi]", "[interrupt]"
+    # (not walked), "[no wake-up seen]", or WAKER_WAITING
     frames: tuple[str, ...]  # the waker's kernel frames, innermost first ("" if not walked)
     count: int
     total_ns: int

@@ -53,6 +53,14 @@ ffffffff8110a000 T futex_wake
 ffffffff8110b000 T do_futex
 ffffffff8110c000 T bpf_trace_run4
 ffffffff8110d000 T __traceiter_sched_switch
+ffffffff8110e000 T oom_kill_process
+ffffffff8110f000 T out_of_memory
+ffffffff81110000 T handle_mm_fault
+ffffffff81111000 T exc_page_fault
+ffffffff81112000 T asm_exc_page_fault
+ffffffff81113000 T asm_common_interrupt
+ffffffff81114000 T asm_exc_nmi
+ffffffff81115000 T handle_softirqs
 ffffffff82000000 T _etext
 """
 A = {name: int(addr, 16) + 0x10 for addr, _, name in map(str.split, KALLSYMS.splitlines())}
@@ -673,3 +681,39 @@ def test_wakers_in_one_interrupt_path_are_named_alike_whatever_they_interrupted(
     other = namer.waker(stack(*entry[:5], "do_idle", "asm_sysvec_apic_timer_interrupt",
                               "do_futex"))
     assert other[1] == "[hardirq]" and other[0][-2].startswith("do_idle")
+
+
+def test_a_wake_up_from_a_page_fault_is_the_faulting_task_s_not_an_interrupt_s():
+    """An OOM kill is sent from the faulting task's page fault (asm_exc_page_fault, an
+    exception in the task's own context): its victim was woken by that task, not
+    '[hardirq]'; hard interrupts (asm_common_interrupt, asm_sysvec_*) and NMIs still are."""
+    from ktop.aggregate.waits import KernelNamer, interrupt_of
+
+    namer = KernelNamer(Kallsyms.from_text(KALLSYMS))
+    oom = ("bpf_trace_run4", "try_to_wake_up", "oom_kill_process", "out_of_memory",
+           "handle_mm_fault", "exc_page_fault", "asm_exc_page_fault")
+    frames, interrupt = namer.waker(stack(*oom))
+    assert interrupt == ""
+    assert [f.split("+")[0] for f in frames][-3:] == ["handle_mm_fault", "exc_page_fault",
+                                                      "asm_exc_page_fault"]
+    # A fault taken inside a syscall (copy_from_user): the stack goes on past the exception.
+    in_syscall = namer.waker((*stack(*oom), A["do_futex"]))
+    assert in_syscall[1] == "" and in_syscall[0][-1].startswith("do_futex")
+    device = ("bpf_trace_run4", "try_to_wake_up", "asm_common_interrupt")
+    assert namer.waker((*stack(*device), A["do_idle"]))[1] == "[hardirq]"
+    assert interrupt_of(["try_to_wake_up+0x1", "handle_softirqs+0x2",
+                         "asm_sysvec_apic_timer_interrupt+0x3"]) == "[softirq]"
+    assert interrupt_of(["try_to_wake_up+0x1", "asm_exc_nmi+0x3"]) == "[nmi]"
+    assert interrupt_of(["try_to_wake_up+0x1", "asm_exc_int3+0x3"]) == ""
+
+
+def test_the_waits_fold_names_an_oom_killer_by_its_pid_not_hardirq():
+    """Through the aggregator: the victim's waker row keeps the killer's pid and command."""
+    oom = stack("bpf_trace_run4", "try_to_wake_up", "oom_kill_process", "out_of_memory",
+                "handle_mm_fault", "exc_page_fault", "asm_exc_page_fault")
+    agg = WaitAggregator(Kallsyms.from_text(KALLSYMS), window_s=5.0)
+    agg.add(drain(1.0, [blocked(kernel=stack("__schedule", "schedule", "futex_do_wait"),
+                                waker_pid=77, waker_comm="hog", waker_kernel=oom)],
+                  [times()]))
+    wakers = [w for s in agg.profile().stacks for w in s.wakers]
+    assert [(w.pid, w.comm) for w in wakers] == [(77, "hog")]

@@ -76,13 +76,23 @@ def reason_of(frames: Sequence[str]) -> str:
     return functions[-1] if functions else ""
 
 
+# x86's interrupt entries (arch/x86/include/asm/idtentry.h): DECLARE_IDTENTRY_IRQ and
+# _SYSVEC make asm_common_interrupt, asm_spurious_interrupt, asm_sysvec_*; NMIs are
+# asm_exc_nmi*. Every other asm_exc_* is an exception (asm_exc_page_fault, asm_exc_int3...):
+# it runs in the task's own context, so its wake-ups are the task's (an OOM kill's).
+_HARDIRQ_ENTRIES = ("asm_common_interrupt", "asm_spurious_interrupt", "asm_sysvec_")
+_NMI_ENTRIES = ("asm_exc_nmi",)
+
+
 def interrupt_of(waker_frames: Sequence[str]) -> str:
-    """'[softirq]' or '[hardirq]' for a wake-up whose stack ends in an interrupt's entry
-    (KernelNamer cut it there), '' for a task's own."""
-    if not waker_frames or not waker_frames[-1].startswith("asm_"):
+    """'[softirq]', '[hardirq]' or '[nmi]' for a wake-up whose stack ends in an interrupt's
+    entry (KernelNamer cut it there), '' for a task's own (an exception's among them)."""
+    if not waker_frames or not _is_interrupt_entry(waker_frames[-1]):
         return ""
     functions = {function_of(f) for f in waker_frames}
-    return "[softirq]" if functions & {"handle_softirqs", "__do_softirq"} else "[hardirq]"
+    if functions & {"handle_softirqs", "__do_softirq"}:
+        return "[softirq]"
+    return "[nmi]" if waker_frames[-1].startswith(_NMI_ENTRIES) else "[hardirq]"
 
 
 def hist_slot_range(slot: int) -> tuple[int, int]:
@@ -146,7 +156,7 @@ class KernelNamer:
 
 
 def _is_interrupt_entry(frame: str) -> bool:
-    return frame.startswith("asm_")
+    return frame.startswith(_HARDIRQ_ENTRIES) or frame.startswith(_NMI_ENTRIES)
 
 
 def _make_room(cache: dict) -> None:
