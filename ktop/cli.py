@@ -433,7 +433,46 @@ def _baseline(args: argparse.Namespace, recorded: object):
         return None
     from ktop.compare import load_baseline
 
-    return load_baseline(args.baseline, recorded, args.window, say=_say)
+    bar = _ProgressBar(f"--baseline {os.path.basename(args.baseline)}: merging", "records")
+    try:
+        return load_baseline(args.baseline, recorded, args.window, say=_say, progress=bar)
+    finally:
+        bar.close()  # (Ctrl-C too: the line it says starts a line of its own)
+
+
+class _ProgressBar:
+    """How far a long step is, on stderr: a bar drawn over itself on a terminal; elsewhere
+    (a pipe, a log) one line when it starts, if it is long."""
+
+    WIDTH = 30
+    LONG = 20  # steps: fewer take no time worth a line
+
+    def __init__(self, what: str, unit: str) -> None:
+        self.what, self.unit = printable(what), unit
+        self.drawn = False
+        try:
+            self.terminal = _messages.isatty()
+        except (AttributeError, ValueError):
+            self.terminal = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if total < self.LONG or (self.drawn and not self.terminal):
+            return
+        if not self.terminal:
+            _say(f"{self.what} {total} {self.unit}...")
+            self.drawn = True
+            return
+        filled = self.WIDTH * done // total
+        # \r and erase-line: the bar is drawn over itself.
+        _messages.write(f"\r\x1b[2Kktop: {self.what} [{'#' * filled}{'.' * (self.WIDTH - filled)}]"
+                        f" {done}/{total} {self.unit}")
+        _messages.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn and self.terminal:
+            _messages.write("\n")
+            _messages.flush()
 
 
 def run_record(args: argparse.Namespace) -> int:

@@ -321,15 +321,52 @@ def _tables(profile: Any) -> Iterable[tuple[str, int]]:
             yield item.name, len(value)
 
 
+def _merged_baseline(recording: Any, name: str, say: Callable[[str], None],
+                     progress: Callable[[int, int], None]) -> Baseline:
+    """A recording's records as one window: all of them, or a long one's sample (each record
+    decodes at ~4 MB/s: 3,000 of a busy server took 5 min), said in one line."""
+    from ktop.record import replay  # noqa: PLC0415
+
+    sample = replay.baseline_sample(recording)
+    total = len(recording)
+    if not sample.whole:
+        say(f"--baseline {printable(name)}: {count_of(total, 'record')}, too many to merge "
+            f"at once: comparing with one in {sample.stride} ({len(sample.indices)}), "
+            "spread over the whole (or name a time in it with --replay FILE --baseline "
+            "HH:MM:SS)")
+    merged_count = 0
+
+    def counted(done: int, of: int) -> None:
+        nonlocal merged_count
+        merged_count = done
+        progress(done, of)
+
+    merged = replay.merge_recording(recording, _rows_checker(name), sample.indices, counted,
+                                    max_json_bytes=2 * replay.BASELINE_JSON_BYTES)
+    if sample.whole and merged_count == total:
+        return baseline_of(merged, name)
+    records = recording.records
+    first = records[sample.indices[0]]
+    last = records[sample.indices[merged_count - 1]]
+    if merged_count < len(sample.indices):
+        say(f"--baseline {printable(name)}: its records are bigger than their sizes said: "
+            f"comparing with the first {merged_count} of the {len(sample.indices)} chosen")
+    label = (f"{_clock(first.taken_at - first.duration_s)}-{_clock(last.taken_at)}, "
+             f"{merged_count} of {count_of(total, 'record')} of {printable(name)}")
+    return Baseline(merged, label, by_command=True)
+
+
 def load_baseline(text: str, replayed: object, window_s: float,
-                  say: Callable[[str], None] = lambda line: None) -> Baseline:
+                  say: Callable[[str], None] = lambda line: None,
+                  progress: Callable[[int, int], None] = lambda done, total: None) -> Baseline:
     """--baseline TIME: the window of `window_s` ending at that time in the replayed
     recording (`replayed`, its ReplaySource); --baseline FILE: another recording (all its
-    records as one window) or a JSON snapshot (--snapshot FILE.json). Raises BaselineError;
-    `say` tells what is read but not all there (a recording cut off)."""
+    records as one window, a long one sampled: ktop.record.replay.baseline_sample) or a JSON
+    snapshot (--snapshot FILE.json). Raises BaselineError; `say` tells what is read but not
+    all there (a recording cut off, sampled), `progress(records merged, of)` how far it is."""
     from ktop.codec import RecordingError  # noqa: PLC0415
     from ktop.record.fileformat import Recording, is_recording  # noqa: PLC0415
-    from ktop.record.replay import ReplaySource, find_time, merge_recording  # noqa: PLC0415
+    from ktop.record.replay import ReplaySource, find_time  # noqa: PLC0415
 
     said = f"--baseline {printable(text)}"
     if not os.path.lexists(text) and is_clock(text):
@@ -358,7 +395,7 @@ def load_baseline(text: str, replayed: object, window_s: float,
             if recording.dropped:  # cut off by kill -9 or a full disk: compare with the rest
                 say(f"--baseline {printable(name)}: {recording.dropped}; comparing with the "
                     f"{count_of(len(recording), 'whole record')} before it")
-            return baseline_of(merge_recording(recording, _rows_checker(name)), name)
+            return _merged_baseline(recording, name, say, progress)
         from ktop.exports.jsonfile import read_snapshot_file  # noqa: PLC0415
 
         return baseline_of(read_snapshot_file(text), name)

@@ -324,3 +324,57 @@ def test_a_baseline_recording_with_more_rows_than_ktop_compares_is_refused(tmp_p
     assert line.startswith("--baseline churn.krec: its records together hold more than 1000 "
                            "rows of functions stacks"), line
     assert "record a shorter baseline (--duration)" in line
+
+
+def test_a_long_baseline_recording_is_sampled_in_bounded_time_and_says_so(tmp_path, monkeypatch):
+    """Issue 44: --baseline BIG.krec merged every record, with no word: 3,000 records of a
+    busy server took 5 min 15 s. Past BASELINE_JSON_BYTES of JSON (lowered here to ten
+    records') it merges one record in k, spread over the whole and ending at the newest,
+    says so in one line, and tells its progress."""
+    from ktop.compare import load_baseline
+    from ktop.record import fileformat, replay
+
+    path = recorded(tmp_path / "long.krec", many_stacks(30, 100, distinct=False))
+    recording = fileformat.Recording(path)
+    one, json_bytes = recording.decoded(0)
+    monkeypatch.setattr(replay, "BASELINE_JSON_BYTES", 10 * json_bytes)
+    decoded = []
+    real_decode = fileformat.Recording._decode
+    monkeypatch.setattr(fileformat.Recording, "_decode",
+                        lambda self, index: decoded.append(index) or real_decode(self, index))
+    said, progress = [], []
+    baseline = load_baseline(path, None, 5.0, say=said.append,
+                             progress=lambda done, total: progress.append((done, total)))
+    assert sorted(decoded) == list(range(2, 30, 3))  # ten records decoded, not thirty
+    snapshot = baseline.snapshot
+    assert snapshot.cpu.total_samples == 10 * one.cpu.total_samples
+    assert snapshot.duration_s == pytest.approx(10 * one.duration_s)  # figures a second: true
+    assert said == ["--baseline long.krec: 30 records, too many to merge at once: comparing "
+                    "with one in 3 (10), spread over the whole (or name a time in it with "
+                    "--replay FILE --baseline HH:MM:SS)"]
+    # From the first chosen record's start to the newest's end.
+    first, last = recording.records[2], recording.records[29]
+    start = time.strftime("%H:%M:%S", time.localtime(first.taken_at - first.duration_s))
+    end = time.strftime("%H:%M:%S", time.localtime(last.taken_at))
+    assert baseline.label == f"{start}-{end}, 10 of 30 records of long.krec"
+    assert progress[0] == (0, 10) and progress[-1] == (10, 10)
+
+
+def test_ctrl_c_while_a_baseline_loads_is_one_line_and_exit_130(recording, tmp_path):
+    """Issue 44: Ctrl-C while --baseline FILE loaded printed a KeyboardInterrupt traceback.
+    Here the load says it started (a line, stderr being no terminal), then Ctrl-C."""
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    big = recorded(tmp_path / "big.krec", many_stacks(25, 1500, distinct=False))
+    out = tmp_path / "c.json"
+    process = subprocess.Popen([sys.executable, "-m", "ktop", "--replay", recording,
+                                "--baseline", big, "--snapshot", str(out)],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    started = process.stderr.readline()
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=60)
+    assert started == "ktop: --baseline big.krec: merging 25 records...\n"
+    assert (process.returncode, rest) == (130, "ktop: interrupted\n")
+    assert not out.exists()

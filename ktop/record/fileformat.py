@@ -149,6 +149,10 @@ class RecordIndex(Sequence[RecordInfo]):
     def durations(self) -> array.array:
         return self._floats[1::self._FLOATS]
 
+    def lengths(self) -> array.array:
+        """Every record's payload bytes (compressed), in order."""
+        return self._ints[2::3]
+
     def figure(self, index: int) -> array.array:
         """Every record's figure `index` (the order of RecordInfo.figures)."""
         return self._floats[2 + index::self._FLOATS]
@@ -678,8 +682,9 @@ class Recording:
         payload, whole and checksummed, still does not decode (a bug, or a forged file)."""
         return self.decoded(index)[0]
 
-    def decoded(self, index: int) -> tuple[Snapshot, int]:
-        """The snapshot of record `index` and the bytes of its JSON (what decoding it cost)."""
+    def decoded(self, index: int, keep: bool = True) -> tuple[Snapshot, int]:
+        """The snapshot of record `index` and the bytes of its JSON (what decoding it cost);
+        keep=False: not kept for stepping back to it (a merge of the whole reads each once)."""
         cached = self._cache.get(index)
         if cached is not None:
             self._cache.move_to_end(index)
@@ -695,6 +700,8 @@ class Recording:
                 snapshot = _with_losses(snapshot, {
                     name: lost_added(before.get(name, {}), lost)
                     for name, lost in since_start.items()})
+        if not keep:
+            return snapshot, size
         self._cache[index] = (snapshot, size, since_start)
         self._cached_bytes += size
         while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:

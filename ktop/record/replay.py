@@ -21,6 +21,10 @@ DEFAULT_WINDOW_S = 5.0  # as live ktop's -w
 # Records' JSON decoded at once when a whole recording is merged (--baseline FILE): half
 # of what the recording's cache of decoded records keeps, which holds this batch and the last.
 MERGE_BATCH_BYTES = CACHE_BYTES // 2
+# --baseline FILE decodes about this much of a recording's JSON (~15 s of CPU on a 2-CPU VM;
+# a record of a busy machine is ~0.4 MB): a longer recording is sampled, one record in k
+# spread over it, and said so. Past twice this (the records' sizes lied), the merge stops.
+BASELINE_JSON_BYTES = 48 << 20
 # A window typed longer than this many records is the whole recording (the timeline clamps it).
 MAX_WINDOW_RECORDS = 1 << 40
 
@@ -90,26 +94,64 @@ def find_time(records: Sequence[RecordInfo], text: str, after: int = -1) -> int:
 
 
 def merge_recording(recording: Recording,
-                    check: Callable[[Snapshot], None] = lambda merged: None) -> Snapshot:
-    """Every record of `recording` as one window, merged a batch of records at a time into
-    the sum so far: memory holds that sum and one batch (MERGE_BATCH_BYTES of JSON), not
-    the whole file decoded (a forged 8 MB file of 100 records took 1.4 GB in one pass).
-    The merges are sums, so the result is the one pass's (rows of equal weight may come in
-    another order). `check(merged)` sees the sum after each batch and may raise."""
+                    check: Callable[[Snapshot], None] = lambda merged: None,
+                    indices: Sequence[int] | None = None,
+                    progress: Callable[[int, int], None] = lambda done, total: None,
+                    max_json_bytes: float = math.inf) -> Snapshot:
+    """Every record of `recording` (or those of `indices`, oldest first) as one window,
+    merged a batch of records at a time into the sum so far: memory holds that sum and one
+    batch (MERGE_BATCH_BYTES of JSON), not the whole file decoded (a forged 8 MB file of 100
+    records took 1.4 GB in one pass). The merges are sums, so the result is the one pass's
+    (rows of equal weight may come in another order). `check(merged)` sees the sum after
+    each batch and may raise; `progress(records merged, records to merge)` after each
+    batch. Past `max_json_bytes` decoded it stops, at the end of a batch."""
+    chosen = range(len(recording)) if indices is None else indices
     merged: Snapshot | None = None
     batch: list[Snapshot] = []
-    size = 0
-    for index in range(len(recording)):
-        snapshot, json_bytes = recording.decoded(index)
+    size = decoded = 0
+    progress(0, len(chosen))
+    for done, index in enumerate(chosen, 1):
+        snapshot, json_bytes = recording.decoded(index, keep=False)
         batch.append(snapshot)
         size += json_bytes
-        if size >= MERGE_BATCH_BYTES or index == len(recording) - 1:
+        decoded += json_bytes
+        if size >= MERGE_BATCH_BYTES or done == len(chosen) or decoded >= max_json_bytes:
             merged = merge_snapshots([merged, *batch] if merged is not None else batch)
             check(merged)
+            progress(done, len(chosen))
             batch, size = [], 0
+            if decoded >= max_json_bytes:
+                break
     if merged is None:
         raise ValueError("a recording without records")  # Recording refuses one
     return merged
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Which records of a recording a baseline merges: every `stride`-th, ending at its
+    newest, so that about BASELINE_JSON_BYTES of JSON are decoded however long it is."""
+
+    indices: range
+    stride: int
+
+    @property
+    def whole(self) -> bool:
+        return self.stride == 1
+
+
+def baseline_sample(recording: Recording, budget: int | None = None) -> Sample:
+    """The records to merge for a --baseline of the whole recording: all of them when their
+    JSON fits `budget` (estimated from the compressed sizes and the newest record's ratio,
+    decoded here and kept), else one in `stride`, spread over the whole."""
+    budget = BASELINE_JSON_BYTES if budget is None else budget
+    records = recording.records
+    newest = len(records) - 1
+    _, json_bytes = recording.decoded(newest)
+    compressed = sum(records.lengths())
+    estimate = compressed * json_bytes / max(1, records[newest].length)
+    stride = max(1, math.ceil(estimate / budget))
+    return Sample(range(newest % stride, newest + 1, stride), stride)
 
 
 # ---- the data source ------------------------------------------------------------------------
