@@ -1,17 +1,22 @@
 """cgroup v2: where the hierarchy is mounted, a cgroup id to its path, a path to a short name.
 
 The BPF programs record `bpf_get_current_cgroup_id()`: the id of the task's cgroup in the
-unified (v2) hierarchy, which is the inode number of that cgroup's directory. Ids are named
-by walking the mounted hierarchy once, and again (at most once a second) when an id nobody
-has named shows up. A path is kept relative to the mount, as /proc/PID/cgroup writes it
+unified (v2) hierarchy, which is the inode number of that cgroup's directory. An id is named
+by opening its directory by handle (open_by_handle_at with the kernfs id, as systemd's
+cg_path_from_cgroupid does; root) and reading the path the kernel gives it. Without that
+(not root, not kernfs), by walking the mounted hierarchy once, and again (at most once a
+second) when an id nobody has named shows up: 0.39 s a walk with 10,000 cgroups. A path is kept relative to the mount, as /proc/PID/cgroup writes it
 ("/system.slice/nginx.service"); "/" is the root cgroup (kernel threads, most of a machine
 without systemd). Nothing here imports bcc or Textual.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import re
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -170,6 +175,74 @@ def cgroup_exists(relative: str, mountinfo: str = MOUNTINFO) -> bool:
     return mount is not None and os.path.isdir(os.path.join(mount, relative.lstrip("/")))
 
 
+FILEID_KERNFS = 0xFE  # a kernfs file handle: the node's 64-bit id, the cgroup id
+_MAX_HANDLE_SZ = 128
+
+
+class _FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * _MAX_HANDLE_SZ)]
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _c_library() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+class _ByHandle:
+    """cgroup ids opened by file handle under the v2 mount: one id's path at a time."""
+
+    def __init__(self, mount: str) -> None:
+        """Raises OSError where the mount takes no kernfs handles."""
+        self._mount = mount
+        self._fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            handle = _FileHandle(handle_bytes=_MAX_HANDLE_SZ)
+            mount_id = ctypes.c_int()
+            if _c_library().name_to_handle_at(self._fd, b"", ctypes.byref(handle),
+                                              ctypes.byref(mount_id), 0x1000) != 0:  # AT_EMPTY_PATH
+                raise OSError(ctypes.get_errno(), "name_to_handle_at")
+            if handle.handle_type != FILEID_KERNFS or handle.handle_bytes != 8:
+                raise OSError(errno.EOPNOTSUPP, "not a kernfs mount")
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def path(self, cgroup_id: int) -> str | None:
+        """The id's path relative to the mount; None when it is gone (or outside the mount
+        as this process sees it). Raises PermissionError without CAP_DAC_READ_SEARCH."""
+        handle = _FileHandle(handle_bytes=8, handle_type=FILEID_KERNFS)
+        ctypes.memmove(handle.f_handle, struct.pack("<Q", cgroup_id), 8)
+        fd = _c_library().open_by_handle_at(self._fd, ctypes.byref(handle),
+                                            os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if fd < 0:
+            error = ctypes.get_errno()
+            if error in (errno.EPERM, errno.EACCES):
+                raise PermissionError(error, os.strerror(error))
+            return None  # ESTALE: removed, or no such id
+        try:
+            # surrogateescape, as os.scandir names what the walk finds
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        mount = self._mount.rstrip("/")
+        if where == mount:
+            return "/"
+        if not where.startswith(mount + "/") or where.endswith(" (deleted)"):
+            return None
+        return where[len(mount):]
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class CgroupNames:
     """cgroup id -> path relative to the v2 mount. Shared by the collectors (any thread)."""
 
@@ -179,6 +252,13 @@ class CgroupNames:
         self._scanned = float("-inf")
         self._lock = threading.Lock()
         self.scans = 0  # walks of the hierarchy (tests, and the cost of unknown ids)
+        self.lookups = 0  # ids opened by handle
+        self._by_handle: _ByHandle | None = None
+        if self.mount is not None:
+            try:
+                self._by_handle = _ByHandle(self.mount)
+            except (OSError, AttributeError):  # not kernfs, or no such call: walk
+                self._by_handle = None
 
     def name(self, cgroup_id: int) -> str:
         """The path, "" for id 0 (no v2 hierarchy), "[cgroup N]" for one gone unnamed."""
@@ -188,6 +268,20 @@ class CgroupNames:
         if found is not None:
             return found
         with self._lock:
+            if cgroup_id not in self._names and self._by_handle is not None:
+                try:
+                    self.lookups += 1
+                    path = self._by_handle.path(cgroup_id)
+                except PermissionError:  # not root: walk from now on
+                    self._by_handle.close()
+                    self._by_handle = None
+                else:
+                    if path is None:  # gone before it was named: a walk finds it no more
+                        return f"[cgroup {cgroup_id}]"
+                    if len(self._names) >= NAMES_KEPT:
+                        self._names.clear()
+                    self._names[cgroup_id] = path
+                    return path
             if cgroup_id not in self._names and self.mount is not None:
                 now = time.monotonic()
                 if now - self._scanned >= RESCAN_EVERY_S:
