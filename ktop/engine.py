@@ -31,6 +31,7 @@ from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums
+from ktop.losses import BPF_CACHE_REPLACED
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
 from ktop.registry import Aggregator, Collector, bpf_panes
 from ktop.symbolize.kernel import Kallsyms, hidden_reason
@@ -160,6 +161,8 @@ class LiveSource:
         self._lock = threading.Lock()
         self._unavailable: dict[str, str] = {}
         self._loading: dict[str, tuple[str, float]] = {}  # pane -> (what, since monotonic)
+        self._cache_replaced: dict[str, int] = {}  # pane -> its cached programs replaced
+        self._kallsyms_lock = threading.Lock()  # the panes load side by side
         self._running: dict[str, tuple[Collector, Aggregator]] = {}
         self._closed = False
         self._loaded = threading.Event()
@@ -197,9 +200,8 @@ class LiveSource:
         self._self_cost.start()
         with self._lock:
             now = time.monotonic()
-            for i, spec in enumerate(self._specs):
-                what = "waiting for the panes before it" if i else "starting the BPF compiler"
-                self._loading[spec.name] = (what, now)
+            for spec in self._specs:
+                self._loading[spec.name] = ("reading the kernel's symbols", now)
         if self._specs:
             self._loader = threading.Thread(target=self._load_all, name="ktop-loader", daemon=True)
             self._loader.start()
@@ -222,12 +224,17 @@ class LiveSource:
             with loader.shared_compiler(COMPILE_NICE if self._patient else 0):
                 if self._patient:
                     self._drawn.wait(FIRST_FRAME_WAIT_S)
-                for spec in self._specs:
-                    if self._closed:
-                        return
-                    self._load(spec)
-                    if bpfload.headers_looked_for():  # said once the first compile found them
-                        self.headers = bpfload.headers_description()
+                # Side by side: a program from the cache is mostly the verifier's time, out
+                # of the interpreter's lock; compiles run as the machine has CPUs to spare.
+                threads = [threading.Thread(target=self._load, args=(spec,), daemon=True,
+                                            name=f"ktop-load-{spec.name}")
+                           for spec in self._specs]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                if self._closed:
+                    return
             self.headers = bpfload.headers_description()
             # What start-up made (kernel symbols, widgets, map descriptions) lives as long
             # as ktop: out of the collector's sight, a full collection no longer walks it.
@@ -238,19 +245,32 @@ class LiveSource:
             self._loaded.set()
 
     def _load(self, spec: PaneSpec) -> None:
-        with self._lock:
-            self._loading[spec.name] = ("compiling its BPF program", time.monotonic())
+        if self._closed:
+            return
+
+        def doing(what: str) -> None:
+            with self._lock:
+                if spec.name in self._loading:
+                    self._loading[spec.name] = (what, time.monotonic())
+
+        bpfload.on_status(doing)
         pair = None
         try:
             pair = spec.build(self)
+            doing("loading its BPF program")  # bpfload says more: from the cache, compiling
             pair[0].start()
             reason = ""
         except Unavailable as e:
             reason = str(e)
         except Exception as e:  # a bcc surprise must cost one pane, never the app
             reason = f"failed to start: {e}"
+        replaced = len(bpfload.take_notes())
+        if bpfload.headers_looked_for():  # said once the first compile found them
+            self.headers = bpfload.headers_description()
         with self._lock:
             del self._loading[spec.name]
+            if replaced:
+                self._cache_replaced[spec.name] = replaced
             if reason:
                 self._unavailable[spec.name] = reason
             elif pair is None:
@@ -259,14 +279,18 @@ class LiveSource:
                 pair[0].close()
             else:
                 self._running[spec.name] = pair
+                # In the registry's order, whichever loaded first.
+                self._running = {s.name: self._running[s.name] for s in self._specs
+                                 if s.name in self._running}
                 self._self_cost.programs_changed()
         if not reason and self.on_attached:
             self.on_attached()
 
     def kallsyms(self) -> Kallsyms:
-        if self._kallsyms is None:
-            bpfload.check_privileges()  # "needs root" says more than "addresses hidden"
-            self._kallsyms = Kallsyms.load()
+        with self._kallsyms_lock:  # read once, whichever pane asks first
+            if self._kallsyms is None:
+                bpfload.check_privileges()  # "needs root" says more than "addresses hidden"
+                self._kallsyms = Kallsyms.load()
         if self._kallsyms.hidden:
             raise Unavailable(hidden_reason())
         return self._kallsyms
@@ -325,6 +349,10 @@ class LiveSource:
         self._scan_late_s = time.monotonic() - drained_at
         if self._user_symbols is not None:
             self._user_symbols.retain(p.pid for p in processes)
+        for name, count in self._cache_replaced.items():  # said in L (bpfload.note)
+            if profiles.get(name) is not None:
+                profiles[name] = dataclasses.replace(profiles[name], lost={
+                    **profiles[name].lost, BPF_CACHE_REPLACED: count})
         cpu_profile = profiles.get(PANE_FUNCTIONS)  # its span is the window's
         if cpu_profile and self._user_symbols is not None and self._user_symbols.unread:
             # Binaries whose symbols were past what is read: their frames are [unknown].

@@ -148,6 +148,15 @@ CATALOGUE: tuple[Loss, ...] = (
          "a thread exited without its last switch-out seen: forgotten by ktop"),
 )
 
+# Not data lost: how a pane started (ktop.collectors.progcache). Listed in L, apart from the
+# header's figures.
+BPF_CACHE_REPLACED = "bpf_cache_replaced"
+CATALOGUE += tuple(
+    Loss(BPF_CACHE_REPLACED, pane,
+         "the pane's compiled BPF program kept in /var/cache/ktop was stale, foreign or "
+         "corrupt: it was not used, but compiled again and replaced", counts_intact=True)
+    for pane in ("functions", "locks", "blockio", "waits"))
+
 UNKNOWN_REASON = "counted by the BPF program"  # a name from a newer ktop's recording
 
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from ktop import engine
+from ktop.collectors import bpfload
 from ktop.collectors.bpfload import Unavailable
 from ktop.engine import LiveSource, Options, PaneSpec
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS, PANE_LOCKS
@@ -81,30 +82,55 @@ def test_processes_come_at_once_and_each_pane_says_what_it_is_doing(gates):
                                              (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)])
     source.start(wait=False)
     try:
-        # the loader thread marks hot functions "compiling" as it begins
-        wait_until(lambda: source.collect().loading[PANE_FUNCTIONS].startswith("compiling"))
+        # the panes load side by side: each says it is loading as it begins
+        wait_until(lambda: all(source.collect().loading.get(name, "").startswith("loading")
+                               for name in (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)))
         first = source.collect()
         assert first.processes, "the processes pane needs no BPF and waits for none"
         assert first.cpu is None and first.locks is None and first.blockio is None
-        assert first.loading[PANE_FUNCTIONS].startswith("compiling its BPF program... ")
-        assert first.loading[PANE_LOCKS].startswith("waiting for the panes before it... ")
+        assert first.loading[PANE_FUNCTIONS].startswith("loading its BPF program... ")
+        assert first.loading[PANE_LOCKS].startswith("loading its BPF program... ")
         assert not first.unavailable
 
-        gates[PANE_FUNCTIONS].set()  # hot functions attach: their data, before the others'
-        wait_until(lambda: PANE_FUNCTIONS not in source.collect().loading)
+        gates[PANE_LOCKS].set()  # locks attach first: their data, while the others load
+        wait_until(lambda: PANE_LOCKS not in source.collect().loading)
         second = source.collect()
-        assert second.cpu.pane == PANE_FUNCTIONS and second.locks is None
-        assert second.loading[PANE_LOCKS].startswith("compiling")
+        assert second.locks.pane == PANE_LOCKS and second.cpu is None
+        assert second.loading[PANE_FUNCTIONS].startswith("loading")
 
-        gates[PANE_LOCKS].set()
+        gates[PANE_FUNCTIONS].set()
         gates[PANE_BLOCKIO].set()
         assert source.wait_loaded(10)
         done = source.collect()
         assert done.loading == {} and done.locks.pane == PANE_LOCKS
-        assert done.blockio.pane == PANE_BLOCKIO
+        assert done.blockio.pane == PANE_BLOCKIO and done.cpu.pane == PANE_FUNCTIONS
     finally:
         source.close()
     assert all(c.closed for c in collectors.values())
+
+
+def test_a_pane_says_what_its_program_load_is_doing():
+    """bpfload tells the pane whether its program comes from the cache or is compiled."""
+    told = threading.Event()
+    release = threading.Event()
+
+    class Compiling(FakeCollector):
+        def start(self) -> None:
+            bpfload.say("compiling its BPF program")
+            told.set()
+            release.wait(10)
+            super().start()
+
+    source = LiveSource(Options(panes=ALL), [spec(PANE_FUNCTIONS, Compiling())])
+    source.start(wait=False)
+    try:
+        assert told.wait(10)
+        assert source.collect().loading[PANE_FUNCTIONS].startswith("compiling its BPF program")
+        release.set()
+        assert source.wait_loaded(10)
+    finally:
+        release.set()
+        source.close()
 
 
 def test_a_patient_start_builds_the_panes_once_the_first_frame_is_drawn():
@@ -122,7 +148,8 @@ def test_a_patient_start_builds_the_panes_once_the_first_frame_is_drawn():
     try:
         time.sleep(0.3)
         assert not built.is_set(), "built before the first frame"
-        assert source.collect().loading[PANE_FUNCTIONS].startswith("starting the BPF compiler")
+        assert source.collect().loading[PANE_FUNCTIONS].startswith(
+            "reading the kernel's symbols")
         source.hurry_loading()  # the app's first frame is drawn
         assert built.wait(5)
         assert source.wait_loaded(5) and collector.started
@@ -194,7 +221,7 @@ def test_closing_while_a_pane_compiles_leaves_nothing_attached(gates):
     source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS})), [spec(PANE_FUNCTIONS, collector)])
     source.start(wait=False)
     # inside the compile (before it, "waiting for the panes before it")
-    wait_until(lambda: source.collect().loading.get(PANE_FUNCTIONS, "").startswith("compiling"))
+    wait_until(lambda: source.collect().loading.get(PANE_FUNCTIONS, "").startswith("loading"))
     threading.Timer(0.2, gates[PANE_FUNCTIONS].set).start()  # the compile ends meanwhile
     source.close()  # quit while "compiling"
     assert collector.started  # it did attach,
@@ -305,3 +332,43 @@ def test_a_record_is_stamped_at_its_drain_and_its_panes_cover_one_span(monkeypat
     lates = [r.tasks.read_late_s for r in records]
     assert lates[1] == pytest.approx(0.5 + 0.8, abs=0.2), lates
     assert all(late < 0.5 for i, late in enumerate(lates) if i != 1), lates
+
+
+def test_a_replaced_cache_entry_is_one_line_in_the_panes_losses():
+    """bpfload notes a cached program it could not use (and compiled again): the pane's
+    profile carries it as a loss that cost no count, which L lists."""
+    from dataclasses import dataclass, field  # noqa: PLC0415
+
+    from ktop.ui.widgets.header import header_text, loss_lines  # noqa: PLC0415
+
+    @dataclass(frozen=True)
+    class Profile:
+        window_s: float = 1.0
+        lost: dict = field(default_factory=dict)
+
+    class Replacing(FakeCollector):
+        def start(self) -> None:
+            bpfload.note("locks.bpf.c: the cached compile was corrupt: truncated")
+            super().start()
+
+    class Aggregator(FakeAggregator):
+        def profile(self, cumulative: bool = False):
+            return Profile(lost={"kstack_collision": 0})
+
+    source = LiveSource(Options(panes=ALL), [
+        PaneSpec(PANE_LOCKS, lambda source: (Replacing(), Aggregator(PANE_LOCKS))),
+        PaneSpec(PANE_BLOCKIO, lambda source: (FakeCollector(), Aggregator(PANE_BLOCKIO)))])
+    source.start()
+    try:
+        snapshot = source.collect()
+        again = source.collect()
+    finally:
+        source.close()
+    assert snapshot.locks.lost == {"kstack_collision": 0, "bpf_cache_replaced": 1}
+    assert again.locks.lost["bpf_cache_replaced"] == 1  # for as long as ktop runs
+    assert "bpf_cache_replaced" not in snapshot.blockio.lost
+    lines = [line for line in loss_lines(snapshot) if line[1] == "bpf_cache_replaced"]
+    assert len(lines) == 1
+    pane, _, count, why, intact = lines[0]
+    assert count == 1 and intact and "replaced" in why
+    assert "lost none" in header_text(snapshot).plain  # how it started: no data lost

@@ -171,27 +171,38 @@ def test_ktops_own_user_stacks_are_not_walked_and_others_are():
     assert sum(r.samples for r in theirs if r.user) > 0.9 * sum(r.samples for r in theirs)
 
 
-def test_the_compilers_user_stacks_are_not_walked_while_it_runs():
+def test_the_compilers_user_stacks_are_not_walked_while_it_runs(monkeypatch, tmp_path):
     """ktop's BPF compiler (clang, in a 100 MiB libLLVM) compiles the other panes' programs
     while the CPU pane already samples: its samples are counted with their kernel stacks, its
-    user stacks are not walked."""
-    from ktop.collectors import bpfload, loader
+    user stacks are not walked. It starts only when a program is not in the cache, after the
+    sampler: the sampler is told its pid before it is asked to compile (its interpreter's
+    first milliseconds, before that, may be walked)."""
+    from ktop.collectors import bpfload, loader, progcache
     from ktop.collectors.cpu import CpuSampler
 
-    with loader.shared_compiler():
-        compiler = loader.compiler_pid()
-        sampler = CpuSampler(997, compiler_pid=compiler)
+    cache = tmp_path / "programs"  # holding the CPU pane's program alone
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv(progcache.ENVIRONMENT_DIR, str(cache))
+    filled = CpuSampler(997)
+    filled.start()
+    filled.close()
+    with loader.shared_compiler(size=1):
+        sampler = CpuSampler(997, compiler_pid=loader.compiler_pid())
         try:
             sampler.start()
+            assert sampler.compiler_pid == 0  # none runs yet: every program may be cached
             sampler.drain()
             bpfload.load_program("locks.bpf.c", ["-DUSER_STACKS=1"],
                                  {"on_contention_begin": "TRACEPOINT"}).close()
+            compiler = sampler.compiler_pid
             compiling = [r for r in counts_of(sampler.drain()) if r.pid == compiler]
         finally:
             sampler.close()
     assert compiler > 0
-    assert sum(r.samples for r in compiling) > 20, "the compile was hardly sampled"
-    assert all(r.own and r.user == () for r in compiling), "the compiler's user stacks were walked"
+    samples = sum(r.samples for r in compiling)
+    assert samples > 20, "the compile was hardly sampled"
+    unwalked = sum(r.samples for r in compiling if r.own and r.user == ())
+    assert unwalked > 0.9 * samples, "the compiler's user stacks were walked"
     assert any(r.kernel for r in compiling)  # its kernel stacks are kept
 
 

@@ -254,10 +254,14 @@ def test_kill_9_during_start_up_leaves_no_headers_tree_and_the_next_reuses_it(tm
     if cached is None:
         pytest.skip("this kernel has its own headers at /lib/modules/$(uname -r)/build")
     inode = os.lstat(cached).st_ino
-    for _ in range(2):
+    for attempt in range(2):
+        # An empty cache of compiled programs: this ktop compiles (a warm one loads from it).
+        programs = tmp_path / f"programs-{attempt}"
+        programs.mkdir(mode=0o700)
         process = subprocess.Popen([sys.executable, "-m", "ktop", "--record",
                                     str(tmp_path / "r.krec")], stderr=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True,
+                                   env={**os.environ, "KTOP_BPF_CACHE": str(programs)})
         deadline = time.monotonic() + 60
         # Until it compiles (its compiler child runs): the headers were looked for.
         while time.monotonic() < deadline and not any(

@@ -7,10 +7,14 @@ needed the program shows it, and the other panes go on.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
+import threading
+from collections.abc import Callable
 from importlib import resources
 
+from ktop.collectors import progcache
 from ktop.collectors.headers import HeadersUnavailable, KernelHeaders, find_kernel_headers
 from ktop.collectors.loader import CompileFailed, LoadedProgram, load_in_child
 
@@ -19,6 +23,7 @@ _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 
 _headers: KernelHeaders | None = None
 _headers_error: str | None = None
+_headers_lock = threading.Lock()  # panes load in threads of their own
 
 
 class Unavailable(Exception):
@@ -71,11 +76,12 @@ def require_tracepoints(names: list[str], needs: str, root: str = TRACEFS) -> No
 def kernel_headers() -> KernelHeaders:
     """Found once per process, and handed to every compile."""
     global _headers, _headers_error
-    if _headers is None and _headers_error is None:
-        try:
-            _headers = find_kernel_headers()
-        except HeadersUnavailable as e:
-            _headers_error = str(e)
+    with _headers_lock:
+        if _headers is None and _headers_error is None:
+            try:
+                _headers = find_kernel_headers()
+            except HeadersUnavailable as e:
+                _headers_error = str(e)
     if _headers is None:
         raise Unavailable(_headers_error)
     return _headers
@@ -100,17 +106,84 @@ def bpf_source_dir() -> str:
 def load_program(
     filename: str, cflags: list[str] | None = None, functions: dict[str, str] | None = None
 ) -> LoadedProgram:
-    """Compile bpf/<filename> and load `functions` ({name: "PERF_EVENT"|"TRACEPOINT"}), in a
-    child process (see loader): this process gets the maps and programs by descriptor."""
+    """Load bpf/<filename> with `functions` ({name: "PERF_EVENT"|"TRACEPOINT"}): from the
+    cache of compiled programs (progcache) when it holds a sound entry for this kernel,
+    source and options; compiled in a child process (see loader) otherwise, and kept."""
     check_privileges()
     ensure_tracefs()
     source = kernel_headers().source
     environment = {"BCC_KERNEL_SOURCE": source} if source else {}
+    request = progcache.Request(filename, bpf_source_dir(), tuple(cflags or ()),
+                                dict(functions or {}), environment)
+    cache = progcache.ProgramCache.open()
     try:
-        return load_in_child(filename, bpf_source_dir(), cflags or [], functions or {},
-                             environment)
+        return _load_cached(request, source, cache)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def _load_cached(request: progcache.Request, source: str | None,
+                 cache: progcache.ProgramCache | None) -> LoadedProgram:
+    problem = key = ""
+    if cache is not None:
+        say("loading its BPF program from the cache")
+        key = progcache.entry_key(request, source)
+        description, problem = cache.lookup(request, key)
+        if description is not None:
+            try:
+                return progcache.load(description)
+            except progcache.LoadFailed as e:
+                problem = f"did not load: {e}"
+    say("compiling its BPF program")
+    try:
+        loaded = load_in_child(request.filename, request.source_dir, list(request.cflags),
+                               request.functions, request.environment,
+                               describe=cache is not None,
+                               on_wait=_waiting)
     except CompileFailed as e:
         raise Unavailable(str(e)) from None
+    if cache is not None and loaded.description is not None:
+        try:
+            cache.store(request, key, json.loads(loaded.description))
+        except ValueError:
+            problem = problem or "the compiler's description was not JSON"
+    if problem:
+        note(f"{request.filename}: the cached compile was {problem}; compiled again and "
+             "replaced")
+    return loaded
+
+
+def _waiting(waiting: bool) -> None:
+    say("waiting for a BPF compiler (the others are busy)" if waiting
+        else "compiling its BPF program")
+
+
+# What the loading thread is doing and what it found, told to whoever started it.
+_thread = threading.local()
+
+
+def on_status(callback: Callable[[str], None] | None) -> None:
+    """callback(what) each time this thread's loading moves on ("compiling its BPF
+    program"); None: nobody listens."""
+    _thread.status = callback
+
+
+def say(what: str) -> None:
+    callback = getattr(_thread, "status", None)
+    if callback is not None:
+        callback(what)
+
+
+def note(text: str) -> None:
+    """A line for the pane's status (L): a cache entry replaced."""
+    _thread.notes = [*getattr(_thread, "notes", []), text]
+
+
+def take_notes() -> list[str]:
+    """The notes this thread made since it last took them."""
+    notes, _thread.notes = getattr(_thread, "notes", []), []
+    return notes
 
 
 # glibc serves an allocation this big or bigger from a mapping of its own, returned whole when

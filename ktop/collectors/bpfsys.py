@@ -34,7 +34,9 @@ _SYSCALLS = {
 _BPF_NR, _PERF_EVENT_OPEN_NR = _SYSCALLS.get(platform.machine(), (None, None))
 
 # enum bpf_cmd (include/uapi/linux/bpf.h)
+MAP_CREATE = 0
 MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM, MAP_GET_NEXT_KEY = 1, 2, 3, 4
+PROG_LOAD = 5
 PROG_TEST_RUN = 10
 OBJ_GET_INFO_BY_FD = 15
 RAW_TRACEPOINT_OPEN = 17
@@ -117,6 +119,89 @@ def enable_stats() -> int | None:
         return bpf(ENABLE_STATS, attr)
     except OSError:
         return None
+
+
+class _MapCreateAttr(ct.Structure):
+    """union bpf_attr for BPF_MAP_CREATE, up to map_ifindex (Linux 4.15+)."""
+
+    _fields_ = [
+        ("map_type", ct.c_uint32), ("key_size", ct.c_uint32), ("value_size", ct.c_uint32),
+        ("max_entries", ct.c_uint32), ("map_flags", ct.c_uint32), ("inner_map_fd", ct.c_uint32),
+        ("numa_node", ct.c_uint32), ("map_name", ct.c_char * 16), ("map_ifindex", ct.c_uint32),
+    ]
+
+
+class _ProgLoadAttr(ct.Structure):
+    """union bpf_attr for BPF_PROG_LOAD, up to expected_attach_type (Linux 4.17+)."""
+
+    _fields_ = [
+        ("prog_type", ct.c_uint32), ("insn_cnt", ct.c_uint32), ("insns", ct.c_uint64),
+        ("license", ct.c_uint64), ("log_level", ct.c_uint32), ("log_size", ct.c_uint32),
+        ("log_buf", ct.c_uint64), ("kern_version", ct.c_uint32), ("prog_flags", ct.c_uint32),
+        ("prog_name", ct.c_char * 16), ("prog_ifindex", ct.c_uint32),
+        ("expected_attach_type", ct.c_uint32),
+    ]
+
+
+class _MapInfo(ct.Structure):
+    """struct bpf_map_info (include/uapi/linux/bpf.h), up to map_flags and name."""
+
+    _fields_ = [
+        ("type", ct.c_uint32), ("id", ct.c_uint32), ("key_size", ct.c_uint32),
+        ("value_size", ct.c_uint32), ("max_entries", ct.c_uint32), ("map_flags", ct.c_uint32),
+        ("name", ct.c_char * 16),
+    ]
+
+
+def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
+               flags: int = 0, name: str = "") -> int:
+    """A new map's descriptor (close-on-exec, as every bpf() descriptor)."""
+    attr = _MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
+                          max_entries=max_entries, map_flags=flags,
+                          map_name=name.encode()[:15])
+    return bpf(MAP_CREATE, attr)
+
+
+def map_info(map_fd: int) -> _MapInfo:
+    """The kernel's description of a map: type, sizes, flags, name."""
+    info = _MapInfo()
+    attr = _InfoAttr(bpf_fd=map_fd, info_len=ct.sizeof(info), info=ct.addressof(info))
+    bpf(OBJ_GET_INFO_BY_FD, attr)
+    return info
+
+
+class ProgramRejected(OSError):
+    """BPF_PROG_LOAD failed; .log is the verifier's log (may be empty)."""
+
+    def __init__(self, code: int, log: str) -> None:
+        super().__init__(code, os.strerror(code))
+        self.log = log
+
+
+PROG_LOG_SIZE = 1 << 20
+
+
+def prog_load(prog_type: int, insns: bytes, license: str = "GPL", name: str = "",
+              kern_version: int = 0) -> int:
+    """A program's descriptor once the verifier accepts `insns` (raw struct bpf_insn
+    bytes); ProgramRejected with the verifier's log if it does not."""
+    code = ct.create_string_buffer(insns, len(insns))
+    licence = ct.create_string_buffer(license.encode())
+    attr = _ProgLoadAttr(prog_type=prog_type, insn_cnt=len(insns) // 8,
+                         insns=ct.addressof(code), license=ct.addressof(licence),
+                         kern_version=kern_version, prog_name=name.encode()[:15])
+    try:
+        return bpf(PROG_LOAD, attr)
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.EACCES) and os.geteuid() != 0:
+            raise ProgramRejected(e.errno, "") from None
+    # Again with the log on (it slows the verifier down: only when it already refused).
+    log = ct.create_string_buffer(PROG_LOG_SIZE)
+    attr.log_level, attr.log_size, attr.log_buf = 1, PROG_LOG_SIZE, ct.addressof(log)
+    try:
+        return bpf(PROG_LOAD, attr)  # accepted the second time: a transient failure
+    except OSError as e:
+        raise ProgramRejected(e.errno, log.value.decode(errors="replace")) from None
 
 
 # The C type names bcc describes map keys and values with.

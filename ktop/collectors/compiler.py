@@ -69,3 +69,86 @@ def compile_error(filename: str, stderr: str, error: Exception) -> str:
     if "permission" in detail.lower() or "Operation not permitted" in detail:
         return f"loading {filename} was refused ({detail}): run as root"
     return f"{filename} failed to compile: {detail[:160]}"
+
+
+# --- what a later start needs to load the program again without bcc (ktop.collectors.progcache)
+
+_LD_IMM64 = 0x18  # BPF_LD | BPF_IMM | BPF_DW: two instruction slots
+_CALL = 0x85  # BPF_JMP | BPF_CALL
+_PSEUDO_MAP_FD = 1
+_AUTOLOADED = (b"kprobe__", b"kretprobe__", b"tracepoint__", b"kfunc__", b"kretfunc__", b"lsm__")
+RAW_TRACEPOINT_PREFIX = "raw_tracepoint__"
+
+
+class NotKeepable(Exception):
+    """The program needs more than its instructions and maps to load again (say which)."""
+
+
+def relocations(insns: bytes, map_names: dict[int, str]) -> tuple[bytes, list[tuple[int, str]]]:
+    """The instructions with each map reference's descriptor zeroed, and (instruction index,
+    map name) for each, so a later load patches in its own maps' descriptors."""
+    code = bytearray(insns)
+    found = []
+    i = 0
+    count = len(code) // 8
+    while i < count:
+        op, regs = code[i * 8], code[i * 8 + 1]
+        source = regs >> 4
+        if op == _LD_IMM64:
+            if source == _PSEUDO_MAP_FD:
+                fd = int.from_bytes(code[i * 8 + 4:i * 8 + 8], "little", signed=True)
+                if fd not in map_names:
+                    raise NotKeepable(f"instruction {i} refers to descriptor {fd}, no map of its")
+                found.append((i, map_names[fd]))
+                code[i * 8 + 4:i * 8 + 8] = bytes(4)
+            elif source:
+                raise NotKeepable(f"instruction {i} loads a pseudo value of kind {source}")
+            i += 2
+            continue
+        if op == _CALL and source:
+            raise NotKeepable(f"instruction {i} calls a BPF function or a kernel function")
+        i += 1
+    return bytes(code), found
+
+
+def describe(program: Any, tables: list[dict]) -> dict:
+    """A compiled and loaded bcc program as ktop.collectors.progcache keeps it: every map's
+    definition, every loaded function's instructions with their map references, type, name
+    and attachment. No BTF: maps are made without key/value types, programs load without
+    func_info/line_info (a verifier log then has no source lines). NotKeepable if the
+    program needs what this leaves out."""
+    from bcc.libbcc import lib  # noqa: PLC0415
+
+    from ktop.collectors.bpfsys import map_info, program_info  # noqa: PLC0415
+
+    maps = []
+    names = {}
+    for table in tables:
+        info = map_info(table["fd"])
+        names[table["fd"]] = table["name"]
+        maps.append({
+            "name": table["name"], "kernel_name": info.name.decode(errors="replace"),
+            "type": info.type, "key_size": info.key_size, "value_size": info.value_size,
+            "max_entries": info.max_entries, "flags": info.map_flags,
+            "key": table["key"], "value": table["value"],
+        })
+    programs = []
+    for name, function in program.funcs.items():
+        if name.startswith(_AUTOLOADED):
+            raise NotKeepable(f"{name.decode()} is attached by bcc in a way ktop does not repeat")
+        info = program_info(function.fd)
+        if info is None:
+            raise NotKeepable(f"cannot read {name.decode()}'s program information")
+        insns, relocated = relocations(program.dump_func(name), names)
+        text = name.decode()
+        programs.append({
+            "name": text, "kernel_name": info.name.decode(errors="replace"), "type": info.type,
+            "insns": insns.hex(), "maps": relocated,
+            "raw_tracepoint": (text[len(RAW_TRACEPOINT_PREFIX):]
+                               if text.startswith(RAW_TRACEPOINT_PREFIX) else ""),
+        })
+    return {
+        "license": (lib.bpf_module_license(program.module) or b"GPL").decode(),
+        "kern_version": int(lib.bpf_module_kern_version(program.module)),
+        "maps": maps, "programs": programs,
+    }

@@ -194,8 +194,9 @@ class CpuSampler:
         self._program.table(MAP_HASH_SEED)[0] = secrets.randbits(64)
         own_pids = self._program.table(MAP_OWN_PIDS)
         own_pids[0], own_pids[1] = self.own_pid, self.compiler_pid
-        if self.compiler_pid:
-            loader.when_compiler_exits(self.compiler_exited)
+        if not self.compiler_pid:  # one starts only if a program is not in the cache
+            loader.when_compiler_starts(self.compiler_started)
+        loader.when_compiler_exits(self.compiler_exited)
         try:
             program.keep(*attach_sampling(program.programs["on_cpu_sample"], self.hz))
         except OSError as e:
@@ -203,6 +204,16 @@ class CpuSampler:
             raise Unavailable(f"cannot attach the cpu-clock perf event: {e.strerror}") from None
         self._last = time.monotonic()
         self._ticks = read_cpu_ticks()
+
+    def compiler_started(self, pid: int) -> None:
+        """Its user stacks are clang's: not walked (told before it is asked to compile)."""
+        program = self._program
+        try:
+            if program is not None and not self.compiler_pid:
+                self.compiler_pid = pid
+                program.table(MAP_OWN_PIDS)[1] = pid
+        except OSError:  # closed meanwhile
+            pass
 
     def compiler_exited(self) -> None:
         """Its pid may now name another process, whose user stacks must be walked."""

@@ -43,6 +43,9 @@ class LoadedProgram:
     programs: dict[str, int]  # function name -> program descriptor
     links: list[int] = field(default_factory=list)  # attachments: closing one detaches
     closed: bool = False
+    # From the compiler: what progcache keeps to load it again (JSON), or why it cannot.
+    description: bytes | None = None
+    not_kept: str = ""
 
     def keep(self, *fds: int) -> None:
         """Hold attachments made here (perf events) until close()."""
@@ -92,11 +95,13 @@ class Compiler:
         self._set_nice(0)
 
     def load(self, filename: str, source_dir: str, cflags: list[str],
-             functions: dict[str, str], environment: dict[str, str]) -> LoadedProgram:
+             functions: dict[str, str], environment: dict[str, str],
+             describe: bool = False) -> LoadedProgram:
         """Compile source_dir/filename and load `functions` ({name: "PERF_EVENT"|...}), with
-        `environment` set for bcc; CompileFailed with the reason if it cannot."""
+        `environment` set for bcc; CompileFailed with the reason if it cannot. describe:
+        the result's description says how to load it again without bcc (progcache)."""
         request = {"filename": filename, "source_dir": source_dir, "cflags": cflags,
-                   "functions": functions, "environment": environment}
+                   "functions": functions, "environment": environment, "describe": describe}
         with self._lock:
             try:
                 self._socket.sendall(json.dumps(request).encode())
@@ -125,6 +130,9 @@ class Compiler:
     def pid(self) -> int:
         return self._child.pid
 
+    def alive(self) -> bool:
+        return self._child.poll() is None
+
     def kill(self) -> None:
         """Stop a compile in progress (ktop is quitting); its load() raises CompileFailed."""
         self._child.kill()
@@ -149,32 +157,131 @@ class Compiler:
 
 _registry_lock = threading.Lock()
 _running: set[Compiler] = set()
-_shared: Compiler | None = None
+_shared: CompilerPool | None = None
+started = 0  # compiler processes started by this process, ever (tests count them)
 
 
-_on_shared_exit: list[Callable[[], None]] = []  # told once the shared compiler has exited
+class CompilerPool:
+    """Compiler processes shared by the programs loaded meanwhile, started when a program
+    needs one (none at all when every program comes from the cache), up to `size` at once:
+    as many compiles run side by side as the machine has CPUs to spare."""
+
+    def __init__(self, nice: int = 0, size: int = 1) -> None:
+        self.nice = nice
+        self.size = max(1, size)
+        self._idle: list[Compiler] = []
+        self._all: list[Compiler] = []
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def load(self, *args: Any, on_wait: Callable[[bool], None] | None = None,
+             **kwargs: Any) -> LoadedProgram:
+        compiler = self._take(on_wait)
+        try:
+            return compiler.load(*args, **kwargs)
+        finally:
+            self._give(compiler)
+
+    def _take(self, on_wait: Callable[[bool], None] | None) -> Compiler:
+        global started
+        with self._changed:
+            told = False
+            while not self._idle and len(self._all) >= self.size and not self._closed:
+                if on_wait is not None and not told:
+                    on_wait(True)
+                    told = True
+                self._changed.wait()
+            if told and on_wait is not None:
+                on_wait(False)
+            if self._closed:
+                raise CompileFailed("ktop is quitting")
+            if self._idle:
+                return self._idle.pop()
+            compiler = Compiler(self.nice)
+            started += 1
+            self._all.append(compiler)
+        with _registry_lock:
+            told, _on_shared_start[:] = list(_on_shared_start), []
+        for callback in told:  # before it is asked to compile
+            callback(compiler.pid)
+        return compiler
+
+    def _give(self, compiler: Compiler) -> None:
+        with self._changed:
+            if compiler.alive() and not self._closed:
+                self._idle.append(compiler)
+            else:  # killed (out of memory?): the next program starts another
+                self._all.remove(compiler)
+                compiler.close()
+            self._changed.notify()
+
+    def hurry(self) -> None:
+        self.nice = 0
+
+    def pids(self) -> list[int]:
+        with self._changed:
+            return [c.pid for c in self._all]
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            compilers, self._all, self._idle = list(self._all), [], []
+            self._changed.notify_all()
+        for compiler in compilers:  # a busy one's load() fails: its socket is closed
+            compiler.close()
+
+
+def spare_cpus() -> int:
+    """CPUs not running anything now (/proc/loadavg's runnable tasks, this one aside)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return 1
+    return max(1, cpus - max(0, running - 1))
+
+
+_on_shared_exit: list[Callable[[], None]] = []  # told once the shared compilers have exited
+_on_shared_start: list[Callable[[int], None]] = []  # told the first shared compiler's pid
 
 
 @contextlib.contextmanager
-def shared_compiler(nice: int = 0) -> Iterator[None]:
-    """Programs loaded inside the block share one compiler process (niced, if asked)."""
+def shared_compiler(nice: int = 0, size: int | None = None) -> Iterator[None]:
+    """Programs loaded inside the block share compiler processes (niced, if asked): as
+    many as spare_cpus() at most, or `size`."""
     global _shared
+    pool = CompilerPool(nice, spare_cpus() if size is None else size)
     try:
-        with Compiler(nice) as compiler:
-            _shared = compiler
-            try:
-                yield
-            finally:
-                _shared = None
-    finally:  # the child has been waited for: its pid may name another process from now
+        _shared = pool
+        try:
+            yield
+        finally:
+            _shared = None
+            pool.close()
+    finally:  # the children have been waited for: their pids may name others from now
         with _registry_lock:
             told, _on_shared_exit[:] = list(_on_shared_exit), []
+            _on_shared_start.clear()
         for callback in told:
             callback()
 
 
+def when_compiler_starts(callback: Callable[[int], None]) -> None:
+    """callback(pid) once a shared compiler process runs: at once if one does, when the
+    first starts otherwise (never if no program needs compiling)."""
+    pool = _shared
+    pids = pool.pids() if pool is not None else []
+    if pids:
+        callback(pids[0])
+        return
+    with _registry_lock:
+        if _shared is not None:
+            _on_shared_start.append(callback)
+
+
 def when_compiler_exits(callback: Callable[[], None]) -> None:
-    """callback() once the shared compiler process has exited (at once if none runs)."""
+    """callback() once the shared compiler processes have exited (at once if none run)."""
     with _registry_lock:
         if _shared is not None:
             _on_shared_exit.append(callback)
@@ -183,22 +290,36 @@ def when_compiler_exits(callback: Callable[[], None]) -> None:
 
 
 def compiler_pid() -> int:
-    """The shared compiler process's pid (0: none): ktop's own, as the CPU sampler sees it."""
-    compiler = _shared
-    return compiler.pid if compiler is not None else 0
+    """A shared compiler process's pid (0: none runs now): ktop's own, as the CPU sampler
+    sees it."""
+    pool = _shared
+    pids = pool.pids() if pool is not None else []
+    return pids[0] if pids else 0
 
 
 def load_in_child(filename: str, source_dir: str, cflags: list[str],
-                  functions: dict[str, str], environment: dict[str, str]) -> LoadedProgram:
-    """Compile and load a program in the shared compiler process, or in one of its own."""
-    if _shared is not None:
-        return _shared.load(filename, source_dir, cflags, functions, environment)
+                  functions: dict[str, str], environment: dict[str, str],
+                  describe: bool = False,
+                  on_wait: Callable[[bool], None] | None = None) -> LoadedProgram:
+    """Compile and load a program in a shared compiler process, or in one of its own.
+    on_wait(True): every shared compiler is busy, this one waits its turn; on_wait(False):
+    its turn came."""
+    global started
+    pool = _shared
+    if pool is not None:
+        return pool.load(filename, source_dir, cflags, functions, environment,
+                         describe=describe, on_wait=on_wait)
+    started += 1
     with Compiler() as compiler:
-        return compiler.load(filename, source_dir, cflags, functions, environment)
+        return compiler.load(filename, source_dir, cflags, functions, environment,
+                             describe=describe)
 
 
 def hurry() -> None:
     """Every compiler process back to normal priority."""
+    pool = _shared
+    if pool is not None:
+        pool.hurry()
     with _registry_lock:
         for compiler in _running:
             compiler.hurry()
@@ -216,12 +337,30 @@ def _unpack(reply: dict, fds: list[int]) -> LoadedProgram:
         for fd in fds:
             os.close(fd)
         raise CompileFailed(reply["error"])
+    description = None
+    if reply.get("description"):  # the last descriptor: a memfd holding it
+        memory = fds.pop()
+        try:
+            description = _read_all(memory)
+        finally:
+            os.close(memory)
     fds = iter(fds)
     maps = {m["name"]: BpfMap(m["name"], next(fds), m["type"], m["key"], m["value"],
                               m["key_size"], m["value_size"], m["max_entries"])
             for m in reply["maps"]}
     programs = {name: next(fds) for name in reply["programs"]}
-    return LoadedProgram(maps, programs, list(fds))
+    loaded = LoadedProgram(maps, programs, list(fds))
+    loaded.description, loaded.not_kept = description, reply.get("not_kept", "")
+    return loaded
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 # --- the child's side --------------------------------------------------------------------
@@ -268,7 +407,12 @@ def _serve(sock: socket.socket) -> None:
 
 
 def _answer(sock: socket.socket, request: dict) -> None:
-    from ktop.collectors.compiler import CompileError, compile_program  # noqa: PLC0415
+    from ktop.collectors.compiler import (  # noqa: PLC0415
+        CompileError,
+        NotKeepable,
+        compile_program,
+        describe,
+    )
 
     os.environ.update(request["environment"])
     try:
@@ -281,11 +425,23 @@ def _answer(sock: socket.socket, request: dict) -> None:
     tables = _bcc_tables(program)
     functions = {name.decode(): fn.fd for name, fn in program.funcs.items()}
     links = list(program.raw_tracepoint_fds.values())
-    reply = {
+    reply: dict[str, Any] = {
         "maps": [{k: v for k, v in t.items() if k != "fd"} for t in tables],
         "programs": list(functions),
     }
     fds = [t["fd"] for t in tables] + list(functions.values()) + links
+    if request.get("describe"):  # for the cache: in a file of its own, whatever its size
+        try:
+            description = json.dumps(describe(program, tables)).encode()
+        except NotKeepable as e:
+            reply["not_kept"] = str(e)
+        else:
+            memory = os.memfd_create("ktop-program", os.MFD_CLOEXEC)
+            view = memoryview(description)
+            while view:
+                view = view[os.write(memory, view):]
+            reply["description"] = True
+            fds.append(memory)
     if len(fds) > MAX_FDS:
         reply = {"error": f"{request['filename']} has {len(fds)} maps and programs, "
                           f"more than ktop can take at once ({MAX_FDS})"}

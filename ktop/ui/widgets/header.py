@@ -13,7 +13,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ktop.losses import counts_intact, reason
+from ktop.losses import BPF_CACHE_REPLACED, counts_intact, reason
 from ktop.model import PANE_FUNCTIONS, Pressure, Snapshot
 from ktop.registry import PANES, PaneDef
 from ktop.text import printable
@@ -149,6 +149,8 @@ def header_items(
 
     bottom: list[Item] = []
     lost = losses(snapshot)
+    lost = {key: count for key, count in lost.items()  # how a pane started: L says it
+            if key.partition(".")[2] != BPF_CACHE_REPLACED}
     intact = sum(count for key, count in lost.items() if _counts_intact(key))
     total = sum(lost.values()) - intact
     if total:
