@@ -494,7 +494,8 @@ def run_dump(args: argparse.Namespace) -> int:
 
     try:
         source, _ = _recording(args)
-        return dump(source.recording, args.dump, sys.stdout, show_idle=args.idle)
+        return dump(source.recording, args.dump, sys.stdout, show_idle=args.idle,
+                    pid=args.pid, cgroup=args.cgroup)
     except RecordingError as e:
         return _fail(str(e))
     except BrokenPipeError:  # | head: the reader has what it wanted
@@ -528,10 +529,21 @@ def _check_cgroup(args: argparse.Namespace) -> str:
 
 def _check_pid(args: argparse.Namespace) -> str:
     """Why --pid cannot be shown live (no such process: perf top -p refuses it too), or "".
+    A thread's id is taken as its process's (every pane's rows are processes), said once.
     A replay's processes were on the machine that recorded it."""
-    if args.replay is not None or os.path.isdir(f"/proc/{args.pid}"):
+    if args.replay is not None:
         return ""
-    return f"no process {args.pid} (--pid): `ps -e` lists those running"
+    try:  # /proc/TID exists for a thread too, though no listing shows it
+        with open(f"/proc/{args.pid}/status", encoding="utf-8", errors="replace") as f:
+            status = dict(line.partition(":")[::2] for line in f.read(4096).splitlines())
+        tgid = int(status["Tgid"])
+    except (OSError, KeyError, ValueError):
+        return f"no process {args.pid} (--pid): `ps -e` lists those running"
+    if tgid != args.pid:
+        _say(f"--pid {args.pid} is a thread of process {tgid} "
+             f"({status.get('Name', '').strip()}): showing the process")
+        args.pid = tgid
+    return ""
 
 
 def run_snapshot(args: argparse.Namespace) -> int:

@@ -41,3 +41,46 @@ def test_exports_from_the_json_of_a_live_run_are_the_live_ones(tmp_path):
     live_exports, replayed_exports = exports_of(live), exports_of(replayed)
     for name, content in live_exports.items():
         assert replayed_exports[name] == content, name
+
+
+# A process with a second thread that burns CPU in the kernel (reads of /dev/zero).
+THREADED_READER = """
+import os, sys, threading
+def read():
+    with open("/dev/zero", "rb", buffering=0) as f:
+        while True:
+            f.read(1 << 16)
+thread = threading.Thread(target=read, daemon=True)
+thread.start()
+print(threading.get_native_id(), thread.native_id, flush=True)
+thread.join()
+"""
+
+
+def test_pid_of_a_thread_cuts_a_live_json_to_its_process_and_says_so(tmp_path):
+    """Issue 44: --pid with .json (.folded, .pb.gz, .prom) wrote every process's rows; a
+    thread's id was taken silently. Live: the thread's process alone, said in one line."""
+    import subprocess  # noqa: PLC0415
+
+    with running([sys.executable, "-c", THREADED_READER], stdout=subprocess.PIPE,
+                 text=True) as reader:
+        main_tid, reading_tid = map(int, reader.stdout.readline().split())
+        assert main_tid == reader.pid and reading_tid != reader.pid
+        with open(f"/proc/{reader.pid}/comm") as f:
+            comm = f.read().strip()
+        out = tmp_path / "one.json"
+        result = subprocess.run([sys.executable, "-m", "ktop", "--pid", str(reading_tid),
+                                 "--snapshot", str(out), "--duration", "2"],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"ktop: --pid {reading_tid} is a thread of process {reader.pid} ({comm}): showing the "
+        "process")
+    data = json.loads(out.read_text())
+    assert [p["pid"] for p in data["processes"]] == [reader.pid]
+    stacks = data["cpu"]["stacks"]
+    assert stacks and {s["pid"] for s in stacks} == {reader.pid}, stacks[:3]
+    assert any("read" in frame for s in stacks for frame in s["frames"])
+    for rows in (data["waits"]["stacks"], data["waits"]["processes"],
+                 data["blockio"]["processes"], data["locks"]["tasks"]):
+        assert {row["pid"] for row in rows} <= {reader.pid}

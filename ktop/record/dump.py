@@ -16,6 +16,7 @@ import json
 import time
 from typing import TextIO
 
+from ktop.exports.filtered import filtered_snapshot
 from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID, Snapshot, WaitProcess
 from ktop.record.fileformat import Recording
@@ -114,15 +115,18 @@ def _waiting_ns(process: WaitProcess) -> int:
             + process.blocked_other_ns)
 
 
-def dump(recording: Recording, fmt: str, out: TextIO, show_idle: bool = False) -> int:
-    """Write every record of the recording to `out`; returns the exit code (0)."""
+def dump(recording: Recording, fmt: str, out: TextIO, show_idle: bool = False,
+         pid: int | None = None, cgroup: str | None = None) -> int:
+    """Write every record of the recording to `out`, cut to --pid/--cgroup's processes;
+    returns the exit code (0)."""
+    snapshots = (filtered_snapshot(s, pid, cgroup) for s in recording.snapshots())
     if fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(CSV_COLUMNS)
-        for snapshot in recording.snapshots():
+        for snapshot in snapshots:
             writer.writerow(csv_row(snapshot, show_idle))
     else:
-        for snapshot in recording.snapshots():
+        for snapshot in snapshots:
             # ensure_ascii: control characters in names travel as \\u escapes, inert.
             out.write(json.dumps(to_json(snapshot, include_idle=show_idle),
                                  separators=(",", ":")) + "\n")

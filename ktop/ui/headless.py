@@ -8,6 +8,7 @@ by `ktop.writer`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import os
@@ -143,6 +144,14 @@ def run_snapshot(
     else:
         source, snapshot = recorded, recorded.collect()
     baseline = app_args.get("baseline")
+    if fmt in DATA_FORMATS:  # --pid and --cgroup cut the data as they cut the screen
+        from ktop.exports.filtered import filtered_snapshot  # noqa: PLC0415
+
+        pid, cgroup = app_args.get("pid"), app_args.get("cgroup")
+        snapshot = filtered_snapshot(snapshot, pid, cgroup)
+        if baseline is not None:
+            baseline = dataclasses.replace(
+                baseline, snapshot=filtered_snapshot(baseline.snapshot, pid, cgroup))
     if fmt in DATA_FORMATS and baseline is not None:
         content = compared_export(fmt, snapshot, baseline,
                                   exports or ExportOptions(include_idle=show_idle))
