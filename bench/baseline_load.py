@@ -97,22 +97,23 @@ def make_recording(path: str, records: int) -> None:
     writer.close()
 
 
-def measure(tree: str, replay: str, baseline: str, out: str) -> tuple[float, float, str]:
-    """(seconds, peak RSS MiB, last stderr line) of one --baseline load in a fresh ktop."""
+def measure(tree: str, replay: str, baseline: str, out: str) -> tuple[float, float, float, str]:
+    """(seconds, CPU seconds, peak RSS MiB, last stderr line) of one --baseline load in a
+    fresh ktop (CPU seconds are what a loaded machine's wall time hides)."""
     env = {**os.environ, "PYTHONPATH": tree, "TZ": "UTC"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "ktop", "--replay", replay, "--baseline",
                              baseline, "--snapshot", out], env=env, cwd=tree,
                             capture_output=True, text=True)
     seconds = time.monotonic() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of the children is the largest any had: a smaller one after a larger one
-    # reads as the larger. Each tree's peak is taken from rounds where it ran first.
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu_before
     said = (result.stderr.strip().splitlines() or [""])[-1]
     if result.returncode:
         said = f"exit {result.returncode}: {said}"
-    return seconds, max(peak, before) / 1024, said
+    return seconds, cpu, max(peak, before) / 1024, said
 
 
 def main() -> int:
@@ -152,7 +153,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "--one":
-        seconds, rss, said = measure(*sys.argv[2:])
-        print(f"{seconds:.1f} s, peak RSS {rss:.0f} MiB; {said}")
+        seconds, cpu, rss, said = measure(*sys.argv[2:])
+        print(f"{seconds:.1f} s ({cpu:.1f} s of CPU), peak RSS {rss:.0f} MiB; {said}")
         sys.exit(0)
     sys.exit(main())
