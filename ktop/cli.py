@@ -450,6 +450,7 @@ class _ProgressBar:
     def __init__(self, what: str, unit: str) -> None:
         self.what, self.unit = printable(what), unit
         self.drawn = False
+        self.filled = 0
         try:
             self.terminal = _messages.isatty()
         except (AttributeError, ValueError):
@@ -463,6 +464,9 @@ class _ProgressBar:
             self.drawn = True
             return
         filled = self.WIDTH * done // total
+        if self.drawn and filled == self.filled and done < total:
+            return  # drawn again when it moves
+        self.filled = filled
         # \r and erase-line: the bar is drawn over itself.
         _messages.write(f"\r\x1b[2Kktop: {self.what} [{'#' * filled}{'.' * (self.WIDTH - filled)}]"
                         f" {done}/{total} {self.unit}")

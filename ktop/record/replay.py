@@ -103,8 +103,8 @@ def merge_recording(recording: Recording,
     batch (MERGE_BATCH_BYTES of JSON), not the whole file decoded (a forged 8 MB file of 100
     records took 1.4 GB in one pass). The merges are sums, so the result is the one pass's
     (rows of equal weight may come in another order). `check(merged)` sees the sum after
-    each batch and may raise; `progress(records merged, records to merge)` after each
-    batch. Past `max_json_bytes` decoded it stops, at the end of a batch."""
+    each batch and may raise; `progress(records read, records to merge)` after each record.
+    Past `max_json_bytes` decoded it stops, its batch merged."""
     chosen = range(len(recording)) if indices is None else indices
     merged: Snapshot | None = None
     batch: list[Snapshot] = []
@@ -118,10 +118,10 @@ def merge_recording(recording: Recording,
         if size >= MERGE_BATCH_BYTES or done == len(chosen) or decoded >= max_json_bytes:
             merged = merge_snapshots([merged, *batch] if merged is not None else batch)
             check(merged)
-            progress(done, len(chosen))
             batch, size = [], 0
-            if decoded >= max_json_bytes:
-                break
+        progress(done, len(chosen))
+        if decoded >= max_json_bytes and not batch:
+            break
     if merged is None:
         raise ValueError("a recording without records")  # Recording refuses one
     return merged
