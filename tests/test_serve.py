@@ -347,6 +347,39 @@ def test_connections_stuck_being_answered_give_way_to_scrapes(in_process):
     assert [s[:2] for s in statuses] == [(200, True)] * 10, statuses
 
 
+def test_connections_that_read_their_answer_a_trickle_at_a_time_give_way_too(in_process):
+    """Reading a few bytes now and then keeps an answer moving: a connection is judged by
+    how long its answer has taken, not by whether any byte moved lately."""
+    source, port, page = in_process
+    source.loading = {}
+    source.snapshot = big_snapshot(source.snapshot)
+    wait_for(lambda: len(page.body()) > 300_000)
+    slow = stuck_clients(port, MAX_CLIENTS)
+    for client in slow:
+        client.setblocking(False)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.1):
+            for client in slow:
+                try:
+                    client.recv(512)
+                except OSError:  # nothing yet, or closed: either way, on to the next
+                    pass
+
+    reader = threading.Thread(target=trickle)
+    reader.start()
+    try:
+        time.sleep(EVICT_AFTER_S * 2)
+        statuses = [scrape(port, timeout=5.0)[0] for _ in range(5)]
+    finally:
+        stop.set()
+        reader.join()
+        for connection in slow:
+            connection.close()
+    assert statuses == [200] * 5
+
+
 def test_connections_beyond_the_limit_get_503_when_none_can_give_way(in_process, monkeypatch):
     """503 is for when every connection is busy being answered and none has stalled long
     enough to give way: one line, at once, and the rest go on."""

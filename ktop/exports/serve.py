@@ -10,9 +10,9 @@ REQUEST_DEADLINE_S for a whole request (from its start or its last answer) and
 SEND_DEADLINE_S for a whole answer, and is closed past either. Answers go out one at a
 time per connection (pipelined requests wait, unread, in the client's own socket), so a
 client that never reads holds one page, never more. At most MAX_CLIENTS connections are
-open at once: a further one takes the place of the one that has done nothing longest
-(waiting for its request, or its answer not moving, for EVICT_AFTER_S at least), or gets
-503 when every one is busy being answered. Responses go out without Nagle's delay.
+open at once: a further one takes the place of the one longest in its present turn (its
+wait for a request, or its answer), if EVICT_AFTER_S at least, or gets 503 when every one
+is in a younger turn. Responses go out without Nagle's delay.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def _wants_openmetrics(accept: str) -> bool:
 @dataclass(eq=False, slots=True)
 class _Connection:
     sock: socket.socket
-    moved: float  # when it last did something: bytes in, or bytes of its answer out
+    # When its present turn began: its wait for a request (from its start or its last
+    # answer), or its answer. Bytes trickling in or out do not renew it.
+    since: float
     deadline: float
     received: bytearray = field(default_factory=bytearray)
     answer: list[memoryview] = field(default_factory=list)  # what is left to send
@@ -220,13 +222,14 @@ class MetricsServer:
             self._selector.register(sock, selectors.EVENT_READ, connection)
 
     def _evict(self, now: float) -> bool:
-        """Room for one more: the connection that has done nothing longest gives way, if it
-        has done nothing for EVICT_AFTER_S (waiting for its request, or for its client to
-        read its answer). False if every one is busy."""
-        still = [c for c in self._open.values() if now - c.moved >= EVICT_AFTER_S]
-        if not still:
+        """Room for one more: the connection longest in its present turn gives way, if that
+        is EVICT_AFTER_S at least (a scraper's request and answer take milliseconds: one
+        this long is idle, dribbling its headers, or not reading its answer, however it
+        trickles). False if every one is busy with a turn younger than that."""
+        stalled = [c for c in self._open.values() if now - c.since >= EVICT_AFTER_S]
+        if not stalled:
             return False
-        self._close(min(still, key=lambda c: c.moved))
+        self._close(min(stalled, key=lambda c: c.since))
         return True
 
     def _sweep(self, now: float) -> None:
@@ -252,7 +255,6 @@ class MetricsServer:
                     self._close(connection)
                     return
                 connection.received += data
-                connection.moved = time.monotonic()
             self._progress(connection)
         except OSError:  # the client left or reset: its loss
             self._close(connection)
@@ -327,7 +329,7 @@ class MetricsServer:
             connection.answer.append(memoryview(body))  # the page itself, not a copy
         connection.close_after = close
         now = time.monotonic()
-        connection.moved = now
+        connection.since = now
         connection.deadline = now + SEND_DEADLINE_S
 
     def _send(self, connection: _Connection) -> bool:
@@ -337,8 +339,6 @@ class MetricsServer:
             sent = connection.sock.sendmsg(connection.answer)
         except BlockingIOError:
             return False
-        if sent:
-            connection.moved = time.monotonic()
         while sent:
             first = connection.answer[0]
             if sent < len(first):
@@ -351,7 +351,8 @@ class MetricsServer:
         if connection.close_after:
             self._close(connection)
             return False
-        connection.deadline = time.monotonic() + REQUEST_DEADLINE_S
+        connection.since = time.monotonic()
+        connection.deadline = connection.since + REQUEST_DEADLINE_S
         return True
 
 
