@@ -146,6 +146,27 @@ CATALOGUE: tuple[Loss, ...] = (
     Loss("recursion_misses", "waits", _RECURSION),
     Loss("exited_unseen", "waits",
          "a thread exited without its last switch-out seen: forgotten by ktop"),
+    # ---- syscalls: enum syscalls_lost (bpf/syscalls.h) ----
+    Loss("no_task_storage", "syscalls",
+         "the kernel had no task storage for a thread: its call is not counted",
+         "SC_LOST_NO_STORAGE"),
+    Loss("unpaired_exit", "syscalls",
+         "a call returned whose start was not seen (begun before ktop attached): not "
+         "counted", "SC_LOST_UNPAIRED_EXIT", note=True),
+    Loss("counts_map_full", "syscalls",
+         "the per-thread call counters were full: the call is not counted",
+         "SC_LOST_COUNTS_FULL"),
+    Loss("slow_map_full", "syscalls",
+         "the slow-call map was full: a slow call is missing from the drill-down (every "
+         "count has it)", "SC_LOST_SLOW_FULL", counts_intact=True),
+    Loss("kstack_map_full", "syscalls", _KSTACK_FULL, "SC_LOST_KSTACK_FULL"),
+    Loss("ustack_map_full", "syscalls", _USTACK_FULL, "SC_LOST_USTACK_FULL"),
+    Loss("slow_sleep_unwalked", "syscalls",
+         "a slow call slept where its stack was not walked (its thread's last call that "
+         "slept was short): counted in full, without where it slept",
+         "SC_LOST_SLOW_UNWALKED", note=True),
+    Loss("stack_missing", "syscalls", _STACK_MISSING),
+    Loss("recursion_misses", "syscalls", _RECURSION),
 )
 
 # Not data lost: how a pane started (ktop.collectors.progcache). Listed in L, apart from the
