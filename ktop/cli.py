@@ -440,6 +440,15 @@ def _baseline(args: argparse.Namespace, recorded: object):
         bar.close()  # (Ctrl-C too: the line it says starts a line of its own)
 
 
+def _is_recording_file(path: str | None) -> bool:
+    """A --baseline naming a recording (not a time, not a JSON snapshot)."""
+    if path is None or not os.path.isfile(path):
+        return False
+    from ktop.record.fileformat import is_recording
+
+    return is_recording(path)
+
+
 class _ProgressBar:
     """How far a long step is, on stderr: a bar drawn over itself on a terminal; elsewhere
     (a pipe, a log) one line when it starts, if it is long."""
@@ -639,12 +648,20 @@ def run_interactive(args: argparse.Namespace) -> int:
         recorded, note = _recording(args)
     except RecordingError as e:
         return _fail(str(e))
-    try:
-        baseline = _baseline(args, recorded)
-    except BaselineError as e:
-        return _fail(str(e), 2)
     if not (sys.stdin.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
         return _fail("needs a terminal; for a file use --snapshot FILE.svg|.txt|.json", 2)
+    loader = None
+    try:
+        if _is_recording_file(args.baseline):  # merged once the screen is up: a bar there
+            from ktop.compare import load_baseline
+
+            def loader(say, progress):
+                return load_baseline(args.baseline, recorded, args.window, say, progress)
+            baseline = None
+        else:
+            baseline = _baseline(args, recorded)
+    except BaselineError as e:
+        return _fail(str(e), 2)
     from ktop.engine import LiveSource, RecordedSource
     from ktop.model import Snapshot
 
@@ -674,7 +691,7 @@ def run_interactive(args: argparse.Namespace) -> int:
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
                     cgroup=args.cgroup,
-                    source_note=note, baseline=baseline)
+                    source_note=note, baseline=baseline, baseline_loader=loader)
     # Textual prints an unhandled error's traceback here once the terminal is restored.
     traceback_text = io.StringIO()
     app.error_console = Console(file=traceback_text, width=120, color_system=None,
@@ -692,6 +709,8 @@ def run_interactive(args: argparse.Namespace) -> int:
         log.close()
     if app.file_error:  # a replayed record that is not ktop's: one line, not a crash
         return _fail(app.file_error)
+    if app.baseline_error:  # --baseline FILE, merged on the screen, cannot be compared with
+        return _fail(app.baseline_error, 2)
     error = error or getattr(app, "_exception", None)  # Textual keeps the one it handled
     if error is not None or traceback_text.getvalue().strip():
         from ktop.crash import crash_line

@@ -449,3 +449,97 @@ def test_a_filtered_callers_waits_are_the_same_in_the_pane_and_its_compare_view(
     run_compare(RecordedSource([snapshot]), scenario, pid=4243)
     assert [c.contended for c in compared] == [500]
     assert [row[0] for row in seen["rows"]] == ["500"], seen["rows"]  # pid 4243's, not 812
+
+
+def test_a_baseline_recording_loads_on_the_screen_its_progress_in_the_header(recording):
+    """Issue 44: --baseline BIG.krec merged before the screen opened, with no word of it (5
+    minutes of a blank terminal). The screen opens at once; its header counts the records
+    merged; then every pane compares."""
+    import threading  # noqa: PLC0415
+
+    from ktop.compare import load_baseline  # noqa: PLC0415
+
+    halfway = threading.Event()
+
+    def loader(say, progress):
+        def held_at_ten(done, total):
+            progress(done, total)
+            if done == 10:
+                halfway.wait(20)
+        return load_baseline(recording, None, 5.0, say, held_at_ten)
+
+    source = ReplaySource(Recording(recording), window_s=NOW_RECORDS)
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        for _ in range(200):
+            if "10/120" in screen_text(app).splitlines()[0]:
+                break
+            await pilot.pause(0.02)
+        seen["loading"] = screen_text(app).splitlines()[0]
+        seen["rows"] = rows(app, "functions")
+        halfway.set()
+        for _ in range(200):
+            if "vs baseline" in screen_text(app).splitlines()[0]:
+                break
+            await pilot.pause(0.02)
+        seen["loaded"] = screen_text(app).splitlines()[0]
+        seen["compared"] = rows(app, "functions")
+
+    try:
+        run_compare(source, scenario, baseline_loader=loader)
+    finally:
+        halfway.set()
+    assert "loading the baseline: 10/120 records" in seen["loading"], seen["loading"]
+    assert [row[0] for row in seen["rows"]][:1] != ["new"]  # the panes' own view meanwhile
+    assert "vs baseline 11:50:44-11:52:44, 120s of calm-then-busy.krec" in seen["loaded"]
+    assert "loading" not in seen["loaded"]
+    assert any(row[2] == "+20.00" for row in seen["compared"]), seen["compared"]
+
+
+def test_q_while_the_baseline_loads_leaves_at_once_and_a_bad_one_is_one_line(recording):
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from ktop.compare import BaselineError, load_baseline  # noqa: PLC0415
+
+    calls = []
+    held = threading.Event()
+
+    def loader(say, progress):
+        def slow(done, total):
+            calls.append(done)
+            progress(done, total)
+            held.wait(0.05)
+        return load_baseline(recording, None, 5.0, say, slow)
+
+    source = ReplaySource(Recording(recording), window_s=NOW_RECORDS)
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.pause(0.3)
+        started = time.monotonic()
+        await pilot.press("q")
+        seen["left_in"] = time.monotonic() - started
+
+    run_compare(source, scenario, baseline_loader=loader)
+    time.sleep(0.3)
+    assert seen["left_in"] < 2.0
+    assert 0 < len(calls) < 60  # it stopped merging, 120 records to go at 20 a second
+
+    def refused(say, progress):
+        raise BaselineError("--baseline x.krec: its records together hold more than ...")
+
+    app = build_app(ReplaySource(Recording(recording)), interval_s=INTERVAL,
+                    baseline_loader=refused)
+
+    async def wait_for_exit(pilot):
+        for _ in range(100):
+            if not app.is_running:
+                break
+            await pilot.pause(0.02)
+
+    run_app(app, wait_for_exit)
+    assert app.baseline_error.startswith("--baseline x.krec: its records together")
+    assert app.return_code == 2

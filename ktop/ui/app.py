@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -72,6 +73,33 @@ class RecordingFinished(Message):
         self.recorder = recorder
 
 
+class BaselineProgress(Message):
+    """Posted by the thread merging a --baseline recording: how far it is."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__()
+        self.done, self.total = done, total
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, BaselineProgress)
+
+
+class BaselineLoaded(Message):
+    """Posted by that thread: the baseline, or the line it said (sampled, cut off)."""
+
+    def __init__(self, baseline: Baseline | None, said: str = "") -> None:
+        super().__init__()
+        self.baseline, self.said = baseline, said
+
+
+class _Quitting(Exception):
+    """Raised in the baseline's thread when ktop leaves while it merges."""
+
+
+# (say, progress) -> the Baseline: ktop.compare.load_baseline of a --baseline recording.
+BaselineLoader = Callable[[Callable[[str], None], Callable[[int, int], None]], "Baseline"]
+
+
 class Stalled(Message):
     """Posted by the collecting thread when a refresh came long after it was due."""
 
@@ -123,8 +151,12 @@ class KtopApp(App[None]):
         save_dir: str = ".",
         source_note: str = "",
         baseline: Baseline | None = None,
+        baseline_loader: BaselineLoader | None = None,
     ) -> None:
         super().__init__()
+        # --baseline of a recording: merged once the screen is up, its progress in the header.
+        self.baseline_loader = baseline_loader
+        self.baseline_error = ""  # it could not be compared with: ktop leaves, saying why
         self.source = source
         self.interval_s = interval_s
         self.save_dir = save_dir
@@ -165,6 +197,9 @@ class KtopApp(App[None]):
             loop.add_signal_handler(signum, self.quit)
         self._collect_first()
         self.collect_loop()
+        if self.baseline_loader is not None:
+            self.main_screen.baseline_loading = "loading the baseline..."
+            self.load_baseline()
 
     def _collect_first(self) -> None:
         """A source the CLI started before Textual loaded has its first interval ready by the
@@ -275,6 +310,41 @@ class KtopApp(App[None]):
             screen.follow(message.snapshot, drawn=screen is top)
         if first:  # drawn at the next frame: the compile can have the CPU now
             self.call_after_refresh(self.source.hurry_loading)
+
+    @work(thread=True, exclusive=True, group="baseline")
+    def load_baseline(self) -> None:
+        """The --baseline recording merged off the UI thread (a long one takes seconds)."""
+        from ktop.compare import BaselineError  # noqa: PLC0415
+
+        assert self.baseline_loader is not None
+        said: list[str] = []
+
+        def progress(done: int, total: int) -> None:
+            if self._stop.is_set():
+                raise _Quitting  # q or Ctrl-C: no need to finish
+            self.post_message(BaselineProgress(done, total))
+
+        try:
+            baseline = self.baseline_loader(said.append, progress)
+        except _Quitting:
+            return
+        except BaselineError as e:
+            self.baseline_error = str(e)
+            self.call_from_thread(self.exit, None, 2)
+            return
+        self.post_message(BaselineLoaded(baseline, "; ".join(said)))
+
+    def on_baseline_progress(self, message: BaselineProgress) -> None:
+        self.main_screen.baseline_loading = (
+            f"loading the baseline: {message.done}/{message.total} records")
+        self.main_screen.show_header()
+
+    def on_baseline_loaded(self, message: BaselineLoaded) -> None:
+        if message.said:
+            self.notify(message.said, severity="warning", timeout=10, markup=False)
+        self.main_screen.baseline_loading = ""
+        if message.baseline is not None:
+            self.main_screen.set_baseline(message.baseline)
 
     def on_unmount(self) -> None:
         self._stop.set()

@@ -26,6 +26,7 @@ from ktop.ui.widgets.table import KeyedTable
 from ktop.ui.widgets.tabs import PaneTabs
 
 if TYPE_CHECKING:
+    from ktop.compare import Baseline
     from ktop.engine import Timeline
     from ktop.ui.app import KtopApp
 
@@ -111,6 +112,7 @@ class MainScreen(ChangedRowsScreen):
         self._prompt_for = ""
         self._prompt_return: Pane | None = None
         self.behind = False  # data came while another screen was on top: not shown yet
+        self.baseline_loading = ""  # the header's word while --baseline FILE is merged
 
     # ---- layout -------------------------------------------------------------------------
 
@@ -231,6 +233,8 @@ class MainScreen(ChangedRowsScreen):
                 continue
             if pane.table.filter_text:
                 badges.append(Badge(f"{pane.spec.number}: /{pane.table.filter_text}"))
+        if self.baseline_loading:
+            badges.append(Badge(self.baseline_loading, "bold reverse magenta"))
         baseline = self.display_settings.baseline
         if baseline is not None:
             badges.append(Badge(f"vs baseline {baseline.label} (B clears)", "bold reverse magenta"))
@@ -306,10 +310,14 @@ class MainScreen(ChangedRowsScreen):
             self.notify("no data yet to mark", severity="warning")
             return
         baseline = baseline_of(snapshot)
-        self.display_settings = replace(self.display_settings, baseline=baseline)
+        self.set_baseline(baseline)
         move = "[ ] ← → move on" if self.timeline is not None else "the panes go on"
         self.notify(f"baseline {baseline.label}: {move}, each pane's first view shows the "
                     "change (B clears)", timeout=6, markup=False)
+
+    def set_baseline(self, baseline: Baseline) -> None:
+        """Every pane compares with `baseline` from now on (b, or --baseline once loaded)."""
+        self.display_settings = replace(self.display_settings, baseline=baseline)
         self.refresh_bindings()  # m, matching the compared rows, applies now
         self.refresh_panes()
 
