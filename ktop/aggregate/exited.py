@@ -17,7 +17,7 @@ from typing import TypeVar
 from ktop.model import EXITED_PID, UserFrame
 from ktop.symbolize.user import UNKNOWN
 
-# Entries in one table of totals before its exited processes fold (README: Memory).
+# Entries in one table of totals before its exited processes fold (bench/RESULTS.md: Memory).
 FOLD_AFTER = 500
 
 K = TypeVar("K")

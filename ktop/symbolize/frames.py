@@ -95,7 +95,7 @@ class KernelFrames:
 _SECTION_MARKER = re.compile(r"^(__start_|__stop_|__end_|__init_|__bss_|__per_cpu_)|^_[se][a-z]*$")
 
 # Lock stacks named lately, kept for the next interval: bounded, as process churn brings
-# new stacks without end (README: Memory).
+# new stacks without end (bench/RESULTS.md: Memory).
 SYMBOLIZED_KEPT = 1024
 
 

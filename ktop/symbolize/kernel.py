@@ -18,7 +18,7 @@ KERNEL_MODULE = "[kernel.kallsyms]"  # perf's name for the core kernel image
 # a gap (or past the end of text), and naming it after that symbol would be a lie.
 MAX_SYMBOL_SPAN = 256 * 1024
 # Addresses named lately, kept for the next lookup: every refresh names the same hot ones.
-# Bounded so that days of new stacks do not grow it (README: Memory): both generations.
+# Bounded so that days of new stacks do not grow it (bench/RESULTS.md: Memory): both generations.
 RESOLVED_KEPT = 8192
 
 KPTR_RESTRICT = "/proc/sys/kernel/kptr_restrict"
@@ -103,7 +103,7 @@ class Kallsyms:
     def _set(self, addresses: array, names: _PackedStrings, module_ids: array,
              module_names: list[str]) -> None:
         # The kernel's symbols stay as long as ktop runs: kept compact, as addresses in machine
-        # words, names compressed, a small number per module (README: Memory).
+        # words, names compressed, a small number per module (bench/RESULTS.md: Memory).
         self._addresses = addresses
         self._names = names
         self._module_ids = module_ids

@@ -4,7 +4,7 @@ Textual styles a widget's component classes (a table's header and cursor rows) t
 virtual DOMNode per class, and makes new ones at every restyle of the widget: each time a
 pane gains or loses focus, for every table under it. Each virtual node is a full DOMNode held
 in reference cycles, so the old ones waited for the collector's oldest generation, which ktop
-runs rarely (README: Garbage collection). Here each widget keeps its virtual nodes and they
+runs rarely (bench/RESULTS.md: Garbage collection). Here each widget keeps its virtual nodes and they
 are restyled in place; the widget is refreshed when a class's rules changed, as Textual does.
 """
 

@@ -4,7 +4,7 @@ Textual's compositor divides each line it paints at the edges of the widgets ove
 Strip.divide caches its result on the strip: a line divided into one piece (no other widget
 overlaps it: most lines) is cached as itself, a reference cycle. Every line a refresh
 replaced then waited, with its segments and caches, for the collector's oldest generation,
-which ktop runs rarely (README: Garbage collection). Here that case returns the strip itself
+which ktop runs rarely (bench/RESULTS.md: Garbage collection). Here that case returns the strip itself
 without the cache; every other division is Textual's own.
 """
 
