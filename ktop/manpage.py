@@ -14,6 +14,7 @@ import time
 
 from ktop import __version__
 from ktop.cli import OPTION_GROUPS, build_parser
+from ktop.record.dump import csv_columns
 from ktop.registry import PANES
 
 # (command, what it does): each is parsed by the CLI in the tests, so none names an option
@@ -138,6 +139,9 @@ def manpage(date: str | None = None) -> str:
             out.append(roff(group.description[0].upper() + group.description[1:] + "."))
         for action in group._group_actions:  # noqa: SLF001
             out += [".TP", option_label(action), roff(action.help or "")]
+            if action.dest == "dump":  # its columns, as each pane declares them
+                out += [".IP", roff("csv columns, one row an interval: "
+                                    + ", ".join(csv_columns()) + ".")]
 
     main, drill = _keys()
     out += [".SH KEYS", ".SS The panes"] + _tagged(main)

@@ -105,6 +105,15 @@ def test_man_renders_it_without_warnings(tmp_path):
     assert "--folded-of cpu|locks|io|io-latency|offcpu" in result.stdout
 
 
+def test_the_csv_dumps_columns_are_listed_waits_included():
+    from ktop.record.dump import CSV_COLUMNS
+
+    options = section(manpage(), "OPTIONS").replace("\\-", "-")
+    listed = options.split("csv columns, one row an interval: ", 1)[1].split(".\n", 1)[0]
+    assert listed.split(", ") == list(CSV_COLUMNS)
+    assert "top_wait_comm" in listed
+
+
 def test_help_groups_the_options_as_perf_does():
     text = build_parser().format_help()
     headings = re.findall(r"^(\S[^:\n]*):$", text, re.M)
