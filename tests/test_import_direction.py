@@ -142,3 +142,42 @@ def test_python_imports_no_circle_at_module_level():
 
     for name in sorted(graph):
         visit(name, ())
+
+
+def pane_folder_of(name: str) -> str | None:
+    """`syscalls` for ktop.panes.syscalls.collector: the pane whose folder holds the module."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["ktop", "panes"] else None
+
+
+def test_a_pane_folder_imports_no_other_pane():
+    crossing = [(name, imported) for name in MODULES if pane_folder_of(name)
+                for imported in imports_of(name)
+                if pane_folder_of(imported) not in (None, pane_folder_of(name))]
+    assert crossing == []
+
+
+def test_only_the_wiring_imports_a_pane_folder():
+    """What all panes share never imports a pane; the registry lists them."""
+    outside = {name for name in MODULES if not pane_folder_of(name)
+               for imported in imports_of(name) if pane_folder_of(imported)}
+    assert outside <= {"ktop.registry"}, outside
+
+
+def test_the_rules_above_catch_a_crossing(monkeypatch):
+    """An import of another pane's folder, and one from a shared module, are both seen."""
+    real = imports_of
+
+    def with_crossings(name: str, top_level_only: bool = False) -> set[str]:
+        if name in ("ktop.panes.one.collector", "ktop.panes.other.model"):  # not on disk
+            return {"ktop.panes.other.model"} if name.endswith("collector") else set()
+        extra = {"ktop.panes.one.collector"} if name == "ktop.stacktree" else set()
+        return real(name, top_level_only) | extra
+
+    monkeypatch.setattr(f"{__name__}.imports_of", with_crossings)
+    for fake in ("ktop.panes.one.collector", "ktop.panes.other.model"):
+        monkeypatch.setitem(MODULES, fake, PACKAGE / "panes" / "absent.py")
+    with pytest.raises(AssertionError):
+        test_a_pane_folder_imports_no_other_pane()
+    with pytest.raises(AssertionError):
+        test_only_the_wiring_imports_a_pane_folder()
