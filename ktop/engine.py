@@ -27,12 +27,12 @@ from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.diskstats import DiskStatsReader
 from ktop.collectors.pressure import PressureReader
-from ktop.collectors.processes import ProcessCollector, task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums
 from ktop.losses import BPF_CACHE_REPLACED
 from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
+from ktop.panes.processes.collector import ProcessCollector, task_exists
 from ktop.registry import Aggregator, Collector, bpf_panes
 from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from ktop.lockviews import caller_waits_of
 from ktop.model import (
-    EXITED_PID,
     BlockProfile,
     CpuProfile,
     DiskStats,
@@ -27,7 +26,6 @@ from ktop.model import (
     IoRequest,
     LockCaller,
     LockProfile,
-    ProcessRow,
     Snapshot,
     WaitProfile,
 )
@@ -46,6 +44,7 @@ from ktop.panedef import (
     StackSource,
     WeightedStack,
 )
+from ktop.panes.processes.pane import PROCESSES
 
 if TYPE_CHECKING:
     from ktop.ui.widgets.pane import Pane
@@ -278,40 +277,6 @@ def _blockio_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
     return blockio_cells(snapshot, show_idle)
 
 
-# ---- processes ----------------------------------------------------------------------------
-
-
-def _processes_widget() -> type[Pane]:
-    from ktop.ui.widgets.processes import ProcessesPane  # noqa: PLC0415
-
-    return ProcessesPane
-
-
-def _compared_processes(snapshot: Snapshot, shows: Shows | None) -> Sequence[ProcessRow]:
-    return [p for p in snapshot.processes if shows is None or shows(p.parent or p.pid, p.cgroup)]
-
-
-def _process_name(p: ProcessRow) -> str:
-    if p.pid == EXITED_PID:
-        return f"<children of {p.parent}> {p.comm}"
-    return f"{p.pid} {p.comm}"
-
-
-def _process_stacks(snapshot: Snapshot, p: ProcessRow) -> Iterable[WeightedStack]:
-    """What the process did on a CPU: its sampled stacks (none for exited children)."""
-    from ktop.exports.folded import cpu_stack_frames  # noqa: PLC0415
-
-    for stack in snapshot.cpu.stacks if snapshot.cpu and p.pid != EXITED_PID else ():
-        if stack.pid == p.pid and not stack.idle and (stack.frames or stack.user_frames):
-            yield cpu_stack_frames(stack), stack.samples
-
-
-def _processes_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
-    from ktop.record.dump import processes_cells  # noqa: PLC0415
-
-    return processes_cells(snapshot, show_idle)
-
-
 # ---- waits (off-CPU) ----------------------------------------------------------------------
 
 
@@ -440,20 +405,7 @@ PANES[:] = [
                         "top_io_comm", "top_io_bytes"), _blockio_csv),
         metrics=lambda metrics, snapshot: metrics.blockio_families(snapshot),
     ),
-    PaneDef(
-        name="processes", field="processes", title="Processes", key_label="Processes",
-        short_label="Procs", drill_by="pid", widget=_processes_widget,
-        rounding={ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0}},
-        # CPU% is a rate already; its stacks are its CPU samples, as a share of the machine.
-        compare=Comparison(
-            "CPU%", "%", _compared_processes, key=lambda p: (p.pid, p.parent, p.comm),
-            name=_process_name, amount=lambda p: p.cpu_percent, scale=lambda _: 1.0,
-            stacks=_process_stacks, stack_scale=_cpu_scale, folded_of="cpu",
-            command_key=lambda p: (p.pid == EXITED_PID, p.comm),
-            command_name=lambda p: f"<children of {p.comm}>" if p.pid == EXITED_PID else p.comm),
-        csv=CsvColumns(("processes",), _processes_csv),
-        metrics=lambda metrics, snapshot: metrics.processes_families(snapshot),
-    ),
+    PROCESSES,
     PaneDef(
         name="waits", field="waits", title="Waits (off-CPU)", key_label="Waits",
         short_label="Waits", drill_by="key", widget=_waits_widget, build=_build_waits,

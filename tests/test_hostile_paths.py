@@ -182,7 +182,7 @@ def test_a_live_cgroup_not_named_in_utf8_holds_its_process():
     """`adv\\xff...` read "removed" while it held a process: /proc/PID/cgroup's name and the
     directory walk's must be the same string, and name the directory that exists."""
     from ktop.cgroups import CgroupNames, cgroup2_mount, cgroup_exists, parse_proc_cgroup
-    from ktop.collectors.processes import ProcessCollector
+    from ktop.panes.processes.collector import ProcessCollector
 
     mount = cgroup2_mount()
     if mount is None:

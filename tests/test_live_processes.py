@@ -12,10 +12,10 @@ import time
 
 from conftest import first_in_line, live_source, root_only, running
 
-from ktop.collectors.processes import ProcessCollector
 from ktop.collectors.procstat import read_cpu_ticks
 from ktop.exports.jsonfile import to_json
 from ktop.model import EXITED_PID, PANE_WAITS
+from ktop.panes.processes.collector import ProcessCollector
 
 pytestmark = root_only
 

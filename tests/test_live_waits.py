@@ -477,7 +477,7 @@ def test_a_switch_unseen_is_counted_not_silent() -> None:
 def test_processes_pane_runq_agrees_with_the_waits_pane(collector, kallsyms) -> None:
     """RUNQ% needs no BPF (schedstat's run_delay); the waits pane counts the same waits
     from the scheduler's tracepoints: the two say the same of two spinners on one CPU."""
-    from ktop.collectors.processes import ProcessCollector
+    from ktop.panes.processes.collector import ProcessCollector
 
     spin = "import os\nos.sched_setaffinity(0, {1})\nwhile True: pass\n"
     processes = ProcessCollector()

@@ -9,10 +9,10 @@ from conftest import run_app
 
 from ktop import registry as panes
 from ktop.engine import RecordedSource
+from ktop.panes.processes.widget import ProcessesPane
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
 from ktop.ui.screens.help import HelpScreen
-from ktop.ui.widgets.processes import ProcessesPane
 
 
 class FifthPane(ProcessesPane):

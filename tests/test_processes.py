@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ktop.collectors.processes import (
+from ktop.panes.processes.collector import (
     ProcessCollector,
     _full_name,
     parse_stat,
@@ -142,7 +142,7 @@ class FakeProc:
     keeps them open and reads them again), and a clock the test moves."""
 
     def __init__(self, root, monkeypatch) -> None:
-        import ktop.collectors.processes as processes  # noqa: PLC0415
+        import ktop.panes.processes.collector as processes  # noqa: PLC0415
 
         self.root = root
         self.now = 1000.0
@@ -465,7 +465,7 @@ def test_a_quiet_process_the_kernel_saw_not_run_keeps_its_row_unread(tmp_path, m
     its files are not read (two reads a process, most of an idle machine's). One that ran
     is read, its rate over the last interval alone; every process is read again within
     UNREAD_AT_MOST refreshes (its memory can shrink without it running: reclaim)."""
-    from ktop.collectors.processes import UNREAD_AT_MOST  # noqa: PLC0415
+    from ktop.panes.processes.collector import UNREAD_AT_MOST  # noqa: PLC0415
 
     proc = FakeProc(tmp_path, monkeypatch)
     proc.process(100, "sleeper", b"sleeper\0", utime=10)

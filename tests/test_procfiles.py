@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from ktop.collectors.diskstats import DiskStatsReader
-from ktop.collectors.processes import ProcessCollector
 from ktop.collectors.procfiles import SELECT_LIMIT, KeptFds, pread_record, pread_to_eof
+from ktop.panes.processes.collector import ProcessCollector
 
 PAGE = 4096
 
@@ -117,7 +117,7 @@ SCAN = textwrap.dedent("""
     soft, hard, count = map(int, sys.argv[1:])
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(count)]
-    from ktop.collectors.processes import ProcessCollector
+    from ktop.panes.processes.collector import ProcessCollector
     try:
         collector = ProcessCollector()
         for _ in range(3):

@@ -435,7 +435,7 @@ def test_a_process_that_exits_is_gone_from_the_next_frame(recorded_snapshot):
 def test_a_hidden_tab_makes_no_rows_and_shows_the_newest_frame_when_chosen(recorded_snapshot):
     """On a small screen one pane shows at a time: the others make their rows only when
     chosen (rows nobody sees were most of a refresh's work), then from the newest frame."""
-    from ktop.ui.widgets.processes import ProcessesPane
+    from ktop.panes.processes.widget import ProcessesPane
 
     source = SwitchableSource(recorded_snapshot)
     made = {"processes": 0}
