@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from conftest import first_in_line, root_only
 from test_live_tmux import Tmux, exit_code, start_ktop
@@ -148,3 +150,30 @@ def test_record_goes_on_past_nobodys_processes_of_huge_command_lines(tmp_path, s
         for p in hostile:
             p.kill()
             p.wait()
+
+
+FILL_LOW_DESCRIPTORS = ("import os, sys\n"
+                        "for _ in range(1100):\n"
+                        "    os.set_inheritable(os.open('/dev/null', os.O_RDONLY), True)\n"
+                        "os.execv(sys.executable, [sys.executable, '-m', 'ktop'])\n")
+
+
+def test_the_tui_starts_with_the_low_descriptors_taken():
+    """A machine of many CPUs opens a perf event a CPU and program: descriptors below 1024
+    can run out whatever ktop keeps above them, and the terminal driver's wake pipe then
+    lands past 1024, which select() refuses. The driver waits in poll()."""
+    tmux = Tmux()
+    try:
+        with first_in_line():
+            tmux.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(FILL_LOW_DESCRIPTORS)}; "
+                     "printf 'KTOP_%s=%s\\n' EXIT $?")
+            tmux.wait_for("Hot kernel functions")
+            tmux.wait_for("samples ")
+            (ktop,) = psutil.Process(int(tmux.display("#{pane_pid}"))).children()
+            pipes = [fd for fd, target in descriptors(ktop.pid).items()
+                     if target.startswith("pipe:")]
+            assert max(pipes) >= SELECT_LIMIT  # the wake pipe among them, past select()'s
+            tmux.send("q")
+            assert exit_code(tmux) == "0"
+    finally:
+        tmux.close()

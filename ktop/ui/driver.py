@@ -2,13 +2,15 @@
 
 Textual's input thread wakes ten times a second to look for input it was not told of and
 for the end of the app: 0.13% of a CPU at idle here, which ktop, a tool that must cost
-less than what it watches, cannot afford. This one waits in select() until the terminal
+less than what it watches, cannot afford. This one waits in poll() until the terminal
 has input, the app ends (a pipe says so), or an escape sequence it holds is due (the
 parser's own timeout: a lone Esc is a key after a moment, not the start of a sequence).
 
 End of input (a read of nothing, or EIO) means the terminal is gone: the thread stops reading
 and the app leaves as on SIGHUP. A terminal that is not the controlling one (`su -c` starts a
-new session) sends no SIGHUP when it closes, and select() then says "readable" forever.
+new session) sends no SIGHUP when it closes, and poll() then says "readable" forever.
+poll(), not Textual's select(): select() refuses a descriptor past 1024, which the wake pipe
+gets on a machine whose perf events and kept /proc files fill the low ones.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ PENDING_POLL_S = 0.1
 
 
 class _WakingEvent(threading.Event):
-    """The driver's exit event: setting it wakes the input thread's select()."""
+    """The driver's exit event: setting it wakes the input thread's poll()."""
 
     def __init__(self, wake_fd: int) -> None:
         super().__init__()
@@ -62,7 +64,7 @@ class QuietLinuxDriver(LinuxDriver):
         """Textual's loop (linux_driver.py), waiting without a timeout while nothing is
         pending."""
         self._drain_wake_pipe()  # a wake from an earlier stop (suspend and resume)
-        selector = selectors.SelectSelector()
+        selector = selectors.PollSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
         selector.register(self._wake_read, selectors.EVENT_READ)
         parser = XTermParser(self._debug)
