@@ -27,13 +27,13 @@ from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.diskstats import DiskStatsReader
 from ktop.collectors.pressure import PressureReader
+from ktop.collectors.procfiles import task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
 from ktop.collectors.selfcost import SelfCost
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums
 from ktop.losses import BPF_CACHE_REPLACED
-from ktop.model import PANE_FUNCTIONS, CpuTimes, Snapshot, UserFrame
-from ktop.panes.processes.collector import ProcessCollector, task_exists
-from ktop.registry import Aggregator, Collector, bpf_panes
+from ktop.model import PANE_FUNCTIONS, CpuTimes, ProcessRow, Snapshot, TaskCounts, UserFrame
+from ktop.registry import Aggregator, Collector, bpf_panes, process_reader
 from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span
 
@@ -53,6 +53,16 @@ class Options:
     offcpu_min: WalkMinimums = DEFAULT_MIN_WALK  # waits pane: stacks of waits predicted this long
     cgroup: str | None = None  # --cgroup, as resolved: the header shows its own PSI too
     panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
+
+
+class ProcReader(Protocol):
+    """The /proc reader of the pane whose rows it reads (PaneDef.reader: the processes')."""
+
+    tasks: TaskCounts | None  # the kernel's task counts at the last collect
+
+    def start(self) -> None: ...
+    def collect(self, ran: frozenset[int] | set[int] | None = None) -> tuple[ProcessRow, ...]: ...
+    def close(self) -> None: ...
 
 
 class Timeline(Protocol):
@@ -137,7 +147,7 @@ class LiveSource:
         self._specs = [spec for spec in specs if spec.name in options.panes]
         # Said as soon as known: the first compile finds them.
         self.headers = "looking for them" if self._specs else "not needed (no BPF pane)"
-        self._processes = ProcessCollector()
+        self._processes: ProcReader = process_reader()
         # The processes the kernel saw run since the processes were last read (a drain's
         # `ran`, the waits pane's), or None while not known for the whole span.
         self._ran: set[int] | None = None

@@ -155,6 +155,9 @@ class PaneDef:
     folded: tuple[FoldedExport, ...] = ()  # its folded stacks, one per weight
     pprof: PprofExport | None = None
     csv: CsvColumns | None = None
+    # A reader of /proc the engine makes once, starts, and collects at every refresh instead
+    # of a BPF build: its rows are the pane's field (the processes'). See engine.ProcReader.
+    reader: Callable[[], Any] | None = None
     # Its Prometheus / OpenMetrics families: (exports.openmetrics.SnapshotMetrics, snapshot).
     metrics: Callable[[Any, Snapshot], list[Any]] | None = None
 

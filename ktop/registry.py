@@ -442,6 +442,11 @@ def bpf_panes() -> list[PaneDef]:
     return [spec for spec in PANES if spec.build is not None]
 
 
+def process_reader() -> Any:
+    """A new reader of the pane whose rows /proc gives (the processes pane's)."""
+    return next(spec.reader for spec in PANES if spec.reader is not None)()
+
+
 def figured_panes() -> list[PaneDef]:
     """The panes with a timeline figure, in the order a record's frame keeps them."""
     return [spec for spec in PANES if spec.figure is not None]

@@ -163,7 +163,7 @@ def test_small_totals_keep_every_pid(monkeypatch, kallsyms, addr):
 
 
 def test_a_thread_that_still_runs_is_alive():
-    from ktop.panes.processes.collector import task_exists
+    from ktop.collectors.procfiles import task_exists
 
     assert task_exists(os.getpid())
     assert not task_exists(2**22 + 1)  # above pid_max: never a task

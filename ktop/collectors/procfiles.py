@@ -125,3 +125,8 @@ def pread_to_eof(fd: int, size: int, offset: int = 0) -> bytes:
             return b"".join(chunks)
         chunks.append(chunk)
         offset += len(chunk)
+
+
+def task_exists(pid: int) -> bool:
+    """A process or thread still running: threads have a /proc/TID too, just unlisted."""
+    return os.path.exists(f"/proc/{pid}")

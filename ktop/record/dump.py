@@ -18,7 +18,7 @@ from typing import TextIO
 
 from ktop.exports.filtered import filtered_snapshot
 from ktop.exports.jsonfile import to_json
-from ktop.model import EXITED_PID, Snapshot, WaitProcess
+from ktop.model import Snapshot, WaitProcess
 from ktop.record.fileformat import Recording
 from ktop.registry import PANES
 from ktop.text import csv_cell
@@ -88,10 +88,6 @@ def blockio_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
             f"{latency / requests:.4f}" if requests else "",
             top_io.pid if top_io else "", csv_cell(top_io.comm) if top_io else "",
             top_io.bytes if top_io else ""]
-
-
-def processes_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
-    return [sum(1 for p in snapshot.processes if p.pid != EXITED_PID)]
 
 
 def waits_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:

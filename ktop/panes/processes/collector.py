@@ -38,11 +38,6 @@ CGROUP_RECHECK = 10
 UNREAD_AT_MOST = 5
 
 
-def task_exists(pid: int) -> bool:
-    """A process or thread still running: threads have a /proc/TID too, just unlisted."""
-    return os.path.exists(f"/proc/{pid}")
-
-
 class Stat(NamedTuple):
     """What one read of /proc/PID/stat tells (times in clock ticks)."""
 

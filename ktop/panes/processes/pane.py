@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ktop.model import EXITED_PID, ProcessRow, Snapshot
 from ktop.panedef import Comparison, CsvColumns, PaneDef, Shows, WeightedStack
@@ -16,6 +16,12 @@ def _processes_widget() -> type[Pane]:
     from ktop.panes.processes.widget import ProcessesPane  # noqa: PLC0415
 
     return ProcessesPane
+
+
+def _reader() -> Any:
+    from ktop.panes.processes.collector import ProcessCollector  # noqa: PLC0415
+
+    return ProcessCollector()
 
 
 def _compared_processes(snapshot: Snapshot, shows: Shows | None) -> Sequence[ProcessRow]:
@@ -45,14 +51,20 @@ def _process_stacks(snapshot: Snapshot, p: ProcessRow) -> Iterable[WeightedStack
 
 
 def _processes_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
-    from ktop.record.dump import processes_cells  # noqa: PLC0415
+    from ktop.panes.processes.exports import csv_cells  # noqa: PLC0415
 
-    return processes_cells(snapshot, show_idle)
+    return csv_cells(snapshot, show_idle)
+
+
+def _metrics(metrics: Any, snapshot: Snapshot) -> list[Any]:
+    from ktop.panes.processes.metrics import metric_families  # noqa: PLC0415
+
+    return metric_families(metrics, snapshot)
 
 
 PROCESSES = PaneDef(
     name="processes", field="processes", title="Processes", key_label="Processes",
-    short_label="Procs", drill_by="pid", widget=_processes_widget,
+    short_label="Procs", drill_by="pid", widget=_processes_widget, reader=_reader,
     rounding={ProcessRow: {"disk_read_bps": 0, "disk_write_bps": 0}},
     # CPU% is a rate already; its stacks are its CPU samples, as a share of the machine.
     compare=Comparison(
@@ -62,5 +74,5 @@ PROCESSES = PaneDef(
         command_key=lambda p: (p.pid == EXITED_PID, p.comm),
         command_name=lambda p: f"<children of {p.comm}>" if p.pid == EXITED_PID else p.comm),
     csv=CsvColumns(("processes",), _processes_csv),
-    metrics=lambda metrics, snapshot: metrics.processes_families(snapshot),
+    metrics=_metrics,
 )
