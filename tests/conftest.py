@@ -369,7 +369,9 @@ def check_contract(d: dict[str, Any]) -> None:
 def _needs_the_machine(item: pytest.Item) -> bool:
     """A test that runs the real kernel's collectors, starts ktop as root or times a workload:
     run alone (`make test` runs the others two at a time first)."""
-    if item.get_closest_marker("live") or item.path.name.startswith("test_live_"):
+    # A pane's live tests are named after it, as its others are (test_<pane>_live.py).
+    live_file = item.path.name.startswith("test_live_") or item.path.stem.endswith("_live")
+    if item.get_closest_marker("live") or live_file:
         return True
     # Not a skip: root_only tests are told apart by their marker, to run them alone.
     return any(mark.kwargs.get("reason") == NEEDS_ROOT for mark in item.iter_markers("skipif"))

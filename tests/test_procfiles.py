@@ -63,7 +63,7 @@ def test_every_disk_of_a_diskstats_longer_than_a_page_is_read(tmp_path, monkeypa
 def test_a_one_record_file_longer_than_its_buffer_is_read_whole(tmp_path, monkeypatch):
     """/proc/PID/cgroup on a hybrid machine with deep v1 paths outgrows 4 KB; its v2 line
     comes last, and a cut read lost the process's cgroup."""
-    from test_processes import FakeProc  # noqa: PLC0415
+    from test_processes_collector import FakeProc  # noqa: PLC0415
 
     proc = FakeProc(tmp_path, monkeypatch)
     proc.process(100, "app", b"app\0")
