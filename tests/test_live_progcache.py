@@ -14,7 +14,7 @@ from ktop.collectors.bpfsys import attach_sampling, program_info
 
 # A program of the kinds ktop's panes use: a raw tracepoint bcc attaches itself
 # (RAW_TRACEPOINT_PROBE, as blockio.bpf.c), a perf event program ktop attaches (as cpu.bpf.c),
-# a hash, an array, a per-CPU array and a stack map shared by both.
+# a hash, an array, a per-CPU array, a stack map and a task storage (typed by BTF).
 TINY = """
 #include <uapi/linux/bpf_perf_event.h>
 BPF_ARRAY(switches, u64, 1);
@@ -22,11 +22,16 @@ BPF_HASH(samples, u32, u64, 1024);
 BPF_PERCPU_ARRAY(per_cpu, u64, 1);
 BPF_STACK_TRACE(stacks, 64);
 
+/* Task storage: a map the kernel makes only with its BTF key and value types. */
+BPF_TASK_STORAGE(seen, u64);
+
 RAW_TRACEPOINT_PROBE(sched_switch)
 {
     u32 zero = 0;
     u64 *count = switches.lookup(&zero);
-    if (count)
+    u64 *before = seen.task_storage_get(bpf_get_current_task_btf(), 0,
+                                      BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (count && before && !(*before)++)
         __sync_fetch_and_add(count, SCALE);
     return 0;
 }

@@ -54,10 +54,10 @@ def test_what_instructions_alone_cannot_load_again_is_refused(code, why):
 def description(insns: bytes | None = None) -> dict:
     insns = insns or relocations(program_with_maps([5]), {5: "counts"})[0]
     return {
-        "license": "GPL", "kern_version": 0,
+        "license": "GPL", "kern_version": 0, "btf": "",
         "maps": [{"name": "counts", "kernel_name": "counts", "type": 1, "key_size": 4,
                   "value_size": 8, "max_entries": 16, "flags": 0, "key": "unsigned int",
-                  "value": "unsigned long long"}],
+                  "value": "unsigned long long", "btf_key": 0, "btf_value": 0}],
         "programs": [{"name": "on_tick", "kernel_name": "on_tick", "type": 7,
                       "insns": insns.hex(), "maps": [[0, "counts"]], "raw_tracepoint": ""}],
     }
@@ -91,6 +91,7 @@ def test_an_entry_for_other_inputs_is_refused():
     (lambda d: d["programs"][0].update(insns="abc"), "instructions"),
     (lambda d: d["maps"][0].update(max_entries=-1), "map"),
     (lambda d: d.update(programs=[]), "lists"),
+    (lambda d: d.update(btf="not hex"), "btf"),
 ])
 def test_a_well_sealed_entry_of_the_wrong_shape_is_refused(change, why):
     """A checksum proves the bytes whole, not the writer right: what a load indexes with is

@@ -37,6 +37,7 @@ _BPF_NR, _PERF_EVENT_OPEN_NR = _SYSCALLS.get(platform.machine(), (None, None))
 MAP_CREATE = 0
 MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM, MAP_GET_NEXT_KEY = 1, 2, 3, 4
 PROG_LOAD = 5
+BTF_LOAD, BTF_GET_FD_BY_ID = 18, 19
 PROG_TEST_RUN = 10
 OBJ_GET_INFO_BY_FD = 15
 RAW_TRACEPOINT_OPEN = 17
@@ -128,6 +129,8 @@ class _MapCreateAttr(ct.Structure):
         ("map_type", ct.c_uint32), ("key_size", ct.c_uint32), ("value_size", ct.c_uint32),
         ("max_entries", ct.c_uint32), ("map_flags", ct.c_uint32), ("inner_map_fd", ct.c_uint32),
         ("numa_node", ct.c_uint32), ("map_name", ct.c_char * 16), ("map_ifindex", ct.c_uint32),
+        ("btf_fd", ct.c_uint32), ("btf_key_type_id", ct.c_uint32),
+        ("btf_value_type_id", ct.c_uint32),
     ]
 
 
@@ -144,21 +147,57 @@ class _ProgLoadAttr(ct.Structure):
 
 
 class _MapInfo(ct.Structure):
-    """struct bpf_map_info (include/uapi/linux/bpf.h), up to map_flags and name."""
+    """struct bpf_map_info (include/uapi/linux/bpf.h), up to its BTF type ids (5.0+)."""
 
     _fields_ = [
         ("type", ct.c_uint32), ("id", ct.c_uint32), ("key_size", ct.c_uint32),
         ("value_size", ct.c_uint32), ("max_entries", ct.c_uint32), ("map_flags", ct.c_uint32),
-        ("name", ct.c_char * 16),
+        ("name", ct.c_char * 16), ("ifindex", ct.c_uint32),
+        ("btf_vmlinux_value_type_id", ct.c_uint32), ("netns_dev", ct.c_uint64),
+        ("netns_ino", ct.c_uint64), ("btf_id", ct.c_uint32), ("btf_key_type_id", ct.c_uint32),
+        ("btf_value_type_id", ct.c_uint32),
     ]
 
 
+class _BtfInfo(ct.Structure):
+    _fields_ = [("btf", ct.c_uint64), ("btf_size", ct.c_uint32), ("id", ct.c_uint32)]
+
+
+class _BtfLoadAttr(ct.Structure):
+    _fields_ = [("btf", ct.c_uint64), ("btf_log_buf", ct.c_uint64), ("btf_size", ct.c_uint32),
+                ("btf_log_size", ct.c_uint32), ("btf_log_level", ct.c_uint32)]
+
+
+def btf_blob(btf_id: int) -> bytes:
+    """The BTF object `btf_id` (a program's types, as its maps name them), as loaded."""
+    fd = bpf(BTF_GET_FD_BY_ID, (ct.c_uint32 * 4)(btf_id, 0, 0, 0))
+    try:
+        info = _BtfInfo()
+        attr = _InfoAttr(bpf_fd=fd, info_len=ct.sizeof(info), info=ct.addressof(info))
+        bpf(OBJ_GET_INFO_BY_FD, attr)  # its size first
+        blob = ct.create_string_buffer(info.btf_size)
+        info.btf, info.btf_size = ct.addressof(blob), info.btf_size
+        bpf(OBJ_GET_INFO_BY_FD, attr)
+        return blob.raw[:info.btf_size]
+    finally:
+        os.close(fd)
+
+
+def btf_load(blob: bytes) -> int:
+    """A BTF object's descriptor, for maps whose keys and values it types."""
+    data = ct.create_string_buffer(blob, len(blob))
+    return bpf(BTF_LOAD, _BtfLoadAttr(btf=ct.addressof(data), btf_size=len(blob)))
+
+
 def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
-               flags: int = 0, name: str = "") -> int:
-    """A new map's descriptor (close-on-exec, as every bpf() descriptor)."""
+               flags: int = 0, name: str = "", btf: tuple[int, int, int] = (0, 0, 0)) -> int:
+    """A new map's descriptor (close-on-exec, as every bpf() descriptor); btf: (BTF
+    descriptor, key type id, value type id), for maps the kernel wants typed (task storage,
+    spin locks), or zeros."""
     attr = _MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
                           max_entries=max_entries, map_flags=flags,
-                          map_name=name.encode()[:15])
+                          map_name=name.encode()[:15], btf_fd=btf[0], btf_key_type_id=btf[1],
+                          btf_value_type_id=btf[2])
     return bpf(MAP_CREATE, attr)
 
 

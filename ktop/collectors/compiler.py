@@ -114,24 +114,32 @@ def relocations(insns: bytes, map_names: dict[int, str]) -> tuple[bytes, list[tu
 def describe(program: Any, tables: list[dict]) -> dict:
     """A compiled and loaded bcc program as ktop.collectors.progcache keeps it: every map's
     definition, every loaded function's instructions with their map references, type, name
-    and attachment. No BTF: maps are made without key/value types, programs load without
-    func_info/line_info (a verifier log then has no source lines). NotKeepable if the
+    and attachment; the maps' BTF as bcc made them (programs load without func_info and
+    line_info: a verifier log then has no source lines). NotKeepable if the
     program needs what this leaves out."""
     from bcc.libbcc import lib  # noqa: PLC0415
 
-    from ktop.collectors.bpfsys import map_info, program_info  # noqa: PLC0415
+    from ktop.collectors.bpfsys import btf_blob, map_info, program_info  # noqa: PLC0415
 
     maps = []
     names = {}
+    btf_ids = set()
     for table in tables:
         info = map_info(table["fd"])
         names[table["fd"]] = table["name"]
+        typed = info.btf_id and info.btf_value_type_id
+        if typed:
+            btf_ids.add(info.btf_id)
         maps.append({
             "name": table["name"], "kernel_name": info.name.decode(errors="replace"),
             "type": info.type, "key_size": info.key_size, "value_size": info.value_size,
             "max_entries": info.max_entries, "flags": info.map_flags,
             "key": table["key"], "value": table["value"],
+            "btf_key": info.btf_key_type_id if typed else 0,
+            "btf_value": info.btf_value_type_id if typed else 0,
         })
+    if len(btf_ids) > 1:
+        raise NotKeepable("its maps are typed by more than one BTF object")
     programs = []
     for name, function in program.funcs.items():
         if name.startswith(_AUTOLOADED):
@@ -148,6 +156,8 @@ def describe(program: Any, tables: list[dict]) -> dict:
                                if text.startswith(RAW_TRACEPOINT_PREFIX) else ""),
         })
     return {
+        # The program's types, as bcc made its maps with them (task storage needs them).
+        "btf": btf_blob(btf_ids.pop()).hex() if btf_ids else "",
         "license": (lib.bpf_module_license(program.module) or b"GPL").decode(),
         "kern_version": int(lib.bpf_module_kern_version(program.module)),
         "maps": maps, "programs": programs,

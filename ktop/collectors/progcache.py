@@ -37,6 +37,7 @@ from ktop.collectors.bpfsys import (
     BpfMap,
     ProgramRejected,
     attach_raw_tracepoint,
+    btf_load,
     map_create,
     prog_load,
 )
@@ -44,7 +45,7 @@ from ktop.collectors.loader import LoadedProgram
 
 CACHE_DIR = headers.CACHE_DIR
 ENVIRONMENT_DIR = "KTOP_BPF_CACHE"  # another cache directory (tests, cold-start benchmarks)
-FORMAT = 1  # of the entries: a change makes every older entry stale
+FORMAT = 2  # of the entries: a change makes every older entry stale
 MAGIC = b"ktop-bpf-program"
 MAX_ENTRY = 64 << 20  # bytes; ktop's largest program describes itself in ~0.3 MiB
 _WRITING = ".writing-"
@@ -208,12 +209,18 @@ def _check(description: dict[str, Any]) -> None:
     want(isinstance(maps, list) and isinstance(programs, list) and bool(programs), "lists")
     want(isinstance(description.get("license"), str), "license")
     want(isinstance(description.get("kern_version"), int), "kern_version")
+    want(isinstance(description.get("btf"), str), "btf")
+    try:
+        bytes.fromhex(description["btf"])
+    except ValueError:
+        raise ValueError("malformed: btf") from None
     names = set()
     for m in maps:  # type: ignore[union-attr]
         want(isinstance(m, dict) and isinstance(m.get("name"), str)
              and isinstance(m.get("kernel_name"), str), "map name")
         want(all(isinstance(m.get(k), int) and 0 <= m[k] < 1 << 32
-                 for k in ("type", "key_size", "value_size", "max_entries", "flags")), "map")
+                 for k in ("type", "key_size", "value_size", "max_entries", "flags", "btf_key",
+                           "btf_value")), "map")
         names.add(m["name"])
     for p in programs:  # type: ignore[union-attr]
         want(isinstance(p, dict) and all(isinstance(p.get(k), str) for k in
@@ -397,11 +404,16 @@ def load(description: dict[str, Any]) -> LoadedProgram:
     """Make the maps, load the programs (the verifier checks each) and attach those bcc
     attaches itself (raw_tracepoint__*), as a compile in the child would have."""
     loaded = LoadedProgram({}, {})
+    btf = -1
     try:
+        if description["btf"]:
+            btf = btf_load(bytes.fromhex(description["btf"]))
         descriptors = {}
         for m in description["maps"]:
+            typed = (btf, m["btf_key"], m["btf_value"]) if btf >= 0 and m["btf_value"] else (
+                0, 0, 0)
             fd = map_create(m["type"], m["key_size"], m["value_size"], m["max_entries"],
-                            m["flags"], m["kernel_name"])
+                            m["flags"], m["kernel_name"], typed)
             descriptors[m["name"]] = fd
             try:
                 loaded.maps[m["name"]] = BpfMap(m["name"], fd, m["type"], m["key"], m["value"],
@@ -435,4 +447,7 @@ def load(description: dict[str, Any]) -> LoadedProgram:
     except BaseException:
         loaded.close()
         raise
+    finally:
+        if btf >= 0:  # the maps hold it as long as they need it
+            os.close(btf)
     return loaded
