@@ -26,6 +26,7 @@ from ktop.cgroups import cgroup2_mount
 from ktop.collectors import bpfload, loader
 from ktop.collectors.bpfload import Unavailable, trim_heap
 from ktop.collectors.diskstats import DiskStatsReader
+from ktop.collectors.maps import wait_for_programs
 from ktop.collectors.pressure import PressureReader
 from ktop.collectors.procfiles import task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
@@ -418,15 +419,19 @@ class LiveSource:
         # Stamped as the first pane's interval ends (the CPU pane's, whose span is the
         # record's): the waits pane's end settles every thread, 0.2 s under heavy load.
         self._drained_at = (time.monotonic(), time.time())
+        ended = False
         for name, (collector, _aggregator) in running:
             end_interval = getattr(collector, "end_interval", None)
             if end_interval is not None:
                 try:
                     end_interval()
+                    ended = True
                 except Exception as e:
                     self._stopped(name, collector, e)
         if at_the_end is not None:
             at_the_end()
+        if ended:  # no program still adds to the maps about to be read
+            wait_for_programs()
         with self._lock:
             running = [(name, pair) for name, pair in running if name in self._running]
         drains = []

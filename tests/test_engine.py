@@ -289,6 +289,7 @@ def test_a_record_is_stamped_at_its_drain_and_its_panes_cover_one_span(monkeypat
     source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS, PANE_LOCKS})), [
         PaneSpec(PANE_FUNCTIONS, lambda source: (cpu, SpanAggregator(PANE_FUNCTIONS))),
         PaneSpec(PANE_LOCKS, lambda source: (locks, SpanAggregator(PANE_LOCKS)))])
+    monkeypatch.setattr(engine, "wait_for_programs", lambda: log.append("wait"))
     scan_s = [0.1]
     scanned_at: list[float] = []
     real_scan = source._processes.collect
@@ -313,8 +314,9 @@ def test_a_record_is_stamped_at_its_drain_and_its_panes_cover_one_span(monkeypat
             cpu.read_s = [cpu_read_s]
             record = source.collect(latest=True)
             records.append(record)
-            # Every pane's interval ended before any pane's maps were read.
-            assert log == [f"end {PANE_FUNCTIONS}", f"end {PANE_LOCKS}",
+            # Every pane's interval ended before any pane's maps were read, and nothing was
+            # read while a program might still add to what is read (wait_for_programs).
+            assert log == [f"end {PANE_FUNCTIONS}", f"end {PANE_LOCKS}", "wait",
                            f"read {PANE_FUNCTIONS}", f"read {PANE_LOCKS}"], log
             # Stamped at the drain, before the process scan began; the disks read there too.
             assert disks_read_at[-1] <= scanned_at[-1]

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ktop.collectors.bpfsys import BpfMap, recursion_misses, stack_addresses
 from ktop.collectors.loader import LoadedProgram
+
+_MEMBARRIER = {"x86_64": 324, "aarch64": 283}.get(os.uname().machine)  # __NR_membarrier
+_MEMBARRIER_CMD_GLOBAL = 1
+
+
+def wait_for_programs() -> None:
+    """Return once every BPF program running now has finished: one that read the old
+    generation word just before a flip may still be adding to the old maps, and an add to
+    an element already drained and deleted is lost without a trace. The kernel runs a
+    (non-sleepable) program inside an RCU read-side section, and membarrier(GLOBAL) waits
+    for an RCU grace period (8-16 ms here), however long the program was preempted or its
+    vCPU stalled. Where membarrier refuses (nohz_full), a moment's sleep, as before."""
+    if _MEMBARRIER is not None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(_MEMBARRIER, _MEMBARRIER_CMD_GLOBAL, 0, 0) == 0:
+            return
+    time.sleep(0.001)
 
 
 def program_misses(program: LoadedProgram) -> int:
