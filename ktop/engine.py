@@ -145,7 +145,8 @@ class LiveSource:
         specs = bpf_specs() if specs is None else specs
         self.cumulative = options.cumulative
         self.on_attached: Callable[[], None] | None = None
-        self._specs = [spec for spec in specs if spec.name in options.panes]
+        self._all_specs = list(specs)  # what set_panes() may add
+        self._specs = [spec for spec in self._all_specs if spec.name in options.panes]
         # Said as soon as known: the first compile finds them.
         self.headers = "looking for them" if self._specs else "not needed (no BPF pane)"
         self._processes: ProcReader = process_reader()
@@ -175,6 +176,7 @@ class LiveSource:
         self._cache_replaced: dict[str, int] = {}  # pane -> its cached programs replaced
         self._kallsyms_lock = threading.Lock()  # the panes load side by side
         self._running: dict[str, tuple[Collector, Aggregator]] = {}
+        self._to_close: list[Collector] = []  # panes left out (set_panes), closed at a drain
         self._closed = False
         self._loaded = threading.Event()
         self._drawn = threading.Event()  # hurry_loading(): the first screen is up
@@ -279,7 +281,12 @@ class LiveSource:
         if bpfload.headers_looked_for():  # said once the first compile found them
             self.headers = bpfload.headers_description()
         with self._lock:
-            del self._loading[spec.name]
+            self._loading.pop(spec.name, None)
+            if spec.name not in self.options.panes or spec.name in self._running:
+                # Left out (key p) while it loaded, or loaded meanwhile by another choice.
+                if pair is not None and not reason:
+                    pair[0].close()
+                return
             if replaced:
                 self._cache_replaced[spec.name] = replaced
             if reason:
@@ -296,6 +303,39 @@ class LiveSource:
                 self._self_cost.programs_changed()
         if not reason and self.on_attached:
             self.on_attached()
+
+    # ---- the panes chosen, changed live (key p) ---------------------------------------------
+
+    def set_panes(self, names: frozenset[str]) -> None:
+        """Load only these BPF panes from now on: a pane left out is detached (its collector
+        closed: its programs unloaded, its maps freed), one added loads in a thread of its
+        own, as at start-up. A pane not chosen costs nothing."""
+        all_specs = {spec.name: spec for spec in self._all_specs}
+        with self._lock:
+            if self._closed:
+                return
+            self.options = replace(self.options, panes=frozenset(names))
+            dropped = [name for name in list(self._running) + list(self._unavailable)
+                       + list(self._loading) if name not in names]
+            # Closed by the collecting thread at its next drain: never under a drain.
+            self._to_close += [self._running.pop(name)[0] for name in dropped
+                               if name in self._running]
+            for name in dropped:
+                self._unavailable.pop(name, None)
+                self._loading.pop(name, None)
+                self._cache_replaced.pop(name, None)
+            added = [all_specs[name] for name in names
+                     if name in all_specs and name not in {s.name for s in self._specs}]
+            self._specs = [spec for spec in self._all_specs if spec.name in names]
+            now = time.monotonic()
+            for spec in added:
+                self._loading[spec.name] = ("reading the kernel's symbols", now)
+        self._wake()
+        if not self.started_at:
+            return
+        for spec in added:
+            threading.Thread(target=self._load, args=(spec,), daemon=True,
+                             name=f"ktop-load-{spec.name}").start()
 
     def kallsyms(self) -> Kallsyms:
         with self._kallsyms_lock:  # read once, whichever pane asks first
@@ -411,6 +451,7 @@ class LiveSource:
         """Every running collector drained into its aggregator (those that fail stop, their
         pane says why), exited processes folded now and then; the panes still running.
         `at_the_end` runs as soon as every interval has ended, before any is read."""
+        self._close_left_out()
         with self._lock:
             running = list(self._running.items())
         # Every collector's interval ended (its maps flipped) before any is read, and every
@@ -461,10 +502,27 @@ class LiveSource:
                 aggregator.fold_exited(is_alive)
         return running
 
+    def _close_left_out(self) -> None:
+        """Close the collectors of the panes left out since the last drain: their programs
+        unloaded, their maps freed."""
+        with self._lock:
+            closing, self._to_close = self._to_close, []
+        for collector in closing:
+            collector.close()
+        if closing:
+            self._self_cost.programs_changed()
+
+    def _wake(self) -> None:
+        if self.on_attached is not None:
+            self.on_attached()
+
     def _stopped(self, name: str, collector: Collector, error: Exception) -> None:
         with self._lock:
-            self._unavailable[name] = f"stopped: {error}"
-            self._running.pop(name, None)
+            current = self._running.get(name)
+            if current is None or current[0] is collector:  # (not a pane added anew)
+                if name in self.options.panes:  # (not one left out meanwhile)
+                    self._unavailable[name] = f"stopped: {error}"
+                self._running.pop(name, None)
         collector.close()
         self._self_cost.programs_changed()
 
@@ -545,6 +603,7 @@ class LiveSource:
             self._loader.join(timeout=LOADER_JOIN_S)
         with self._lock:
             running, self._running = list(self._running.values()), {}
+        self._close_left_out()
         for collector, _ in running:
             collector.close()
         self._processes.close()

@@ -375,3 +375,57 @@ def test_a_replaced_cache_entry_is_one_line_in_the_panes_losses():
     pane, _, count, why, intact = lines[0]
     assert count == 1 and intact and "replaced" in why
     assert "lost none" in header_text(snapshot).plain  # how it started: no data lost
+
+
+def test_a_pane_left_out_is_detached_and_one_added_attaches_live():
+    """Key p: a pane removed has its collector closed at once (its programs unloaded) and
+    is no longer drained; a pane added loads, as at start-up, and shows data."""
+    made: dict[str, list[FakeCollector]] = {name: [] for name in ALL}
+
+    def building(name: str) -> PaneSpec:
+        def build(source):
+            made[name].append(FakeCollector())
+            return made[name][-1], FakeAggregator(name)
+        return PaneSpec(name, build)
+
+    source = LiveSource(Options(panes=frozenset({PANE_FUNCTIONS, PANE_LOCKS})),
+                        [building(n) for n in (PANE_FUNCTIONS, PANE_LOCKS, PANE_BLOCKIO)])
+    source.start()
+    try:
+        assert not made[PANE_BLOCKIO], "a pane not chosen is not even built"
+        assert source.collect().locks.pane == PANE_LOCKS
+        woken = []
+        source.on_attached = lambda: woken.append(True)
+        source.set_panes(frozenset({PANE_FUNCTIONS, PANE_BLOCKIO}))
+        assert woken, "the collecting thread is woken to detach it"
+        source.collect()
+        locks = made[PANE_LOCKS][0]
+        assert locks.closed, "the pane left out is detached at the next drain"
+        wait_until(lambda: source.collect().blockio is not None)
+        after = source.collect()
+        assert after.locks is None and PANE_LOCKS not in after.loading
+        assert PANE_LOCKS not in after.unavailable
+        assert after.blockio.pane == PANE_BLOCKIO and made[PANE_BLOCKIO][0].started
+        assert after.cpu.pane == PANE_FUNCTIONS and not made[PANE_FUNCTIONS][0].closed
+        source.set_panes(frozenset({PANE_FUNCTIONS, PANE_BLOCKIO, PANE_LOCKS}))
+        wait_until(lambda: source.collect().locks is not None)
+        assert len(made[PANE_LOCKS]) == 2, "added again: a new collector"
+    finally:
+        source.close()
+    assert all(c.closed for cs in made.values() for c in cs)
+
+
+def test_a_pane_left_out_while_it_loads_is_closed_once_loaded(gates):
+    collector = FakeCollector(gates[PANE_LOCKS])
+    source = LiveSource(Options(panes=frozenset({PANE_LOCKS})), [spec(PANE_LOCKS, collector)])
+    source.start(wait=False)
+    try:
+        wait_until(lambda: PANE_LOCKS in source.collect().loading)
+        source.set_panes(frozenset())
+        assert PANE_LOCKS not in source.collect().loading
+        gates[PANE_LOCKS].set()
+        assert source.wait_loaded(10)
+        wait_until(lambda: collector.closed)
+        assert source.collect().locks is None
+    finally:
+        source.close()
