@@ -20,6 +20,7 @@ from typing import NoReturn
 from ktop import __version__
 from ktop.collectors.bpfload import pin_mmap_threshold
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums, parse_min_walk
+from ktop.config import LAYOUTS
 from ktop.engine import Options
 from ktop.model import PANE_FUNCTIONS
 from ktop.registry import PANES, folded_exports, pprof_exports
@@ -196,6 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
     collection.add_argument("-w", "--window", type=_positive_float, default=5.0, metavar="SECONDS",
                         help="span of the live window (default 5), or of the window over a "
                         "recording's records with --replay")
+    display.add_argument("--panes", metavar="LIST",
+                        help="the panes to show, in this order (their number keys follow "
+                        "it), e.g. functions,waits,syscalls; --panes list names them. A pane "
+                        "not chosen is not loaded. Default: the choice kept by key p in "
+                        "$XDG_CONFIG_HOME/ktop/ktop.conf, else the default layout; headless "
+                        "runs (--snapshot, --record, --serve) read no file: the default layout "
+                        "and any pane --folded-of, --pprof-of or --drill names")
+    display.add_argument("--layout", choices=tuple(LAYOUTS), metavar="|".join(LAYOUTS),
+                        help="a named choice of panes, as btop's presets: "
+                        + "; ".join(f"{name}: {','.join(panes) or 'every pane'}"
+                                    for name, panes in LAYOUTS.items()))
     display.add_argument("--cumulative", action="store_true",
                         help="count since start instead of the recent window (key c)")
     display.add_argument("--idle", action="store_true", help="show idle rows (key i)")
@@ -269,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _check_panes(parser, args)
     for option, path in (("--snapshot", args.snapshot), ("--record", args.record),
                          ("--replay", args.replay)):
         if path == "":
@@ -322,6 +335,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _check_panes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--panes names panes that exist (`list` lists them, and ktop exits); with --panes or
+    --layout, an export of a pane left out is refused. `args.chosen`: the panes named on the
+    command line (None: the screen's kept choice, or a headless run's default)."""
+    from ktop.config import ChoiceError, exists_line, initial_choice
+
+    args.chosen = None
+    if args.panes is not None and args.panes.strip() == "list":
+        print(f"ktop: {exists_line()}")
+        parser.exit(0)
+    if args.panes is not None and args.layout is not None:
+        parser.error("--panes and --layout both choose the panes: give one")
+    if args.panes is None and args.layout is None:
+        return
+    try:
+        args.chosen, _ = initial_choice(args.panes, args.layout, None)
+    except ChoiceError as e:
+        parser.error(f"--{'panes' if args.panes is not None else 'layout'}: {e}")
+    given = "--panes" if args.panes is not None else f"--layout {args.layout}"
+    for option, name in _named_panes(args):
+        if name not in args.chosen:
+            parser.error(f"{option} is the {name} pane's, which {given} leaves out: add "
+                         f"{name} to --panes")
+
+
+def _named_panes(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(option, pane) of each export or picture that names one pane's data."""
+    named = []
+    if args.folded_of is not None:
+        named.append((f"--folded-of {args.folded_of}", folded_exports()[args.folded_of][0].name))
+    if args.pprof_of is not None:
+        named.append((f"--pprof-of {args.pprof_of}", pprof_exports()[args.pprof_of][0].name))
+    if args.drill is not None:
+        pane = args.drill.partition(":")[0]
+        named.append((f"--drill {printable(pane)}:...", pane))
+    return named
+
+
+def headless_panes(args: argparse.Namespace) -> tuple[str, ...]:
+    """What --snapshot, --record and --serve collect: the panes named on the command line,
+    else the default layout and any pane an export names (no config file: a script's
+    output does not depend on what a user chose on their screen)."""
+    from ktop.config import default_panes
+
+    if args.chosen is not None:
+        return tuple(args.chosen)
+    named = [name for _, name in _named_panes(args)]
+    return (*default_panes(), *(n for n in dict.fromkeys(named) if n not in default_panes()))
+
+
 def _check_baseline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--baseline compares what a screen, a picture, JSON or folded stacks show."""
     if args.baseline == "":
@@ -366,8 +429,13 @@ def _check_export_options(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error("--top goes with --serve or --snapshot FILE.prom")
 
 
-def _options(args: argparse.Namespace) -> Options:
+def _options(args: argparse.Namespace, panes: tuple[str, ...] | None = None) -> Options:
+    """The engine's options; it loads the BPF programs of `panes` only (default: the
+    headless choice)."""
+    from ktop.config import bpf_names
+
     return Options(
+        panes=bpf_names(headless_panes(args) if panes is None else panes),
         hz=args.frequency,
         interval_s=args.interval,
         window_s=max(args.window, args.interval),
@@ -496,8 +564,11 @@ def run_record(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    from ktop.config import bpf_names
+
     options = Options(hz=args.frequency, interval_s=args.interval, window_s=args.interval,
-                      vmlinux=args.vmlinux, offcpu_min=args.offcpu_min)
+                      vmlinux=args.vmlinux, offcpu_min=args.offcpu_min,
+                      panes=bpf_names(headless_panes(args)))
     return record(args.record, options, args.duration, args.max_size, say=_say, stop=stop)
 
 
@@ -585,6 +656,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         written = run_snapshot(
             args.snapshot, _options(args), args.duration or 3.0, args.size, show_idle=args.idle,
             recorded=recorded, fmt=fmt, exports=_export_options(args), pid=args.pid,
+            panes=headless_panes(args),
             cgroup=args.cgroup,
             drill=args.drill, source_note=note, baseline=baseline,
         )
@@ -662,11 +734,17 @@ def run_interactive(args: argparse.Namespace) -> int:
             baseline = _baseline(args, recorded)
     except BaselineError as e:
         return _fail(str(e), 2)
+    from ktop.config import config_path, initial_choice
     from ktop.engine import LiveSource, RecordedSource
     from ktop.model import Snapshot
 
+    # The panes shown: --panes or --layout, else the choice kept by key p, else the default.
+    kept_in = config_path()
+    panes, warning = initial_choice(args.panes, args.layout, kept_in)
+    if warning:
+        _say(warning)
     if recorded is None:
-        source = LiveSource(_options(args))
+        source = LiveSource(_options(args, panes))
     elif isinstance(recorded, Snapshot):
         source = RecordedSource([recorded])
     else:
@@ -690,7 +768,8 @@ def run_interactive(args: argparse.Namespace) -> int:
     from ktop.ui.app import build_app  # noqa: PLC0415
 
     app = build_app(source, interval_s=args.interval, show_idle=args.idle, pid=args.pid,
-                    cgroup=args.cgroup,
+                    cgroup=args.cgroup, panes=panes, config_path=kept_in,
+                    config_warning=warning,
                     source_note=note, baseline=baseline, baseline_loader=loader)
     # Textual prints an unhandled error's traceback here once the terminal is restored.
     traceback_text = io.StringIO()

@@ -124,7 +124,7 @@ REGISTRY_READERS_BELOW_THE_WIRING = {
     "ktop.exports.jsonfile", "ktop.exports.openmetrics", "ktop.exports.pprof",
     "ktop.record.dump", "ktop.record.fileformat",
 }
-WIRING_AND_ABOVE = {"ktop.cli", "ktop.compare", "ktop.manpage", "ktop.registry"}
+WIRING_AND_ABOVE = {"ktop.cli", "ktop.compare", "ktop.config", "ktop.manpage", "ktop.registry"}
 
 
 def test_no_new_module_below_the_wiring_reads_the_registry():

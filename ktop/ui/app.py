@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from textual import work
@@ -152,8 +152,15 @@ class KtopApp(App[None]):
         source_note: str = "",
         baseline: Baseline | None = None,
         baseline_loader: BaselineLoader | None = None,
+        panes: Sequence[str] | None = None,
+        config_path: str | None = None,
+        config_warning: str = "",
     ) -> None:
+        """panes: those shown, in order (default: every pane); config_path: where key p
+        keeps the choice (None: not kept, as in tests and headless pictures)."""
         super().__init__()
+        self.config_path = config_path
+        self.config_warning = config_warning  # the kept choice could not be read: said once
         # --baseline of a recording: merged once the screen is up, its progress in the header.
         self.baseline_loader = baseline_loader
         self.baseline_error = ""  # it could not be compared with: ktop leaves, saying why
@@ -175,7 +182,7 @@ class KtopApp(App[None]):
         self.main_screen = MainScreen(self, Display(show_idle=show_idle, pid=pid, cgroup=cgroup,
                                                        recorded=not source.live,
                                                        baseline=baseline),
-                                      self.timeline)
+                                      self.timeline, panes)
 
     def get_default_screen(self) -> MainScreen:
         return self.main_screen
@@ -186,6 +193,8 @@ class KtopApp(App[None]):
 
     def on_mount(self) -> None:
         self.main_screen.ready()
+        if self.config_warning:
+            self.notify(self.config_warning, severity="warning", timeout=10, markup=False)
         if self.timeline is not None:
             dropped = self.timeline.view().note
             if dropped:
@@ -387,6 +396,8 @@ class KtopApp(App[None]):
     # ---- recording (live) and replaying a recording ---------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "pause" and getattr(self.screen, "SPACE_IS_ITS_OWN", False):
+            return False  # the pane chooser ticks with Space
         return self.source.live if action == "record" else True  # R records live data
 
     def recording_badge(self) -> str:
@@ -450,6 +461,20 @@ class KtopApp(App[None]):
             except RecordingError as e:  # that record is not ktop's: the screen stays
                 self.call_from_thread(self.notify, str(e), severity="error", markup=False,
                                       timeout=15)
+
+    def keep_panes(self, names: Sequence[str]) -> None:
+        """The panes chosen with p, kept for the next start (ktop.config); said in one line."""
+        if self.config_path is None:
+            return
+        from ktop.config import ConfigError, write_config  # noqa: PLC0415
+
+        try:
+            write_config(self.config_path, names)
+        except ConfigError as e:
+            self.notify(str(e), severity="error", timeout=10, markup=False)
+            return
+        self.notify(f"panes {','.join(names)}: kept in {printable(self.config_path)}",
+                    timeout=6, markup=False)
 
     def action_save(self) -> None:
         name = time.strftime("ktop-%Y%m%d-%H%M%S.svg")

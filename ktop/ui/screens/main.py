@@ -5,6 +5,7 @@ on top has its own keys; what works everywhere (quit, pause, save, record) is th
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -15,8 +16,7 @@ from textual.css.query import NoMatches
 from textual.dom import DOMNode
 from textual.widgets import Input
 
-from ktop import cgroups
-from ktop.registry import PANES
+from ktop import cgroups, config
 from ktop.text import printable
 from ktop.ui.widgets.compositor import ChangedRowsScreen
 from ktop.ui.widgets.footer import KeysFooter
@@ -38,15 +38,18 @@ COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 22
 
 
-def main_keys(bindings: list[Binding], timeline: bool) -> list[tuple[str, str]]:
+def main_keys(bindings: list[Binding], timeline: bool,
+              order: Sequence[str] | None = None) -> list[tuple[str, str]]:
     """(keys, what they do) of the panes' screen, in the help's order: `?` shows those that
-    apply, the man page (ktop.manpage) all of them."""
+    apply, the man page (ktop.manpage) all of them. The number keys go to the panes shown
+    (`order`), or to every pane in the registry's order."""
     from ktop.ui.screens.help import bindings_help  # noqa: PLC0415  (rich.table: not at start)
 
     first = next(i for i, b in enumerate(bindings) if b.action.startswith("focus_pane_number"))
     return [
         *bindings_help(bindings[:first]),
-        *((str(spec.number), spec.key_label) for spec in PANES),  # the panes by number
+        *((str(number), spec.key_label)  # the panes by number
+          for number, spec in enumerate(config.ordered(order or config.pane_names()), 1)),
         *bindings_help([b for b in bindings[first:]
                         if not b.action.startswith("focus_pane_number")]),
         ("Up Down PgUp PgDn" + ("" if timeline else " Home End"), "move in the focused table"),
@@ -79,6 +82,8 @@ class MainScreen(ChangedRowsScreen):
         Binding("slash", "filter", "Filter"),
         Binding("G", "filter_cgroup", "Cgroup filter", show=False),
         Binding("z", "zoom", "Zoom"),
+        Binding("p", "choose_panes", "Panes",
+                tooltip="choose the panes shown (kept for the next start)"),
         Binding("s", "app.save", "Save SVG"),
         Binding("R", "app.record", "Record"),
         Binding("L", "losses", "list each loss the header counts, and why", show=False),
@@ -96,12 +101,14 @@ class MainScreen(ChangedRowsScreen):
         Binding("w", "timeline_prompt('window')", "Window length"),
     ]
 
-    def __init__(self, ktop: KtopApp, display: Display, timeline: Timeline | None) -> None:
+    def __init__(self, ktop: KtopApp, display: Display, timeline: Timeline | None,
+                 panes: Sequence[str] | None = None) -> None:
         super().__init__(id="_default")
         self.ktop = ktop  # (self.app is typed as any App)
         self.display_settings = display
         self.timeline = timeline
-        self.pane_order = tuple(spec.name for spec in PANES)
+        # The panes shown, in the order chosen (--panes, key p): number keys follow it.
+        self.pane_order = tuple(panes or config.pane_names())[:MAX_PANES]
         self.zoomed: str | None = None
         self.compact = False  # one pane at a time, with tabs (a small terminal)
         self.compact_pane = self.pane_order[0]  # the pane shown then
@@ -125,15 +132,76 @@ class MainScreen(ChangedRowsScreen):
             from ktop.ui.widgets.timeline import TimelineBar  # noqa: PLC0415
 
             yield TimelineBar(self.timeline.view(), id="timeline")
-        yield PaneTabs([(spec.name, f"{spec.number} {spec.key_label}",
-                         f"{spec.number} {spec.short_label}") for spec in PANES], id="tabs")
+        yield PaneTabs(self._tab_labels(), id="tabs")
         with Grid(id="panes"):
-            for spec in PANES:
-                yield spec.widget()()
+            for number, spec in enumerate(config.ordered(self.pane_order), 1):
+                yield self._make_pane(spec.name, number)
         yield Input(placeholder="filter rows (Enter keeps, Esc clears)", id="filter")
         if self.timeline is not None:
             yield Input(id="timeline-prompt")
         yield KeysFooter()
+
+    def _tab_labels(self) -> list[tuple[str, str, str]]:
+        return [(spec.name, f"{number} {spec.key_label}", f"{number} {spec.short_label}")
+                for number, spec in enumerate(config.ordered(self.pane_order), 1)]
+
+    def _make_pane(self, name: str, number: int) -> Pane:
+        pane = config.ordered([name])[0].widget()()
+        pane.set_number(number)
+        return pane
+
+    async def set_panes(self, names: Sequence[str]) -> None:
+        """Show these panes, in this order (key p): the others are unmounted and their BPF
+        programs unloaded, those added mounted and loaded; the number keys follow."""
+        names = tuple(dict.fromkeys(n for n in names if n in config.pane_names()))[:MAX_PANES]
+        if not names or names == self.pane_order:
+            return
+        focused = self.focused_pane().PANE if self.pane_order else None
+        for name in self.pane_order:
+            if name not in names:
+                pane = self.pane(name)
+                del self._panes[name]
+                if self._filter_target is pane:
+                    self._filter_target = None
+                pane.remove()
+        # Until the new panes are mounted (their tables made), the screen has those kept.
+        self.pane_order = tuple(n for n in self.pane_order if n in names)
+        grid = self.query_one("#panes", Grid)
+        added = {n: self._make_pane(n, 0) for n in names if n not in self.pane_order}
+        if added:
+            await grid.mount_all(added.values())
+            self._panes.update(added)
+        self.pane_order = names
+        previous: Pane | None = None
+        for number, name in enumerate(names, 1):  # laid out in the order of the choice
+            pane = self.pane(name)
+            pane.set_number(number)
+            grid.move_child(pane, before=0) if previous is None else grid.move_child(
+                pane, after=previous)
+            previous = pane
+        if self.zoomed not in names:
+            self.zoomed = None
+        if self.compact_pane not in names:
+            self.compact_pane = names[0]
+        self.query_one("#tabs", PaneTabs).set_labels(self._tab_labels())
+        self._show_layout()
+        source = self.ktop.source
+        if source.live and hasattr(source, "set_panes"):  # the engine loads what shows
+            source.set_panes(config.bpf_names(names))
+        self.refresh_panes()
+        self.pane(focused if focused in names else names[0]).table.focus()
+
+    def action_choose_panes(self) -> None:
+        """p: tick the panes to show; the choice is kept for the next start."""
+        from ktop.ui.screens.panes import PanesScreen  # noqa: PLC0415 - on the first p only
+
+        async def chosen(names: tuple[str, ...] | None) -> None:
+            if not names or names == self.pane_order:
+                return
+            await self.set_panes(names)
+            self.ktop.keep_panes(self.pane_order)
+
+        self.ktop.push_screen(PanesScreen(self.pane_order), chosen)
 
     def ready(self) -> None:
         """Once the app is mounted (the panes' own widgets with it): layout and focus."""
@@ -232,7 +300,7 @@ class MainScreen(ChangedRowsScreen):
             except NoMatches:
                 continue
             if pane.table.filter_text:
-                badges.append(Badge(f"{pane.spec.number}: /{pane.table.filter_text}"))
+                badges.append(Badge(f"{pane.number}: /{pane.table.filter_text}"))
         if self.baseline_loading:
             badges.append(Badge(self.baseline_loading, "bold reverse magenta"))
         baseline = self.display_settings.baseline
@@ -296,7 +364,12 @@ class MainScreen(ChangedRowsScreen):
             span = format_span(snapshot.duration_s if snapshot else 0)
             # The losses of the window the header shows, or since start with c.
             label = f"since start ({span})" if self.ktop.cumulative else f"in the last {span}"
-            return loss_lines(snapshot), label, cost
+            # Each pane named by its number on this screen (the panes chosen), not the
+            # registry's.
+            numbered = {spec.numbered_title: f"{n} {spec.title}"
+                        for n, spec in enumerate(config.ordered(self.pane_order), 1)}
+            lines = [(numbered.get(pane, pane), *rest) for pane, *rest in loss_lines(snapshot)]
+            return lines, label, cost
 
         self.ktop.push_screen(LossesScreen(latest, min(self.ktop.interval_s, 1.0),
                                            changed=self.show_header))
@@ -431,13 +504,13 @@ class MainScreen(ChangedRowsScreen):
         from ktop.ui.screens.help import HelpScreen  # noqa: PLC0415  (rich.table: not at start)
 
         bindings = [b for b in self.BINDINGS if isinstance(b, Binding) and self._applies(b.action)]
-        keys = main_keys(bindings, self.timeline is not None)
+        keys = main_keys(bindings, self.timeline is not None, self.pane_order)
         pane = self.focused_pane()
         view = f", {pane.view} view (v: the others)" if len(pane.VIEWS) > 1 else ""
         if pane.comparing:
             view = ", compared with the baseline (v: the other views, m: match by pid or command)"
         self.ktop.push_screen(HelpScreen("ktop", keys, pane.column_help(),
-                                         f"the columns of {pane.spec.numbered_title}{view}"))
+                                         f"the columns of {pane.numbered_title}{view}"))
 
     # ---- drill-down ---------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ class FunctionsPane(Pane):
 
     def cycle_view(self, snapshot: Snapshot | None, display: Display) -> str:
         said = super().cycle_view(snapshot, display)
-        self.border_title = f"{self.spec.number} {_VIEW_TITLES[self.view]}"
+        self.border_title = f"{self.number} {_VIEW_TITLES[self.view]}"
         return said
 
     def view_description(self) -> str:

@@ -111,8 +111,10 @@ class Pane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(id=f"pane-{self.PANE}", classes="pane", **kwargs)
         self.view = self.VIEWS[0].name
-        self.spec = panes.pane(self.PANE)  # its name, number, title... (ktop.registry)
-        self.border_title = self.spec.numbered_title
+        self.spec = panes.pane(self.PANE)  # its name, title... (ktop.registry)
+        # Its number key: its place among the panes chosen (the screen sets it).
+        self.number = self.spec.number
+        self.border_title = self.numbered_title
         self._snapshot: Snapshot | None = None  # what the rows shown were made from
         self._shown: dict[str, Any] = {}  # key -> the model row behind it, current view
         self._pending: tuple[Snapshot, Display] | None = None  # came while hidden
@@ -141,6 +143,18 @@ class Pane(Vertical):
         yield note
 
     @property
+    def numbered_title(self) -> str:
+        return f"{self.number} {self.spec.title}"
+
+    def set_number(self, number: int) -> None:
+        """Its number key changed (panes chosen with p): its titles say the new one."""
+        old, self.number = f"{self.number} ", number
+        for name in ("border_title", "_view_title"):
+            title = getattr(self, name, None)
+            if isinstance(title, str) and title.startswith(old):
+                setattr(self, name, f"{number} {title.removeprefix(old)}")
+
+    @property
     def table(self) -> KeyedTable:
         """The current view's table (asked several times a refresh: no DOM query)."""
         return self._tables["compare" if self.comparing else self.view]
@@ -157,7 +171,7 @@ class Pane(Vertical):
             self.table.focus()
         # A view's own title (hot user functions...) does not name what is compared.
         if comparing:
-            self._view_title, self.border_title = self.border_title, self.spec.numbered_title
+            self._view_title, self.border_title = self.border_title, self.numbered_title
         else:
             self.border_title = self._view_title
 

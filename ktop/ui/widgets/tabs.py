@@ -32,6 +32,13 @@ class PaneTabs(Widget):
         self._labels = list(labels)
         self.active = labels[0][0]
 
+    def set_labels(self, labels: Sequence[tuple[str, str, str]]) -> None:
+        """The panes chosen changed (key p): their tabs, in their new order."""
+        self._labels = list(labels)
+        if labels and self.active not in {name for name, _, _ in labels}:
+            self.active = labels[0][0]
+        self.refresh()
+
     def show(self, active: str) -> None:
         if active != self.active:
             self.active = active
