@@ -116,6 +116,14 @@ struct wait_cpu {
 };
 BPF_PERCPU_ARRAY(cpu_cache, struct wait_cpu, 1);
 BPF_ARRAY(hash_seed, u64, 1);	/* frames_hash's seed (ktop.h) */
+/* How often the stacks of a wait are walked, set by user space (collectors/waits.py), by
+ * whether it is predicted short [WALK_SHORT] or long [WALK_LONG]: 0 never, 1 every one, N (a
+ * power of two) a random 1 in N, which user space scales by N. Short waits are sampled so
+ * that their reasons are named, not lumped as not walked; long ones only past the cost
+ * budget. Every wait's time is counted in the totals whatever these say. */
+#define WALK_SHORT 0
+#define WALK_LONG 1
+BPF_ARRAY(walk_every, u32, 2);
 
 static __always_inline void count_lost_n(int reason, u64 count)
 {
@@ -372,6 +380,9 @@ static __always_inline struct wait_stack *stack_entry(struct wait_thread *t, u32
 	key.state = t->state;
 	key.kstack = t->kstack;
 	key.ustack = t->ustack;
+	key.scale = t->flags >> WAIT_THREAD_SCALE_SHIFT;
+	if (key.scale && (t->flags & WAIT_THREAD_LONG_END))
+		key.scale |= WAIT_SCALE_LONG_END;
 	key.cgroup = t->cgroup;
 	__builtin_memcpy(key.comm, t->comm, sizeof(key.comm));
 	if (!ended) {
@@ -441,7 +452,7 @@ static __always_inline void add_short(struct wait_thread *t, u64 ns, u64 wait_ns
 		key->ustack = -ENOENT;
 		key->waker_kstack = t->waker_kstack;	/* -ENOENT, or -EINTR: in an interrupt */
 		key->waker_pid = t->waker_pid;
-		key->pad = 0;
+		key->scale = 0;
 		key->cgroup = t->cgroup;
 		key_comm[0] = comm[0];
 		key_comm[1] = comm[1];
@@ -609,10 +620,21 @@ static __always_inline void end_blocked(struct wait_thread *t, u64 now, u32 g, b
 	bool unwalked = t->kstack == -ENOENT;	/* then so are its user and waker stacks */
 	struct wait_stack *w = 0;
 
-	if (unwalked && wait_ns >= min_walk_ns(t->state))
+	if (unwalked && wait_ns >= min_walk_ns(t->state) && !(t->flags & WAIT_THREAD_SKIPPED))
 		count_lost(WAIT_LOST_LONG_UNWALKED);
 	add_blocked(t->blocked_ns, t->blocked_count, t->state, ns, 1);
-	if (owner && woken && unwalked && t->tgid)
+	/* Waits predicted short that ended long are a stratum of their own: sampled, they are
+	 * scaled against their unwalked peers alone (kstack -ETIME), not against the short ones
+	 * (a 5 ms futex wait among 6 us ones, scaled by N, read as 320 ms of them). */
+	bool long_end = wait_ns >= min_walk_ns(t->state);
+	if (long_end) {
+		t->flags |= WAIT_THREAD_LONG_END;
+		if (unwalked)
+			t->kstack = -ETIME;
+	} else {
+		t->flags &= ~WAIT_THREAD_LONG_END;
+	}
+	if (owner && woken && unwalked && !long_end && t->tgid)
 		add_short(t, ns, wait_ns, g);
 	else if (t->tgid)
 		w = stack_entry(t, g, woken, true);
@@ -692,9 +714,34 @@ static __always_inline void switch_out(struct bpf_raw_tracepoint_args *ctx, u64 
 		return;
 	}
 	t->state = out == OUT_S ? WAIT_STATE_S : out == OUT_D ? WAIT_STATE_D : WAIT_STATE_OTHER;
-	if (predicted_long(t, t->state)) {
+	bool long_wait = predicted_long(t, t->state);
+	u32 kind = long_wait ? WALK_LONG : WALK_SHORT, *setting = walk_every.lookup(&kind);
+	u32 every = setting ? *setting : 1;
+	bool walk = every == 1 || (every && !(bpf_get_prandom_u32() & (every - 1)));
+
+	t->flags &= ~(WAIT_THREAD_SKIPPED | WAIT_THREAD_LONG_END) &
+		    ((1U << WAIT_THREAD_SCALE_SHIFT) - 1);
+	if (walk && every > 1)
+		t->flags |= every << WAIT_THREAD_SCALE_SHIFT;
+	else if (long_wait && !walk)
+		t->flags |= WAIT_THREAD_SKIPPED;
+	if (walk) {
 		t->kstack = kernel_stack(ctx);
-		t->ustack = user_stack(ctx, tgid);
+		/* A short wait's sample names its reason, in the kernel: its user stack (the
+		 * costlier walk, whose time a sampled wait would lose beside its peers) is not. */
+		t->ustack = long_wait ? user_stack(ctx, tgid) : -ENOENT;
+		/* The walk lengthens a sampled wait whose waker needs this CPU (a ping-pong on
+		 * one CPU: the other runs only after it) and shortens one timed from before it
+		 * (a timer armed before the switch): half of it counts as the wait's, half as
+		 * time on the CPU, so a sample reads as its unwalked peers do either way. */
+		if (every > 1) {
+			u64 half = now + (bpf_ktime_get_ns() - now) / 2;
+			u64 ns = claim(t, half);
+
+			if (ns)
+				__sync_fetch_and_add(&t->on_cpu_ns, ns);
+			t->since = half;
+		}
 	} else {
 		t->kstack = -ENOENT;
 		t->ustack = -ENOENT;

@@ -60,7 +60,11 @@ struct wait_stack_key {
 					   at an interval's end, its time up to there; -EINTR: not
 					   walked, woken in an interrupt) */
 	u32 waker_pid;			/* tgid of the waker (0: no wake-up seen) */
-	u32 pad;
+	u32 scale;			/* 0: every such wait counted here; N: a random 1 in N of
+					   them (walked by sampling, see walk_every), the others in
+					   the not-walked entries: user space scales these by N.
+					   | WAIT_SCALE_LONG_END: of those that ended long, whose
+					   unwalked peers are under kstack -ETIME */
 	u64 cgroup;
 	char comm[KTOP_COMM_LEN];
 	char waker_comm[KTOP_COMM_LEN];
@@ -132,6 +136,12 @@ struct wait_thread {
 #define WAIT_THREAD_WAKE_PENDING 16	/* woken while still on the CPU, about to block: sched_waking
 					   ran before the switch-out's program (the waker spins on
 					   the task's on_cpu meanwhile); the waker fields hold who */
+#define WAIT_THREAD_SKIPPED	32	/* a wait predicted long left unwalked by sampling (not a
+					   misprediction: its stack's sampled peers stand for it) */
+#define WAIT_THREAD_LONG_END	64	/* the blocked wait ended past its state's minimum */
+#define WAIT_SCALE_LONG_END	(1U << 16)	/* in a key's scale: of the waits that ended long */
+#define WAIT_THREAD_SCALE_SHIFT	16	/* flags >> this: the blocked wait's walk was a 1 in N
+					   sample (its key's scale), 0 when not sampled */
 
 /* Index into the `lost` per-CPU array: every wait not counted whole. */
 enum wait_lost {

@@ -492,6 +492,9 @@ class WaitStack:
     max_ns: int
     hist: tuple[int, ...]  # log2 slots of wait in us (WAIT_HIST_SLOTS)
     wakers: tuple[WaitWaker, ...]
+    # 0: every wait counted as it was; N: some (or all) of its waits' stacks were walked for
+    # a random 1 in N, and those are counted N times (the rest leave the not-walked entry).
+    sampled_every: int = 0
 
 
 @quick_init
@@ -523,6 +526,10 @@ class WaitProfile:
     min_walk_us: int = 0  # stacks walked for S (and other) waits predicted at least this long
     min_walk_d_us: int = 0  # and for D waits
     window_s: float = 0.0
+    # Stacks walked for a random 1 in this many waits predicted short (0: none), and of
+    # those predicted long (1: every one); the walked ones are scaled (WaitStack.sampled_every).
+    short_walk_every: int = 0
+    long_walk_every: int = 1
 
 
 @quick_init

@@ -197,9 +197,10 @@ def full_snapshot() -> Snapshot:
             frames=("io_schedule+0x42", "__iomap_dio_rw+0x5ea"), user=(frame,), count=3,
             total_ns=40, max_ns=20, hist=(0, 3),
             wakers=(WaitWaker(9, "kworker/0:1", ("blk_mq_end_request+0x1d",), 3, 40),),
+            sampled_every=64,
         ),),
         lost={"wait_stacks_full": 1}, notes={"unseen_start": 4}, min_walk_us=1000, min_walk_d_us=10,
-        window_s=5 + THIRD,
+        window_s=5 + THIRD, short_walk_every=64, long_walk_every=8,
     )
     return Snapshot(
         ktop_version="0.1", kernel="6.18.44", hostname="testhost", taken_at=1767268245 + THIRD,

@@ -334,6 +334,7 @@ def test_a_window_of_wait_records_equals_the_live_window(window):
     from test_waits import KALLSYMS, NANOSLEEP, TIMER_WAKE, blocked, drain, stack, times
 
     from ktop.aggregate.waits import WaitAggregator
+    from ktop.collectors.waits import NOT_WALKED
     from ktop.registry import pane
     from ktop.symbolize.kernel import Kallsyms
 
@@ -343,9 +344,13 @@ def test_a_window_of_wait_records_equals_the_live_window(window):
     for i in range(4):
         rows = [blocked(kernel=NANOSLEEP, waker_kernel=TIMER_WAKE, total=900 + i, count=9),
                 blocked(pid=20 + i % 2, comm="ponger", kernel=futex, waker_kernel=wake,
-                        waker_pid=21 - i % 2, waker_comm="pinger", total=50 * (i + 1), count=i + 1)]
-        drains.append(drain(float(i), rows, [times(), times(pid=20 + i % 2, comm="ponger",
-                                                           d=i + 1, other=i)]))
+                        waker_pid=21 - i % 2, waker_comm="pinger", total=50 * (i + 1), count=i + 1),
+                # short waits: one walked of 1 in 4, scaled; the other three not walked
+                blocked(pid=30, comm="shorts", kernel=futex, total=10, count=1)._replace(scale=4),
+                blocked(pid=30, comm="shorts", kernel_error=NOT_WALKED, total=40, count=3)]
+        drains.append(dataclasses.replace(
+            drain(float(i), rows, [times(), times(pid=20 + i % 2, comm="ponger", d=i + 1,
+                                                 other=i)]), walk_every=(4, 2)))
     frames = (UserFrame("main+0x1", "/bin/app"),)
     drains = [dataclasses.replace(d, stacks=tuple(
         s._replace(user=(0x401000,)) for s in d.stacks)) for d in drains]

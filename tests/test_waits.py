@@ -717,3 +717,42 @@ def test_the_waits_fold_names_an_oom_killer_by_its_pid_not_hardirq():
                   [times()]))
     wakers = [w for s in agg.profile().stacks for w in s.wakers]
     assert [(w.pid, w.comm) for w in wakers] == [(77, "hog")]
+
+
+# ---- short waits sampled 1 in N ------------------------------------------------------------
+
+FUTEX = stack("bpf_trace_run4", "__traceiter_sched_switch", "__schedule", "schedule",
+              "futex_do_wait")
+
+
+def test_sampled_short_waits_are_scaled_and_leave_the_not_walked_entry():
+    """1 in 8 short waits walked: a futex wait of 10 us stands for 8 such; what the scaling
+    adds leaves the not-walked entry, so the process's blocked time stays what it was."""
+    from ktop.collectors.waits import NOT_WALKED
+
+    sampled = blocked(kernel=FUTEX, total=10_000, count=1)._replace(scale=8)
+    lumped = blocked(kernel_error=NOT_WALKED, total=100_000, count=10)
+    profile = fold([drain(0.0, [sampled, lumped], [times()])])
+    by_reason = {s.reason: s for s in profile.stacks}
+    futex, rest = by_reason["futex_do_wait"], by_reason["[not walked: a short wait]"]
+    assert (futex.total_ns, futex.count, futex.sampled_every) == (80_000, 8, 8)
+    assert (rest.total_ns, rest.count, rest.sampled_every) == (30_000, 3, 0)
+    assert futex.total_ns + rest.total_ns == 110_000  # as counted in the kernel
+
+
+def test_samples_never_stand_for_more_than_was_not_walked():
+    """By chance the samples may stand for more than the rest holds: they are scaled by less,
+    and the stack views never add up to more than the kernel counted."""
+    from ktop.collectors.waits import NOT_WALKED
+
+    sampled = blocked(kernel=FUTEX, total=10_000, count=1)._replace(scale=64)
+    lumped = blocked(kernel_error=NOT_WALKED, total=50_000, count=5)
+    profile = fold([drain(0.0, [sampled, lumped], [times()])])
+    assert [(s.reason, s.total_ns) for s in profile.stacks] == [("futex_do_wait", 60_000)]
+
+
+def fold(drains):
+    aggregate = aggregator()
+    for d in drains:
+        aggregate.add(d)
+    return aggregate.profile()

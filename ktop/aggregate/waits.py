@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 from ktop.aggregate import exited
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
-from ktop.collectors.waits import HIST_SLOTS, NOT_WALKED, BlockedStack, WaitDrain, WalkMinimums
+from ktop.collectors.waits import (
+    HIST_SLOTS,
+    NOT_WALKED,
+    NOT_WALKED_LONG,
+    BlockedStack,
+    WaitDrain,
+    WalkMinimums,
+)
 from ktop.model import UserFrame, WaitProcess, WaitProfile, WaitStack, WaitWaker
 from ktop.symbolize.frames import TRACING_DEPTH, KernelFrames
 from ktop.symbolize.kernel import Kallsyms
@@ -46,6 +53,7 @@ _IO_SCHEDULE = frozenset({"io_schedule", "io_schedule_timeout", "bit_wait_io"})
 # Why a stack is missing, as its reason says it.
 _MISSING_STACK = {
     NOT_WALKED: "[not walked: a short wait]",
+    NOT_WALKED_LONG: "[not walked: a long wait predicted short]",
     -errno.EEXIST: "[stack lost: collision]",
     -errno.ENOMEM: "[stack lost: map full]",
     -errno.EFAULT: "[no kernel stack]",
@@ -226,6 +234,7 @@ class _Blocked:
     max_ns: int = 0
     hist: tuple[int, ...] = ()  # trimmed (see _trimmed)
     wakers: dict[WakerKey, list[int]] = field(default_factory=dict)  # -> [count, total_ns]
+    sampled_every: int = 0  # some of its waits were a 1 in N sample, scaled (WaitStack's)
 
     def add(self, count: int, total_ns: int, max_ns: int, hist: Sequence[int]) -> None:
         self.count += count
@@ -246,11 +255,67 @@ class _Blocked:
         self.add(other.count, other.total_ns, other.max_ns, other.hist)
         for key, (count, total) in other.wakers.items():
             self.add_waker(key, count, total)
+        if other.sampled_every > self.sampled_every:
+            self.sampled_every = other.sampled_every
         return self
 
     def copy(self) -> _Blocked:
         return _Blocked(self.reason, self.count, self.total_ns, self.max_ns, self.hist,
-                        {key: list(entry) for key, entry in self.wakers.items()})
+                        {key: list(entry) for key, entry in self.wakers.items()},
+                        self.sampled_every)
+
+
+def _times(row: BlockedStack, factor: float) -> BlockedStack:
+    """A row's counts (time, waits, histogram) times `factor`, rounded."""
+    return row._replace(total_ns=round(row.total_ns * factor), count=round(row.count * factor),
+                        hist=_trimmed([round(n * factor) for n in row.hist]))
+
+
+def _stratum(row: BlockedStack) -> tuple | None:
+    """The group a row's scaling is within: (pid, comm, cgroup, state, ended long), for a
+    sample (scale N) and for the not-walked rows its unsampled peers are in; None for others."""
+    if row.scale > 1:
+        return (row.pid, row.comm, row.cgroup, row.state, row.long_end)
+    if not row.kernel and row.kernel_error in (NOT_WALKED, NOT_WALKED_LONG):
+        return (row.pid, row.comm, row.cgroup, row.state, row.kernel_error == NOT_WALKED_LONG)
+    return None
+
+
+def scale_samples(rows: Sequence[BlockedStack]) -> list[BlockedStack]:
+    """The rows of one drain with the sampled ones (scale N: a random 1 in N of their kind
+    of wait walked) counted N times, and what that adds taken from the not-walked rows of the
+    same process, command, cgroup and state, which counted the other N-1: each process's
+    totals stay what the kernel counted. Waits predicted short that ended long are scaled
+    apart from those that ended short (a few long ones scaled against many short ones made the
+    estimate swing). Where the samples stand for more than the not-walked rows hold (chance),
+    they are scaled by less, so that nothing is counted twice."""
+    extra: dict[tuple, float] = {}  # stratum -> time the scaling adds
+    lumped: dict[tuple, int] = {}  # -> not-walked time
+    for row in rows:
+        stratum = _stratum(row)
+        if stratum is None:
+            continue
+        if row.scale > 1:
+            extra[stratum] = extra.get(stratum, 0) + row.total_ns * (row.scale - 1)
+        else:
+            lumped[stratum] = lumped.get(stratum, 0) + row.total_ns
+    if not extra:
+        return list(rows)
+    out = []
+    for row in rows:
+        stratum = _stratum(row)
+        added = extra.get(stratum) if stratum is not None else None
+        if stratum is None or added is None:
+            out.append(row)
+            continue
+        used = min(1.0, lumped.get(stratum, 0) / added) if added else 0.0
+        if row.scale > 1:
+            out.append(_times(row, 1 + (row.scale - 1) * used))
+        else:
+            left = 1 - added * used / lumped[stratum]
+            if left > 1e-9:
+                out.append(_times(row, left))
+    return out
 
 
 @dataclass(slots=True)
@@ -316,10 +381,12 @@ class WaitAggregator:
         self._window = Window(window_s, WaitCounts, WaitCounts.merge)
         self._notes: dict[str, int] = {}
         self._min_walk = min_walk or WalkMinimums(0, 0)  # carried into profiles: unknown
+        self._walk_every = (0, 1)  # the latest drain's
 
     def add(self, drain: WaitDrain) -> None:
         self._window.add(drain.start, drain.end, self.fold(drain), drain.lost)
         self._notes = dict(drain.notes)
+        self._walk_every = drain.walk_every
 
     def fold(self, drain: WaitDrain) -> WaitCounts:
         counts = WaitCounts()
@@ -339,7 +406,7 @@ class WaitAggregator:
         # A thread blocked in one place is a row per waker stack: its user stack is named
         # once a drain (~80 distinct of ~1,600 rows under churn).
         users: dict[tuple[int, tuple[int, ...]], tuple[UserFrame, ...]] = {}
-        for row in drain.stacks:
+        for row in scale_samples(drain.stacks):
             frames, reason = self._kernel(row)
             user: tuple[UserFrame, ...] = ()
             if row.user and resolve_user is not None:
@@ -351,10 +418,13 @@ class WaitAggregator:
             blocked = stacks.get(stack_key)
             if blocked is None:
                 stacks[stack_key] = _Blocked(reason, row.count, row.total_ns, row.max_ns,
-                                       _trimmed(row.hist), {self._waker(row): [row.count, row.total_ns]})
+                                       _trimmed(row.hist), {self._waker(row): [row.count, row.total_ns]},
+                                       row.scale)
             else:
                 blocked.add(row.count, row.total_ns, row.max_ns, row.hist)
                 blocked.add_waker(self._waker(row), row.count, row.total_ns)
+                if row.scale > blocked.sampled_every:
+                    blocked.sampled_every = row.scale
         return counts
 
     def _waker(self, row: BlockedStack) -> WakerKey:
@@ -391,7 +461,7 @@ class WaitAggregator:
         """The window's profile, the totals since start, or the newest interval's alone."""
         counts, span = self._window.latest() if latest else self._window.counts(cumulative)
         return build_profile(counts, span, self._window.lost(cumulative, latest), self._notes,
-                             self._min_walk)
+                             self._min_walk, self._walk_every)
 
 
 def _wakers(wakers: dict[WakerKey, list[int]]) -> tuple[WaitWaker, ...]:
@@ -407,12 +477,13 @@ def _wakers(wakers: dict[WakerKey, list[int]]) -> tuple[WaitWaker, ...]:
 
 
 def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
-                  notes: dict[str, int], min_walk: WalkMinimums) -> WaitProfile:
+                  notes: dict[str, int], min_walk: WalkMinimums,
+                  walk_every: tuple[int, int] = (0, 1)) -> WaitProfile:
     stacks = tuple(
         WaitStack(
             pid=pid, comm=comm, cgroup=cgroup, state=state, reason=b.reason, frames=frames,
             user=user, count=b.count, total_ns=b.total_ns, max_ns=b.max_ns, hist=_full(b.hist),
-            wakers=_wakers(b.wakers),
+            wakers=_wakers(b.wakers), sampled_every=b.sampled_every,
         )
         for (pid, comm, cgroup, state, frames, user), b in sorted(
             counts.stacks.items(), key=lambda kv: (-kv[1].total_ns, kv[0][:5]))
@@ -438,6 +509,7 @@ def build_profile(counts: WaitCounts, window_s: float, lost: dict[str, int],
     )
     return WaitProfile(processes=processes, stacks=stacks, lost=dict(lost), notes=dict(notes),
                        min_walk_us=min_walk.s_us, min_walk_d_us=min_walk.d_us,
+                       short_walk_every=walk_every[0], long_walk_every=walk_every[1],
                        window_s=window_s)
 
 
@@ -451,7 +523,8 @@ def counts_of(profile: WaitProfile) -> WaitCounts:
             _trimmed(p.runq_hist),
         )
     for s in profile.stacks:
-        blocked = _Blocked(s.reason, s.count, s.total_ns, s.max_ns, _trimmed(s.hist))
+        blocked = _Blocked(s.reason, s.count, s.total_ns, s.max_ns, _trimmed(s.hist),
+                           sampled_every=s.sampled_every)
         for w in s.wakers:
             blocked.add_waker((w.pid, w.comm, w.frames), w.count, w.total_ns)
         stack_key = (s.pid, s.comm, s.cgroup, s.state, s.frames, s.user)
@@ -472,7 +545,8 @@ def merge_profiles(profiles: Sequence[WaitProfile]) -> WaitProfile:
     newest = profiles[-1] if profiles else WaitProfile((), (), {})
     return build_profile(counts, sum(p.window_s for p in profiles), sum_lost(p.lost for p in profiles),
                          dict(newest.notes),
-                         WalkMinimums(newest.min_walk_us, newest.min_walk_d_us))
+                         WalkMinimums(newest.min_walk_us, newest.min_walk_d_us),
+                         (newest.short_walk_every, newest.long_walk_every))
 
 
 def build(source: PaneServices) -> tuple[WaitCollector, WaitAggregator]:
