@@ -53,7 +53,7 @@
 #define REQ_OP_BITMASK 0xff		/* REQ_OP_BITS = 8 */
 
 /* Byte offsets of the fields read, and which raw tracepoint argument holds the request or
- * bio: all set by ktop/collectors/blockio.py from /sys/kernel/btf/vmlinux. block_io_start
+ * bio: all set by ktop/panes/blockio/collector.py from /sys/kernel/btf/vmlinux. block_io_start
  * (6.5+) has always taken the request alone. */
 #if !defined(RQ_Q) || !defined(RQ_CMD_FLAGS) || !defined(RQ_DATA_LEN) || !defined(RQ_SECTOR) || \
 	!defined(Q_DISK) || !defined(DISK_MAJOR) || !defined(DISK_FIRST_MINOR) || \

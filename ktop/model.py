@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ktop.frozen import quick_init
+from ktop.histogram import Bucket as Bucket  # (its own module: pane models import it)
+from ktop.panes.blockio.model import BlockProfile as BlockProfile  # the block I/O pane's
+from ktop.panes.blockio.model import DiskStats as DiskStats
+from ktop.panes.blockio.model import IoProcess as IoProcess
+from ktop.panes.blockio.model import IoRequest as IoRequest
+from ktop.panes.blockio.model import IoSubmitStack as IoSubmitStack
 from ktop.panes.processes.model import ProcessRow as ProcessRow  # the processes pane's rows
 from ktop.panes.processes.model import TaskCounts as TaskCounts
 
@@ -90,20 +96,6 @@ class UserFrame:
 # their user stacks (bpf/cpu.bpf.c says why); their stacks carry this frame instead, so a
 # drill-down into ktop says so.
 OWN_USER_STACK = UserFrame("[not walked: ktop's own user stack]", "[ktop]")
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """One bucket of a log2 histogram: `count` values v with low <= v <= high.
-
-    `high` is inclusive, as biolatency prints its buckets: "4 -> 7" holds 4, 5, 6 and 7, and
-    the next bucket starts at 8, so no value could belong to two of them.
-    """
-
-    low: int
-    high: int
-    count: int
 
 
 @quick_init
@@ -299,73 +291,6 @@ class LockProfile:
     window_s: float = 0.0
     owners: tuple[LockOwnerWait, ...] = ()  # by total wait, most first
     notes: tuple[str, ...] = ()  # why owners or names are left out on this kernel
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class DiskStats:
-    disk: str
-    major: int
-    minor: int
-    reads: int
-    writes: int
-    read_bytes: int
-    write_bytes: int
-    avg_lat_ms: float  # of reads and writes
-    hist_us: tuple[Bucket, ...] = ()  # completion latencies, flushes included
-    flushes: int = 0  # cache flushes (fsync's), neither reads nor writes
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class IoSubmitStack:
-    """A kernel stack that submitted block I/O."""
-
-    frames: tuple[str, ...]  # innermost first
-    requests: int
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class IoProcess:
-    pid: int
-    comm: str
-    disk: str
-    major: int
-    minor: int
-    rw: str  # "R", "W" or "F" (a flush: an empty write that flushes the disk's cache)
-    requests: int
-    bytes: int
-    avg_lat_ms: float
-    avg_queue_ms: float
-    stacks: tuple[IoSubmitStack, ...] = ()
-    hist_us: tuple[Bucket, ...] = ()  # completion latencies
-    cgroup: str = ""  # the submitter's
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class IoRequest:
-    time_s: float  # seconds since ktop started
-    comm: str
-    pid: int
-    disk: str
-    rw: str
-    sector: int
-    bytes: int
-    queue_ms: float
-    lat_ms: float
-    cgroup: str = ""
-
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class BlockProfile:
-    lost: Mapping[str, int]
-    disks: tuple[DiskStats, ...]
-    processes: tuple[IoProcess, ...]
-    requests: tuple[IoRequest, ...]  # newest first
-    window_s: float = 0.0
 
 
 @quick_init

@@ -8,8 +8,11 @@ import struct
 
 import pytest
 
-from ktop.aggregate.blockio import BlockAggregator, bucket_bounds, histogram
-from ktop.collectors.blockio import (
+from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
+from ktop.collectors.disks import kernel_dev
+from ktop.model import Bucket, IoSubmitStack
+from ktop.panes.blockio.aggregate import BlockAggregator, bucket_bounds, histogram
+from ktop.panes.blockio.collector import (
     STRUCT_FIELDS,
     TRACEPOINT_ARGS,
     BlockDrain,
@@ -19,9 +22,6 @@ from ktop.collectors.blockio import (
     LatencyBucket,
     struct_offset_flags,
 )
-from ktop.collectors.btf import BTF_PATH, BtfError, KernelBtf
-from ktop.collectors.disks import kernel_dev
-from ktop.model import Bucket, IoSubmitStack
 from ktop.symbolize.kernel import Kallsyms
 
 VDA = kernel_dev(254, 0)
@@ -485,7 +485,7 @@ def test_an_exited_process_still_in_the_window_keeps_its_requests():
 def test_the_request_list_keeps_what_a_profile_lists_and_no_more():
     """4,096 requests were kept of which a profile lists the newest 200: what it lists is
     the same, the rest is not held."""
-    from ktop.aggregate.blockio import MAX_REQUESTS
+    from ktop.panes.blockio.aggregate import MAX_REQUESTS
 
     aggregator = BlockAggregator(window_s=5.0, disk_names=NAMES)
     requests = [CompletedRequest(100.0 + i / 1000, 1, "dd", VDA, "W", i, 4096, MS, 0)

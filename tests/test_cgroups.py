@@ -20,10 +20,10 @@ from ktop.cgroups import (
 )
 from ktop.cli import main
 from ktop.engine import RecordedSource
+from ktop.panes.blockio.widget import writeback_share
 from ktop.panes.processes.collector import parse_io
 from ktop.panes.processes.widget import by_cgroup
 from ktop.ui.app import build_app
-from ktop.ui.widgets.blockio import writeback_share
 
 HEX = "3f2a9c1b0d4e" + "a" * 52
 V1_ONLY = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"

@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-from ktop.collectors.blockio import BUSY_SETTLED_S, STALE_AFTER_S, SWEEP_EVERY_S, proven_stale
 from ktop.collectors.disks import (
     DiskNames,
     bio_based_devices,
@@ -15,6 +14,7 @@ from ktop.collectors.disks import (
     kernel_dev,
     split_dev,
 )
+from ktop.panes.blockio.collector import BUSY_SETTLED_S, STALE_AFTER_S, SWEEP_EVERY_S, proven_stale
 
 
 def write(path, text: str = "") -> None:

@@ -16,12 +16,12 @@ from test_lock_aggregate import RWSEM_STACK, stack_row, task_row
 from test_lock_aggregate import drain as lock_drain
 
 from ktop.aggregate import exited
-from ktop.aggregate.blockio import BlockAggregator
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.aggregate.exited import forget_addresses
 from ktop.aggregate.locks import LockAggregator
-from ktop.collectors.blockio import BlockDrain, IoStack, IoTotal, LatencyBucket
 from ktop.model import EXITED_PID, UserFrame
+from ktop.panes.blockio.aggregate import BlockAggregator
+from ktop.panes.blockio.collector import BlockDrain, IoStack, IoTotal, LatencyBucket
 from ktop.symbolize.kernel import Kallsyms
 
 ALIVE = {100}

@@ -96,14 +96,13 @@ PANE_MODULES = {
                   "ktop.ui.screens.function"],
     "locks": ["ktop.collectors.locks", "ktop.aggregate.locks", "ktop.ui.widgets.locks",
               "ktop.lockviews"],
-    "blockio": ["ktop.collectors.blockio", "ktop.aggregate.blockio", "ktop.ui.widgets.blockio"],
     "waits": ["ktop.collectors.waits", "ktop.aggregate.waits", "ktop.ui.widgets.waits",
               "ktop.ui.screens.waits", "ktop.waitviews"],
 }
 
 
 def test_no_pane_imports_another():
-    assert set(PANE_MODULES) == {"functions", "locks", "blockio", "waits"}  # not yet in a folder
+    assert set(PANE_MODULES) == {"functions", "locks", "waits"}  # not yet in a folder
     modules_of = {pane: [*modules, *(m for m in MODULES if pane_folder_of(m) == pane)]
                   for pane, modules in PANE_MODULES.items()}
     for name in MODULES:  # the panes already in their folder (ktop/panes/<name>/)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from ktop.aggregate.blockio import BlockAggregator
 from ktop.collectors.disks import DiskNames, kernel_dev
+from ktop.panes.blockio.aggregate import BlockAggregator
 from ktop.symbolize.kernel import Kallsyms
 
 pytestmark = pytest.mark.live
@@ -40,7 +40,7 @@ def diskstats(disk: str) -> DiskCounts:
 def collector():
     if os.geteuid() != 0:
         pytest.skip("live BPF tests need root: run `sudo pytest -m live`")
-    from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415 - imports bcc
+    from ktop.panes.blockio.collector import BlockCollector  # noqa: PLC0415 - imports bcc
 
     block = BlockCollector()
     block.start()
@@ -76,7 +76,7 @@ def unseen_completions_counted(collector, before: dict[str, int]) -> int:
     """Completions the kernel handed to no program since `before` (see bpf/blockio.bpf.c:
     now and then, in bursts, more often under load), once ktop has counted them: their
     requests are swept from the in-flight map as soon as their disk is idle."""
-    from ktop.collectors.blockio import SWEEP_EVERY_S  # noqa: PLC0415
+    from ktop.panes.blockio.collector import SWEEP_EVERY_S  # noqa: PLC0415
 
     def counted() -> int:
         lost = collector.lost()
@@ -308,7 +308,7 @@ def test_a_request_whose_completion_went_unseen_is_counted_lost_once_its_disk_is
     request would wait a minute in flight before being counted. On a disk with nothing in
     flight (/sys/dev/block/M:m/inflight) it is counted at the next sweep; a recent one is
     left to complete. The two requests are planted in the program's map as if issued."""
-    from ktop.collectors.blockio import MAP_INFLIGHT, SWEEP_EVERY_S  # noqa: PLC0415
+    from ktop.panes.blockio.collector import MAP_INFLIGHT, SWEEP_EVERY_S  # noqa: PLC0415
 
     _, disk = scratch
     with open(f"/sys/block/{disk}/dev") as f:  # the whole disk, as requests name it

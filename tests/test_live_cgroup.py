@@ -16,8 +16,8 @@ from ktop.cgroups import cgroup2_mount, short_name
 from ktop.cli import _check_cgroup, parse_args
 from ktop.engine import RecordedSource
 from ktop.model import PANE_BLOCKIO, PANE_FUNCTIONS
+from ktop.panes.blockio.widget import WRITEBACK_COMMS, writeback_share
 from ktop.ui.headless import render_screen
-from ktop.ui.widgets.blockio import WRITEBACK_COMMS, writeback_share
 
 pytestmark = root_only
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import root_only
 from test_recording_cli import ktop
 
-from ktop.collectors.blockio import SWEEP_EVERY_S
+from ktop.panes.blockio.collector import SWEEP_EVERY_S
 from ktop.record.fileformat import Recording
 from ktop.record.replay import find_time
 

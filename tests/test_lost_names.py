@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 
 from ktop import losses
-from ktop.collectors import blockio, cpu, locks, waits
+from ktop.collectors import cpu, locks, waits
+from ktop.panes.blockio import collector as blockio
 from ktop.registry import PANES, bpf_panes
 from ktop.ui.widgets.header import loss_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 BPF = ROOT / "bpf"
 COLLECTORS = ROOT / "ktop" / "collectors"
+PANES_DIR = ROOT / "ktop" / "panes"
 ENUM = re.compile(r"enum (\w+_lost) \{(.*?)\};", re.S)
 
 
@@ -74,9 +76,10 @@ def test_every_loss_a_collector_counts_in_python_is_catalogued():
     and those the shared two-generation program adds for each of them."""
     shared = re.findall(r'totals\["(\w+)"\]', (COLLECTORS / "maps.py").read_text())
     assert shared == ["stack_missing", "recursion_misses"]
-    for module, pane in (("cpu", "functions"), ("locks", "locks"), ("blockio", "blockio"),
-                         ("waits", "waits")):
-        own = re.findall(r'totals\["(\w+)"\]', (COLLECTORS / f"{module}.py").read_text())
+    for path, pane in ((COLLECTORS / "cpu.py", "functions"), (COLLECTORS / "locks.py", "locks"),
+                       (PANES_DIR / "blockio" / "collector.py", "blockio"),
+                       (COLLECTORS / "waits.py", "waits")):
+        own = re.findall(r'totals\["(\w+)"\]', path.read_text())
         for name in [*shared, *own]:
             assert losses.loss(pane, name) is not None, (pane, name)
     engine = (ROOT / "ktop" / "engine.py").read_text()

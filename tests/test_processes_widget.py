@@ -10,10 +10,10 @@ from conftest import run_app
 
 from ktop.engine import RecordedSource
 from ktop.model import EXITED_PID, IoProcess, LockTask, ProcessRow, TaskCounts
+from ktop.panes.blockio.widget import io_by_command
 from ktop.panes.processes.widget import by_command
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
-from ktop.ui.widgets.blockio import io_by_command
 from ktop.ui.widgets.locks import waits_by_command
 
 SIZES = [(80, 24), (180, 50)]

@@ -13,14 +13,11 @@ from collections.abc import Mapping
 import pytest
 from cpu_drains import StackCount, cpu_drain
 
-from ktop.aggregate.blockio import BlockAggregator
-from ktop.aggregate.blockio import merge_profiles as merge_blockio
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.aggregate.cpu import merge_profiles as merge_cpu
 from ktop.aggregate.locks import LockAggregator
 from ktop.aggregate.locks import merge_profiles as merge_locks
 from ktop.aggregate.merge import merge_snapshots as merge
-from ktop.collectors.blockio import BlockDrain, CompletedRequest, IoStack, IoTotal, LatencyBucket
 from ktop.collectors.cpu import MAX_STACK_DEPTH, CpuDrain
 from ktop.collectors.disks import kernel_dev
 from ktop.collectors.locks import (
@@ -38,6 +35,15 @@ from ktop.collectors.locks import (
 from ktop.collectors.procstat import CpuTicks
 from ktop.collectors.waits import WalkMinimums
 from ktop.model import IoRequest, Snapshot, UserFrame
+from ktop.panes.blockio.aggregate import BlockAggregator
+from ktop.panes.blockio.aggregate import merge_profiles as merge_blockio
+from ktop.panes.blockio.collector import (
+    BlockDrain,
+    CompletedRequest,
+    IoStack,
+    IoTotal,
+    LatencyBucket,
+)
 from ktop.record.fileformat import REQUEST_DIGITS, decode_snapshot, encode_snapshot
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")

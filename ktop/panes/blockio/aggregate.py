@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
-from ktop.collectors.blockio import BlockDrain, CompletedRequest
 from ktop.collectors.disks import DiskNames, kernel_dev, split_dev
 from ktop.model import BlockProfile, Bucket, DiskStats, IoProcess, IoRequest, IoSubmitStack
+from ktop.panes.blockio.collector import BlockDrain, CompletedRequest
 from ktop.symbolize.frames import KernelFrames
 from ktop.symbolize.kernel import Kallsyms
 
 if TYPE_CHECKING:
-    from ktop.collectors.blockio import BlockCollector
     from ktop.panedef import PaneServices
+    from ktop.panes.blockio.collector import BlockCollector
 
 # (pid, comm, dev, rw, cgroup): one row of the per-process table.
 IoKey = tuple[int, str, int, str, str]
@@ -382,7 +382,7 @@ def merge_profiles(profiles: Sequence[BlockProfile], max_requests: int = MAX_REQ
 
 def build(source: PaneServices) -> tuple[BlockCollector, BlockAggregator]:
     """The block I/O pane's collector and aggregator (ktop.registry)."""
-    from ktop.collectors.blockio import BlockCollector  # noqa: PLC0415
+    from ktop.panes.blockio.collector import BlockCollector  # noqa: PLC0415
 
     return BlockCollector(source.options.interval_s), BlockAggregator(
         source.options.window_s, symbols=source.kallsyms()
