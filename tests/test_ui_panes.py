@@ -4,11 +4,13 @@ keeping the choice for the next start."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import run_app
 from textual.binding import Binding
 
-from ktop import config
+from ktop import config, registry
 from ktop.engine import RecordedSource
+from ktop.panes.processes.widget import ProcessesPane
 from ktop.ui.app import build_app
 from ktop.ui.headless import screen_text
 from ktop.ui.screens.help import HelpScreen
@@ -120,3 +122,63 @@ def test_no_pane_ticked_is_refused(recorded_snapshot):
     run_app(build_app(RecordedSource([recorded_snapshot]), panes=("functions",)), scenario,
             size=(160, 50))
     assert seen["still_open"] and seen["mounted"] == ["functions"]
+
+
+@pytest.fixture
+def seven_panes():
+    """The registry's panes and stand-ins up to seven (as syscalls and endings will come)."""
+    saved = list(registry.PANES)
+    extra = []
+    for name in ("sixth", "seventh", "eighth"):
+        widget = type(f"{name.title()}Pane", (ProcessesPane,), {"PANE": name})
+        extra.append(registry.PaneDef(name=name, field="processes", title=f"{name.title()} pane",
+                                      key_label=name.title(), short_label=name[:3],
+                                      drill_by="pid", widget=lambda w=widget: w))
+    registry.PANES[:] = [*saved, *extra][:7]
+    try:
+        yield tuple(spec.name for spec in registry.PANES)
+    finally:
+        registry.PANES[:] = saved
+
+
+def shown(app) -> list[str]:
+    return [p.PANE for p in app.main_screen.query(Pane) if p.display]
+
+
+@pytest.mark.parametrize(("size", "compact"), [((120, 28), False), ((120, 24), True),
+                                               ((160, 50), False)])
+def test_seven_panes_on_a_short_screen_show_one_at_a_time(recorded_snapshot, seven_panes,
+                                                          size, compact):
+    seen = {}
+
+    async def scenario(pilot):
+        await pilot.pause(0.1)
+        seen["shown"] = shown(pilot.app)
+        seen["text"] = screen_text(pilot.app)
+
+    run_app(build_app(RecordedSource([recorded_snapshot]), panes=seven_panes), scenario,
+            size=size)
+    if compact:  # a grid of four rows would give each pane a row or two
+        assert seen["shown"] == ["functions"] and "7 Seventh" in seen["text"]
+    else:
+        assert seen["shown"] == list(seven_panes)
+
+
+def test_fewer_panes_chosen_fit_the_grid_again(recorded_snapshot, seven_panes):
+    seen = {}
+
+    async def scenario(pilot):
+        app = pilot.app
+        await pilot.press("7")  # the last pane, shown alone under the tabs
+        seen["before"] = shown(app)
+        await pilot.press("p", "d")  # the default layout (the seventh left out)
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        seen["after"] = shown(app)
+        seen["focused"] = app.main_screen.focused_pane().PANE
+
+    run_app(build_app(RecordedSource([recorded_snapshot]), panes=seven_panes), scenario,
+            size=(120, 24))
+    assert seen["before"] == [seven_panes[6]]
+    assert seen["after"] == list(config.default_panes())
+    assert seen["focused"] == "functions"

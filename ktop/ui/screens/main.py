@@ -36,6 +36,10 @@ MAX_PANES = 9
 # the lock caller none): one pane at a time, with tabs, as htop and btop do.
 COMPACT_WIDTH = 100
 COMPACT_HEIGHT = 22
+# A pane in the grid gets at least this many lines (its border, column labels, 3 rows),
+# out of the screen's lines less the header and footer, or the screen shows one at a time.
+MIN_PANE_LINES = 6
+CHROME_LINES = 4
 
 
 def main_keys(bindings: list[Binding], timeline: bool,
@@ -157,15 +161,15 @@ class MainScreen(ChangedRowsScreen):
         if not names or names == self.pane_order:
             return
         focused = self.focused_pane().PANE if self.pane_order else None
-        for name in self.pane_order:
-            if name not in names:
-                pane = self.pane(name)
-                del self._panes[name]
-                if self._filter_target is pane:
-                    self._filter_target = None
-                pane.remove()
+        removed = [self.pane(n) for n in self.pane_order if n not in names]
         # Until the new panes are mounted (their tables made), the screen has those kept.
         self.pane_order = tuple(n for n in self.pane_order if n in names)
+        for pane in removed:
+            del self._panes[pane.PANE]
+            if self._filter_target is pane:
+                self._filter_target = None
+            pane.display = False  # out of the layout first: nothing of it drawn after
+            await pane.remove()
         grid = self.query_one("#panes", Grid)
         added = {n: self._make_pane(n, 0) for n in names if n not in self.pane_order}
         if added:
@@ -184,7 +188,7 @@ class MainScreen(ChangedRowsScreen):
         if self.compact_pane not in names:
             self.compact_pane = names[0]
         self.query_one("#tabs", PaneTabs).set_labels(self._tab_labels())
-        self._show_layout()
+        self.fit_layout(self.ktop.size.width, self.ktop.size.height, first=True)
         source = self.ktop.source
         if source.live and hasattr(source, "set_panes"):  # the engine loads what shows
             source.set_panes(config.bpf_names(names))
@@ -227,13 +231,19 @@ class MainScreen(ChangedRowsScreen):
         node: DOMNode | None = self.focused
         while node is not None and not isinstance(node, Pane):
             node = node.parent
-        return node if isinstance(node, Pane) else self.pane(self.pane_order[0])
+        if isinstance(node, Pane) and node.PANE in self.pane_order:  # (not one removed)
+            return node
+        return self.pane(self.pane_order[0])
 
     def on_resize(self, event) -> None:
         self.fit_layout(event.size.width, event.size.height)
 
     def fit_layout(self, width: int, height: int, first: bool = False) -> None:
-        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
+        # Many panes chosen on a short screen: one at a time too, rather than a grid of
+        # panes two rows tall.
+        grid_rows = (len(self.pane_order) + 1) // 2
+        crowded = grid_rows and (height - CHROME_LINES) / grid_rows < MIN_PANE_LINES
+        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT or bool(crowded)
         if compact != self.compact or first:
             self.compact = compact
             if compact:

@@ -12,7 +12,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import SelectionList, Static
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
 
 from ktop import config
 from ktop.registry import PANES
@@ -31,50 +32,61 @@ class PanesScreen(ModalScreen[tuple[str, ...] | None]):
     SPACE_IS_ITS_OWN = True  # not the app's pause: a tick here
     BINDINGS = [
         Binding("escape,p", "done", "show the panes ticked"),
+        Binding("space", "toggle", "tick or untick"),
         *(Binding(key, f"layout('{name}')", f"the {name} layout") for key, name in LAYOUT_KEYS),
     ]
 
     def __init__(self, shown: Sequence[str]) -> None:
         super().__init__()
-        self.order = [name for name in shown]  # ticked, in the order they will show
+        self.order = list(shown)  # ticked, in the order they will show
 
     def compose(self) -> ComposeResult:
         with Vertical(id="panes-box"):
-            yield SelectionList[str](*(
-                (Text(f"{spec.title}  ({spec.name}"
-                      + (", no BPF program" if spec.build is None else "") + ")"),
-                 spec.name, spec.name in self.order) for spec in PANES), id="panes-list")
+            yield OptionList(*(Option(self._prompt(spec.name), id=spec.name) for spec in PANES),
+                             id="panes-list")
             yield Static(Text(chooser_help()), id="panes-help")
+
+    def _prompt(self, name: str) -> Text:
+        """`[x] 2 Lock contention  (locks)`: ticked or not, and its number key once shown."""
+        spec = config.ordered([name])[0]
+        ticked = name in self.order
+        text = Text("[x] " if ticked else "[ ] ", style="bold" if ticked else "dim")
+        text.append(f"{self.order.index(name) + 1 if ticked else ' '} ", style="bold")
+        text.append(spec.title, style="" if ticked else "dim")
+        text.append(f"  ({spec.name}{', no BPF program' if spec.build is None else ''})",
+                    style="dim")
+        return text
 
     def on_mount(self) -> None:
         box = self.query_one("#panes-box")
         box.border_title = "panes shown (a pane not shown is not loaded)"
-        selections = self.query_one(SelectionList)
-        selections.highlighted = 0
-        selections.focus()
-        self._say_order()
+        options = self.query_one(OptionList)
+        options.highlighted = 0
+        options.focus()
 
-    def on_selection_list_selection_toggled(
-            self, event: SelectionList.SelectionToggled) -> None:
-        name = event.selection.value
+    def _redraw(self) -> None:
+        options = self.query_one(OptionList)
+        for spec in PANES:
+            options.replace_option_prompt(spec.name, self._prompt(spec.name))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self._toggle(event.option.id or "")
+
+    def action_toggle(self) -> None:
+        options = self.query_one(OptionList)
+        if options.highlighted is not None:
+            self._toggle(options.get_option_at_index(options.highlighted).id or "")
+
+    def _toggle(self, name: str) -> None:
         if name in self.order:
             self.order.remove(name)
-        else:
+        elif name:
             self.order.append(name)
-        self._say_order()
-
-    def _say_order(self) -> None:
-        shown = ", ".join(f"{i} {name}" for i, name in enumerate(self.order, 1))
-        self.query_one(SelectionList).border_subtitle = shown or "none ticked"
+        self._redraw()
 
     def action_layout(self, name: str) -> None:
         self.order = list(config.layout_panes(name))
-        selections = self.query_one(SelectionList)
-        with selections.prevent(SelectionList.SelectionToggled):
-            selections.deselect_all()
-            for pane_name in self.order:
-                selections.select(pane_name)
-        self._say_order()
+        self._redraw()
 
     def action_done(self) -> None:
         if not self.order:
