@@ -14,6 +14,7 @@ import time
 
 from ktop import __version__
 from ktop.cli import OPTION_GROUPS, build_parser
+from ktop.config import default_panes
 from ktop.record.dump import csv_columns
 from ktop.registry import PANES
 
@@ -25,6 +26,9 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
     ("sudo ktop --pid 1234", "Every pane filtered to one process."),
     ("sudo ktop --cgroup /system.slice/docker.service",
      "Every pane filtered to a cgroup v2 subtree (or the name the CGROUP column shows)."),
+    ("sudo ktop --panes functions,waits,processes",
+     "Only these panes, in this order (their number keys 1, 2, 3); the others are not loaded."),
+    ("sudo ktop --layout io", "A named choice of panes (default, cpu, io, all)."),
     ("sudo ktop --snapshot top.svg", "Headless: collect 3 seconds, write the screen."),
     ("sudo ktop --snapshot read.svg --drill functions:chacha_permute",
      "A picture of the callers of one hot function."),
@@ -48,6 +52,11 @@ FILES: tuple[tuple[str, str], ...] = (
     ("/var/cache/ktop",
      "Debian's two halves of a kernel headers package merged into one tree of links, "
      "root's alone, for bcc to compile against."),
+    ("$XDG_CONFIG_HOME/ktop/ktop.conf",
+     "The panes shown, as key p chose them (default ~/.config/ktop/ktop.conf; one line, "
+     "panes = NAME,...), read at the next start unless --panes or --layout choose; a file "
+     "ktop cannot use is said in one line and the default panes shown. Headless runs read "
+     "none."),
     ("ktop-YYYYmmdd-HHMMSS.krec",
      "A recording started with the R key, beside where s saves its pictures."),
     ("$TMPDIR/ktop-crash-*.txt",
@@ -120,7 +129,9 @@ def manpage(date: str | None = None) -> str:
         out += [f".B ktop\n{form}[\\fIOPTION\\fR]...", ".br"]
     out.pop()
     out += [".SH DESCRIPTION", roff(parser.description or ""), ".PP",
-            "Its panes, in screen order (each pane's number key moves to it):"]
+            roff("Its panes, in the registry's order (--layout all). The screen shows those "
+                 f"chosen (--panes, --layout, key p; default: {','.join(default_panes())}), "
+                 "numbered 1, 2... in the order chosen; a pane not shown is not loaded:")]
     for spec in PANES:
         out += [".TP", f"\\fB{spec.number}\\fR  {roff(spec.title)}",
                 roff(f"Enter on a row, or --drill {spec.name}:{spec.drill_by.upper()} with "
