@@ -150,6 +150,14 @@ class CpuTimes:
     steal: float = 0.0
     ticks: int = 0  # the /proc/stat ticks these are shares of: what weighs them in a sum
     iowait: float = 0.0  # idle while I/O was outstanding: vmstat's wa
+    # Of `kernel`, hard and soft interrupt time (top's hi and si; 0 in records made before).
+    irq: float = 0.0
+    softirq: float = 0.0
+
+    @property
+    def system(self) -> float:
+        """Kernel time outside interrupts: top's sy."""
+        return max(0.0, self.kernel - self.irq - self.softirq)
 
 
 @quick_init

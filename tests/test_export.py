@@ -151,7 +151,7 @@ def full_snapshot() -> Snapshot:
             cgroup="/system.slice/app.service",
         ),),
         times=CpuTimes(user=20 + THIRD, kernel=70 + THIRD, idle=8 + THIRD, steal=1 + THIRD,
-                       ticks=600, iowait=1 - THIRD),
+                       ticks=600, iowait=1 - THIRD, irq=1 + THIRD, softirq=2 + THIRD),
         line_info="file:line from /usr/lib/debug/boot/vmlinux",
     )
     locks = LockProfile(
@@ -219,7 +219,7 @@ def full_snapshot() -> Snapshot:
                          bpf_panes={"waits": THIRD}), paused=True, cumulative=True,
         tasks=TaskCounts(running=3, blocked=1, forks_per_s=2950 + THIRD, read_late_s=19.6),
         cpu_times=CpuTimes(user=10 + THIRD, kernel=20 + THIRD, idle=60 + THIRD, steal=THIRD,
-                           ticks=300, iowait=10 - THIRD),
+                           ticks=300, iowait=10 - THIRD, irq=THIRD, softirq=3 + THIRD),
         iostat=IostatProfile(1 + THIRD, (DiskIo("vda", 253, 1, *range(1, 18)),)),
     )
 

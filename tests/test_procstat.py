@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ktop.collectors.procstat import CpuTicks, parse_cpu_line, read_cpu_ticks
@@ -80,3 +82,60 @@ def test_real_proc_stat_advances():
     later = read_cpu_ticks()
     delta = later - first
     assert min(delta.user, delta.kernel, delta.idle, delta.steal) >= 0
+
+
+def test_irq_and_softirq_are_split_from_kernel_at_proc_stats_shares():
+    """The header's irq and softirq equal /proc/stat's shares (top's hi and si); kernel keeps
+    them inside (its JSON and CSV meaning), its `system` is top's sy."""
+    times = (parse_cpu_line(AFTER) - parse_cpu_line(BEFORE)).shares()
+    total = (60 + 20) + (140 + 5 + 5) + 100 + 5 + 10  # user, kernel, idle, steal, iowait
+    assert times.irq == pytest.approx(100 * 5 / total)
+    assert times.softirq == pytest.approx(100 * 5 / total)
+    assert times.system == pytest.approx(100 * 140 / total)
+    assert times.system + times.irq + times.softirq == pytest.approx(times.kernel)
+    assert times.user + times.kernel + times.idle + times.steal + times.iowait == pytest.approx(100)
+
+
+def test_merged_windows_keep_the_interrupt_split():
+    from ktop.collectors.procstat import merge_times
+
+    first = parse_cpu_line("cpu  100 0 50 800 0 10 40 0 0 0\n").shares()
+    second = parse_cpu_line("cpu  100 0 200 600 0 0 100 0 0 0\n").shares()
+    for merged in (merge_times([first, second], [1.0, 1.0]),  # by their ticks
+                   merge_times([replace(first, ticks=0), replace(second, ticks=0)], [1.0, 1.0])):
+        assert merged.softirq == pytest.approx(100 * 140 / 2000, abs=0.01)
+        assert merged.irq == pytest.approx(100 * 10 / 2000, abs=0.01)
+        assert merged.kernel == pytest.approx(100 * 400 / 2000, abs=0.01)
+
+
+def test_the_header_shows_irq_and_softirq_apart_from_kernel(recorded_snapshot):
+    from ktop.model import CpuTimes
+    from ktop.ui.widgets.header import header_text
+
+    snapshot = replace(recorded_snapshot, cpu=None, cpu_times=CpuTimes(
+        user=10.0, kernel=30.0, idle=60.0, irq=1.5, softirq=12.0))
+    line = header_text(snapshot, width=200).plain.splitlines()[1]
+    assert "kernel  16.5%" in line  # system alone: 30 - 1.5 - 12
+    assert "irq  1.5%" in line
+    assert "softirq 12.0%" in line
+
+
+def test_live_proc_stat_interrupt_shares_are_its_fields():
+    """Read live: the shares equal the irq and softirq fields' deltas over the same reads."""
+    def raw() -> list[int]:
+        with open("/proc/stat") as f:
+            text = f.read()
+        return [int(v) for v in text.splitlines()[0].split()[1:8]]
+
+    a, first = raw(), read_cpu_ticks()
+    sum(range(2_000_000))
+    b, later = raw(), read_cpu_ticks()
+    times = (later - first).shares()
+    if times.ticks == 0:
+        pytest.skip("no tick passed")
+    # the same reads' fields (the raw read brackets each ticks read: within a tick or two)
+    fields = [y - x for x, y in zip(a, b)]
+    total = sum(fields[:5]) + sum(fields[5:8])
+    assert times.ticks == pytest.approx(total, abs=4 * 2)
+    assert times.softirq == pytest.approx(100 * fields[6] / total, abs=100 * 4 / total)
+    assert times.irq == pytest.approx(100 * fields[5] / total, abs=100 * 4 / total)

@@ -130,7 +130,8 @@ def cpu_drains(addr) -> list[CpuDrain]:
         ]
         if i % 3 == 0:
             counts.append(StackCount(999, "\x1b[2J sh", 4, copy, (), False))
-        ticks = CpuTicks(user=10 + i, kernel=150 + 3 * i, idle=40 - i, steal=i % 2, iowait=1 + i)
+        ticks = CpuTicks(user=10 + i, kernel=150 + 3 * i, idle=40 - i, steal=i % 2, iowait=1 + i,
+                         irq=1 + i % 3, softirq=20 + 2 * i)
         drains.append(cpu_drain(100.0 + i, 101.0 + i + 0.01 * i, tuple(counts),
                                {"kstack_collision": i}, ticks))
     return drains

@@ -119,13 +119,18 @@ def header_items(
     times = cpu.times if cpu else snapshot.cpu_times
     if times is not None:
         label = Text("machine " if filtered else "CPU ", style="bold yellow" if filtered else "")
-        label.append(f"kernel {times.kernel:5.1f}%", style="bold red")
+        # kernel as top's sy: hard and soft interrupt time shown apart below.
+        label.append(f"kernel {times.system:5.1f}%", style="bold red")
         split.append(Item(label, 10, gap=""))
         split.append(item(f"user {times.user:5.1f}%", 9, "green"))
         split.append(item(f"idle {times.idle:5.1f}%", 8, "dim"))
         # (none to speak of: the first to go on a narrow screen)
         split.append(item(f"iowait {times.iowait:4.1f}%", 7 if times.iowait >= 0.05 else 3,
                           "bold yellow" if times.iowait >= 10 else "dim"))
+        # kernel time no process owns, after wa as top puts hi and si
+        for name, share in (("irq", times.irq), ("softirq", times.softirq)):
+            split.append(item(f"{name} {share:4.1f}%", 7 if share >= 0.05 else 3,
+                              "red" if share >= 0.05 else "dim"))
         if times.steal >= 0.05:
             split.append(item(f"steal {times.steal:.1f}%", 5))
     if cpu:
