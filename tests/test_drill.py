@@ -9,10 +9,11 @@ from conftest import run_app
 
 from ktop.engine import RecordedSource
 from ktop.model import StackSample, UserFrame
+from ktop.panes.blockio.screens import IoProcessScreen
 from ktop.stacktree import callees_tree, callers_tree, processes_hitting, unique_stacks
 from ktop.ui.app import build_app
 from ktop.ui.headless import SnapshotError, render_screen, screen_text
-from ktop.ui.screens.details import IoProcessScreen, LockCallerScreen
+from ktop.ui.screens.details import LockCallerScreen
 from ktop.ui.screens.function import FunctionScreen
 
 # ---- trees from stacks ---------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ktop.exports import ExportOptions, export
-from ktop.exports.folded import folded_stacks, io_stack_shares, to_folded
+from ktop.exports.folded import folded_stacks, to_folded
 from ktop.exports.jsonfile import from_json
 from ktop.exports.openmetrics import SnapshotMetrics, TopCounters, render, to_prom
 from ktop.exports.pprof import PROFILES, file_descriptor, to_pprof
@@ -33,6 +33,7 @@ from ktop.model import (
     StackSample,
     UserFrame,
 )
+from ktop.panes.blockio.exports import io_stack_shares
 from ktop.text import printable
 
 PROTO = os.path.join(os.path.dirname(__file__), "..", "ktop", "exports", "profile.proto")

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from ktop.model import IoProcess, LockCaller, Snapshot, StackSample, UserFrame, WaitStack
+from ktop.model import LockCaller, Snapshot, StackSample, UserFrame, WaitStack
 from ktop.registry import folded_exports
 from ktop.stacktree import function_name
 from ktop.text import printable
@@ -116,48 +116,6 @@ def lock_stacks(caller: LockCaller) -> Iterator[tuple[list[str], int]]:
     root = frame_name(comms.pop()) if len(comms) == 1 else frame_name(f"[{caller.type}]")
     for stack in caller.stacks:
         yield [root, *kernel_frames(stack.frames)], stack.total_wait_ns
-
-
-def io_stack_shares(process: IoProcess, total: int) -> list[int]:
-    """`total` (the row's bytes, or latency) shared among its stacks by their requests,
-    summing to it exactly where every request has a stack (largest remainder). The kernel
-    counts requests per stack; bytes and latency it counts per (process, disk, direction)."""
-    requests = process.requests
-    if not requests:
-        return [0] * len(process.stacks)
-    exact = [total * stack.requests / requests for stack in process.stacks]
-    shares = [int(value) for value in exact]
-    if sum(stack.requests for stack in process.stacks) == requests:
-        left = total - sum(shares)
-        by_remainder = sorted(range(len(exact)), key=lambda i: shares[i] - exact[i])
-        for i in by_remainder[:left]:
-            shares[i] += 1
-    return shares
-
-
-def io_process_stacks(process: IoProcess, total: int) -> Iterator[tuple[list[str], int]]:
-    """(frames root first, its share of `total`) of each stack that submitted the I/O."""
-    for stack, share in zip(process.stacks, io_stack_shares(process, total)):
-        yield [frame_name(process.comm), *kernel_frames(stack.frames)], share
-
-
-def _io(snapshot: Snapshot, weight: str) -> Iterator[tuple[list[str], int]]:
-    if snapshot.blockio is None:
-        return
-    for process in snapshot.blockio.processes:
-        if weight == "bytes":
-            total = process.bytes
-        else:  # latency in microseconds
-            total = round(process.avg_lat_ms * 1000 * process.requests)
-        yield from io_process_stacks(process, total)
-
-
-def io_byte_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
-    return _io(snapshot, "bytes")
-
-
-def io_latency_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:
-    return _io(snapshot, "latency")
 
 
 def offcpu_stacks(snapshot: Snapshot, include_idle: bool) -> Iterator[tuple[list[str], int]]:

@@ -36,7 +36,6 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from ktop.codec import MAX_INT
-from ktop.exports.folded import io_stack_shares
 from ktop.model import LockProfile, Snapshot, UserFrame
 from ktop.registry import pprof_exports
 from ktop.stacktree import CALLERS_DROPPED, TRUNCATED, function_name
@@ -337,23 +336,6 @@ def add_waits(tables: _Tables, snapshot: Snapshot, include_idle: bool = False) -
         if process.runq_ns:
             tables.sample(queue, {"runqueue": process.runq_ns},
                           {"pid": process.pid, "comm": process.comm})
-
-
-def add_io(tables: _Tables, snapshot: Snapshot, include_idle: bool = False) -> None:
-    if snapshot.blockio is None:
-        return
-    for process in snapshot.blockio.processes:
-        latency_ns = round(process.avg_lat_ms * 1e6 * process.requests)
-        shares = zip(process.stacks, io_stack_shares(process, process.bytes),
-                     io_stack_shares(process, latency_ns))
-        labels = {"pid": process.pid, "comm": process.comm, "disk": process.disk,
-                  "op": {"R": "read", "W": "write", "F": "flush"}.get(process.rw, "write")}
-        for stack, bytes_share, latency_share in shares:
-            tables.sample(tables.kernel_stack(stack.frames),
-                          {"io_requests": stack.requests, "io": bytes_share,
-                           "io_latency": latency_share}, labels)
-    tables.profile.comment.append(tables.string(
-        "io bytes and io_latency are a process's, shared among its stacks by requests"))
 
 
 def to_pprof(snapshot: Snapshot, include_idle: bool = False, of: str = "cpu") -> bytes:

@@ -77,19 +77,6 @@ def locks_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
             f"{top_lock.total_wait_ns / 1e6:.3f}" if top_lock else ""]
 
 
-def blockio_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
-    io = snapshot.blockio
-    if not io:
-        return [""] * 6
-    requests = sum(d.reads + d.writes for d in io.disks)
-    latency = sum(d.avg_lat_ms * (d.reads + d.writes) for d in io.disks)
-    top_io = io.processes[0] if io.processes else None
-    return [requests, sum(d.read_bytes + d.write_bytes for d in io.disks),
-            f"{latency / requests:.4f}" if requests else "",
-            top_io.pid if top_io else "", csv_cell(top_io.comm) if top_io else "",
-            top_io.bytes if top_io else ""]
-
-
 def waits_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
     """Every thread's time waiting in the interval (ms), and the process that waited most."""
     waits = snapshot.waits

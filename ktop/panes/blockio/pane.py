@@ -67,33 +67,33 @@ def _compared_io(snapshot: Snapshot, shows: Shows | None) -> Sequence[IoProcess]
 
 
 def _io_stacks(snapshot: Snapshot, process: IoProcess) -> Iterable[WeightedStack]:
-    from ktop.exports.folded import io_process_stacks  # noqa: PLC0415
+    from ktop.panes.blockio.exports import io_process_stacks  # noqa: PLC0415
 
     return io_process_stacks(process, process.bytes)
 
 
 def _io_bytes_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
-    from ktop.exports.folded import io_byte_stacks  # noqa: PLC0415
+    from ktop.panes.blockio.exports import io_byte_stacks  # noqa: PLC0415
 
     return io_byte_stacks(snapshot, include_idle)
 
 
 def _io_latency_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
-    from ktop.exports.folded import io_latency_stacks  # noqa: PLC0415
+    from ktop.panes.blockio.exports import io_latency_stacks  # noqa: PLC0415
 
     return io_latency_stacks(snapshot, include_idle)
 
 
 def _io_pprof(tables: Any, snapshot: Snapshot, include_idle: bool) -> None:
-    from ktop.exports.pprof import add_io  # noqa: PLC0415
+    from ktop.panes.blockio.exports import add_pprof  # noqa: PLC0415
 
-    add_io(tables, snapshot, include_idle)
+    add_pprof(tables, snapshot, include_idle)
 
 
 def _blockio_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
-    from ktop.record.dump import blockio_cells  # noqa: PLC0415
+    from ktop.panes.blockio.exports import csv_cells  # noqa: PLC0415
 
-    return blockio_cells(snapshot, show_idle)
+    return csv_cells(snapshot, show_idle)
 
 
 BLOCKIO = PaneDef(

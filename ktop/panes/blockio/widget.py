@@ -282,7 +282,7 @@ class BlockIoPane(Pane):
         if isinstance(row, IoRequest) and snapshot.blockio is not None:  # opens its process
             process = next((p for p in snapshot.blockio.processes if p.pid == row.pid), None)
         if process is not None:
-            from ktop.ui.screens.details import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
+            from ktop.panes.blockio.screens import IoProcessScreen  # noqa: PLC0415  (loaded when first opened)
 
             return partial(IoProcessScreen, process, snapshot)
         if isinstance(row, IoCommand | Iostat):
