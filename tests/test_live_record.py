@@ -154,7 +154,9 @@ def test_r_records_the_live_screen_and_the_replay_steps_through_it(tmp_path):
         tmux.run(f"cd {tmp_path} && {sys.executable} -m ktop; printf 'KTOP_%s=%s\\n' EXIT $?")
         tmux.wait_for("samples ")
         deadline = time.monotonic() + 60  # every pane attached: refreshes 1 s apart from here
-        while any(loading in tmux.screen() for loading in ("compiling", "waiting for the panes")):
+        while any(loading in tmux.screen() for loading in (
+                "compiling", "loading its BPF", "reading the kernel's symbols",
+                "waiting for a BPF compiler")):
             assert time.monotonic() < deadline, tmux.screen()
             time.sleep(0.2)
         tmux.send("R")

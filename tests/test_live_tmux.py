@@ -133,15 +133,18 @@ def test_sigterm_restores_the_terminal_and_detaches_the_sampler(terminal):
     assert held.left_behind() == ([], set())
 
 
-def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal):
+def test_q_while_the_bpf_panes_compile_exits_and_leaves_no_program(terminal, tmp_path):
     """Start-up work runs in the background: quitting during it must not wait for clang,
     and nothing ktop loaded may outlive it."""
     before = stty_state(terminal, "BEFORE")
-    terminal.run(f"{shlex.quote(sys.executable)} -m ktop; printf 'KTOP_%s=%s\\n' EXIT $?")
+    empty = tmp_path / "programs"  # nothing compiled yet: this start compiles
+    empty.mkdir(mode=0o700)
+    terminal.run(f"KTOP_BPF_CACHE={shlex.quote(str(empty))} {shlex.quote(sys.executable)} "
+                 f"-m ktop; printf 'KTOP_%s=%s\\n' EXIT $?")
     screen = terminal.wait_for("4 Processes")
     ktop = psutil.Process(int(terminal.display("#{pane_pid}"))).children()[0]
     deadline = time.monotonic() + 30
-    while "compiling its BPF program" not in screen and "waiting for the panes" not in screen:
+    while "compiling its BPF program" not in screen and "waiting for a BPF" not in screen:
         assert time.monotonic() < deadline, f"never saw a pane loading:\n{screen}"
         screen = terminal.screen()
     held = HeldPrograms(ktop.pid)
