@@ -185,10 +185,10 @@ def cold_cache(work: str) -> Iterator[dict[str, str]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def warm_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("KTOP_BPF_CACHE", None)
-    return env
+def warm_environment(directory: str) -> dict[str, str]:
+    """A cache of its own, filled first: /var/cache/ktop is shared by every checkout of
+    ktop on a machine, each with its own sources (a warm run there could compile)."""
+    return {**os.environ, "KTOP_BPF_CACHE": directory}
 
 
 def median(values: list[float]) -> str:
@@ -213,13 +213,16 @@ def main() -> int:
             return 2
     os.chdir(ROOT)
     work = tempfile.mkdtemp(prefix="ktop-startup-")
+    warm_dir = tempfile.mkdtemp(prefix="warm-", dir=work)
+    os.chmod(warm_dir, 0o700)
     load = Load(work)
     results: dict[str, dict[str, list[float]]] = {}
     try:
         # Fill the warm cache for this kernel and source (as `make setup` does).
         subprocess.run([*KTOP, "--snapshot", os.path.join(work, "fill.json"), "--duration",
-                        "0.2"], env=warm_environment(), check=True,
+                        "0.2"], env=warm_environment(warm_dir), check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        filled = sorted(os.listdir(warm_dir))
         for condition in ("quiet", "5 syscall loops"):
             if condition != "quiet":
                 load.start()
@@ -228,11 +231,13 @@ def main() -> int:
                 for _ in range(args.repeat):
                     # Interleaved, so that the machine's drift touches each alike.
                     row.setdefault("perf", []).append(perf_top_first_screen())
-                    first, live = ktop_screen_times(warm_environment())
+                    first, live = ktop_screen_times(warm_environment(warm_dir))
                     row.setdefault("warm first", []).append(first)
                     row.setdefault("warm live", []).append(live)
                     row.setdefault("snapshot warm", []).append(
-                        snapshot_wall(warm_environment(), work))
+                        snapshot_wall(warm_environment(warm_dir), work))
+                    if sorted(os.listdir(warm_dir)) != filled:
+                        raise RuntimeError("a warm start compiled: the cache changed")
                     if not args.quick:
                         with cold_cache(work) as env:
                             first, live = ktop_screen_times(env)

@@ -193,7 +193,7 @@ def test_an_entry_that_cannot_be_trusted_is_not_used_and_storing_replaces_it(cac
 def test_entries_of_the_same_program_for_other_builds_are_stale_and_the_oldest_go(cache,
                                                                                  tmp_path):
     wanted = request(str(tmp_path))
-    keys = [letter * 64 for letter in "abcde"]
+    keys = [letter * 64 for letter in "abcdefghij"]
     cache.store(wanted, keys[0], description())
     found, problem = cache.lookup(wanted, keys[1])
     assert found is None and problem.startswith("stale")

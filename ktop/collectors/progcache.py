@@ -50,7 +50,7 @@ MAGIC = b"ktop-bpf-program"
 MAX_ENTRY = 64 << 20  # bytes; ktop's largest program describes itself in ~0.3 MiB
 _WRITING = ".writing-"
 STALE_WRITE_S = 60.0
-KEPT = 3  # entries of one program and options, for as many kernels or sources
+KEPT = 8  # entries of one program and options, for as many kernels or checkouts
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 _LD_IMM64, _PSEUDO_MAP_FD = 0x18, 1
 
