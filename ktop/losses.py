@@ -167,6 +167,28 @@ CATALOGUE: tuple[Loss, ...] = (
          "SC_LOST_SLOW_UNWALKED", note=True),
     Loss("stack_missing", "syscalls", _STACK_MISSING),
     Loss("recursion_misses", "syscalls", _RECURSION),
+    # ---- endings: enum ending_lost (bpf/endings.h) ----
+    Loss("signals_map_full", "endings",
+         "the per-(sender, target, signal) map was full: a signal is missing from the "
+         "signal counts", "ENDING_LOST_SIGNALS_FULL"),
+    Loss("signal_ring_full", "endings",
+         "the signal stream had no room: a signal is counted without its record (sender's "
+         "stacks, the ending it caused named without its killer)",
+         "ENDING_LOST_SIGNAL_RING_FULL", counts_intact=True),
+    Loss("signal_sampled", "endings",
+         "a frequent signal (SIGCHLD, SIGURG, timers, real-time) past its per-CPU budget of "
+         "records a second: counted, without a record", "ENDING_LOST_SIGNAL_SAMPLED",
+         counts_intact=True),
+    Loss("exit_ring_full", "endings",
+         "the exit stream had no room: a process's end is not listed",
+         "ENDING_LOST_EXIT_RING_FULL"),
+    Loss("oom_ring_full", "endings",
+         "an OOM kill's mark had no room in the stream: not counted as an OOM kill",
+         "ENDING_LOST_OOM_RING_FULL"),
+    Loss("recursion_misses", "endings", _RECURSION),
+    Loss("endings_not_kept", "endings",
+         "more processes ended or signals came in an interval than a record keeps: the "
+         "newest are listed, the rest counted only", counts_intact=True),
 )
 
 # Not data lost: how a pane started (ktop.collectors.progcache). Listed in L, apart from the

@@ -18,6 +18,7 @@ from ktop.panes.blockio.model import DiskStats as DiskStats
 from ktop.panes.blockio.model import IoProcess as IoProcess
 from ktop.panes.blockio.model import IoRequest as IoRequest
 from ktop.panes.blockio.model import IoSubmitStack as IoSubmitStack
+from ktop.panes.endings.model import EndingsProfile
 from ktop.panes.processes.model import ProcessRow as ProcessRow  # the processes pane's rows
 from ktop.panes.processes.model import TaskCounts as TaskCounts
 
@@ -373,6 +374,7 @@ class Snapshot:
     locks: LockProfile | None = None
     blockio: BlockProfile | None = None
     waits: WaitProfile | None = None
+    endings: EndingsProfile | None = None
     pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
     cgroup_pressure: Pressure | None = None  # the --cgroup's own, from its *.pressure files
     cgroup_pressure_of: str = ""  # that cgroup v2's path

@@ -266,6 +266,74 @@ def _waits_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
     return waits_cells(snapshot, show_idle)
 
 
+# ---- endings (signals and exits) ------------------------------------------------------------
+
+
+def _endings_widget() -> type[Pane]:
+    from ktop.panes.endings.widget import EndingsPane  # noqa: PLC0415
+
+    return EndingsPane
+
+
+def _build_endings(source: PaneServices) -> tuple[Collector, Aggregator]:
+    from ktop.panes.endings.aggregate import build  # noqa: PLC0415
+
+    return build(source)
+
+
+def _merge_endings(profiles: Sequence[Any]) -> Any:
+    from ktop.panes.endings.aggregate import merge_profiles  # noqa: PLC0415
+
+    return merge_profiles(profiles)
+
+
+def _endings_csv(snapshot: Snapshot, show_idle: bool) -> list[object]:
+    from ktop.panes.endings.exports import csv_cells  # noqa: PLC0415
+
+    return csv_cells(snapshot, show_idle)
+
+
+def _endings_folded(snapshot: Snapshot, include_idle: bool) -> Iterable[WeightedStack]:
+    from ktop.panes.endings.exports import folded_stacks  # noqa: PLC0415
+
+    return folded_stacks(snapshot, include_idle)
+
+
+def _endings_pprof(tables: Any, snapshot: Snapshot, include_idle: bool) -> None:
+    from ktop.panes.endings.exports import add_pprof  # noqa: PLC0415
+
+    add_pprof(tables, snapshot, include_idle)
+
+
+def _compared_signals(snapshot: Snapshot, shows: Shows | None) -> Sequence[Any]:
+    endings = snapshot.endings
+    if endings is None:
+        return ()
+    return [c for c in endings.counts
+            if shows is None or shows(c.sender_pid, c.cgroup) or shows(c.target_pid, "")]
+
+
+def _signals_scale(snapshot: Snapshot) -> float:
+    """Signals -> signals a second of the window."""
+    window = snapshot.endings.window_s if snapshot.endings else 0.0
+    window = window or snapshot.duration_s
+    return 1.0 / window if window > 0 else 0.0
+
+
+def _signal_stacks(snapshot: Snapshot, row: Any) -> Iterable[WeightedStack]:
+    from ktop.panes.endings.exports import sender_stack  # noqa: PLC0415
+
+    for s in snapshot.endings.signals if snapshot.endings else ():
+        if (s.sig, s.sender_comm, s.target_comm) == (row.sig, row.sender_comm, row.target_comm):
+            yield sender_stack(s), 1
+
+
+def _endings_metrics(metrics: Any, snapshot: Snapshot) -> list[Any]:
+    from ktop.panes.endings.exports import metric_families  # noqa: PLC0415
+
+    return metric_families(metrics, snapshot)
+
+
 # In screen order; the BPF panes load in this order too (the first is what a user looks at
 # first).
 PANES[:] = [
@@ -327,6 +395,26 @@ PANES[:] = [
                         "wait_blocked_other_ms", "top_wait_pid", "top_wait_comm", "top_wait_ms",
                         "top_wait_reason"), _waits_csv),
         metrics=lambda metrics, snapshot: metrics.waits_families(snapshot),
+    ),
+    PaneDef(
+        name="endings", field="endings", title="Endings (signals, exits)", key_label="Endings",
+        short_label="Ends", drill_by="pid", widget=_endings_widget, build=_build_endings,
+        merge=_merge_endings, loss_prefix="end",
+        bpf_programs=("signal_generate", "sched_process_e", "mark_victim"),
+        # Signals by (signal, sender, target): commands, not pids, as processes come and go.
+        compare=Comparison(
+            "signals/s", "/s", _compared_signals,
+            key=lambda c: (c.signal, c.sender_comm, c.target_comm, c.result),
+            name=lambda c: f"{c.signal} {c.sender_comm} -> {c.target_comm} {c.result}",
+            amount=lambda c: c.count, scale=_signals_scale, stacks=_signal_stacks,
+            stack_scale=_signals_scale, folded_of="signals"),
+        folded=(FoldedExport("signals", "signals sent, by the sender's stacks",
+                             _endings_folded),),
+        pprof=PprofExport("signals", "signals sent, by the sender's stacks",
+                          (("signals", "count"),), "signals", _endings_pprof),
+        csv=CsvColumns(("ended", "ended_by_signal", "signals", "oom_kills", "last_killed_pid",
+                        "last_killed_comm", "last_killed_how", "last_killed_by"), _endings_csv),
+        metrics=_endings_metrics,
     ),
 ]
 

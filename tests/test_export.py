@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from conftest import check_contract
 from cpu_drains import StackCount, cpu_drain
+from endings_data import every_field_profile
 
 from ktop.aggregate.cpu import CpuAggregator
 from ktop.collectors.procstat import CpuTicks
@@ -208,7 +209,7 @@ def full_snapshot() -> Snapshot:
         processes=(ProcessRow(7, "dd", "root", "D", 50 + THIRD, 40 + THIRD, 1, 4096, "dd if=x",
                               "/ktop-test", 4096.0, 67108864.0, user_percent=10 + THIRD,
                               parent=1, runq_percent=3 + THIRD),),  # parent: as on exited rows
-        locks=locks, blockio=blockio, waits=waits,
+        locks=locks, blockio=blockio, waits=waits, endings=every_field_profile(),
         pressure=Pressure(cpu_some=1 + THIRD, cpu_full=THIRD, io_some=2 + THIRD, io_full=THIRD,
                           memory_some=THIRD, memory_full=THIRD / 2),
         cgroup_pressure=Pressure(cpu_some=THIRD, cpu_full=THIRD, io_some=THIRD, io_full=THIRD,

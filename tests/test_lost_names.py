@@ -13,6 +13,7 @@ import pytest
 from ktop import losses
 from ktop.collectors import cpu, locks, waits
 from ktop.panes.blockio import collector as blockio
+from ktop.panes.endings import collector as endings
 from ktop.registry import PANES, bpf_panes
 from ktop.ui.widgets.header import loss_lines
 
@@ -40,7 +41,7 @@ def loss_enums() -> dict[str, list[str]]:
 def test_the_c_headers_hold_an_enum_of_losses_per_bpf_pane():
     enums = loss_enums()
     assert set(enums) == {"cpu_lost", "blk_lost", "lock_lost", "wait_lost",
-                          "syscalls_lost"}, enums
+                          "syscalls_lost", "ending_lost"}, enums
 
 
 def test_the_catalogue_follows_every_c_enum_in_order():
@@ -61,6 +62,7 @@ def test_the_catalogue_follows_every_c_enum_in_order():
 
 @pytest.mark.parametrize("module, pane", [
     (cpu, "functions"), (locks, "locks"), (blockio, "blockio"), (waits, "waits"),
+    (endings, "endings"),
 ])
 def test_each_collector_reads_its_lost_array_by_the_catalogue(module, pane):
     assert module.LOST_NAMES == losses.kernel_names(pane)
@@ -108,6 +110,9 @@ def test_every_catalogued_loss_is_explained_on_l_as_catalogued(recorded_snapshot
 
 def _empty(spec):
     from ktop.model import WaitProfile
+    from ktop.panes.endings.model import EndingsProfile
 
-    assert spec.name == "waits"  # the one pane the recorded fixture lacks
+    if spec.name == "endings":
+        return EndingsProfile(lost={}, endings=(), signals=(), counts=(), exits=0, oom_kills=0)
+    assert spec.name == "waits"  # the panes the recorded fixture lacks
     return WaitProfile(processes=(), stacks=(), lost={})

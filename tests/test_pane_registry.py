@@ -107,7 +107,7 @@ def test_four_panes_keep_their_two_by_two_grid(recorded_snapshot, four_panes):
     assert {width for _, _, width, _ in shown.values()} == {80}
 
 
-def test_the_waits_pane_is_the_fifth_entry_and_spans_the_last_row(recorded_snapshot):
+def test_the_waits_and_endings_panes_share_the_last_row(recorded_snapshot):
     seen = {}
 
     async def scenario(pilot):
@@ -117,7 +117,7 @@ def test_the_waits_pane_is_the_fifth_entry_and_spans_the_last_row(recorded_snaps
 
     run_app(build_app(RecordedSource([recorded_snapshot])), scenario, size=(160, 50))
     shown = seen["regions"]
-    assert [spec.name for spec in panes.PANES][4] == "waits" and len(shown) == 5
-    x, y, width, height = shown["waits"]
-    assert (x, width) == (0, 160) and height >= 13
-    assert "5 Waits (off-CPU)" in seen["text"]
+    assert [spec.name for spec in panes.PANES][4:] == ["waits", "endings"] and len(shown) == 6
+    (x, y, width, height), (x2, y2, width2, _) = shown["waits"], shown["endings"]
+    assert (x, width, x2, width2) == (0, 80, 80, 80) and y == y2 and height >= 13
+    assert "5 Waits (off-CPU)" in seen["text"] and "6 Endings" in seen["text"]

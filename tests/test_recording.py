@@ -383,7 +383,7 @@ def test_an_old_recordings_losses_since_start_are_read_as_each_intervals(tmp_pat
     # lost_in_interval sums every pane: interval()'s other panes lose 1 + 1 + 1 each time,
     # the same since start, so the first record alone counts them.
     others = sum(sum(p.lost.values()) for p in (interval().cpu, interval().blockio,
-                                                 interval().waits))
+                                                 interval().waits, interval().endings))
     assert [int(row["lost_in_interval"]) for row in rows] == [3 + others, 2, 6, 1, 3]
     # A window of the first three: what was lost over them, 11, not 3 + 5 + 11.
     merged = merge_snapshots([recording.snapshot(i) for i in range(3)])
