@@ -46,6 +46,22 @@ def drain(start=0.0, signals=(), exits=(), ooms=(), totals=(), lost=None) -> End
                         tuple(ooms), lost or {"signal_ring_full": 0})
 
 
+def aggregator(window_s: float = 5.0, now: float = T0 + 5, **kwargs) -> EndingsAggregator:
+    return EndingsAggregator(window_s, clock=lambda: now, **kwargs)
+
+
+def test_the_live_list_reaches_back_a_minute_past_a_shorter_window():
+    """What died in the last minute is listed though the window is 5 s; older is gone (the
+    records keep each interval's own, for a replay)."""
+    agg = aggregator(5.0, now=T0 + 100)
+    agg.add(drain(0.0, exits=[exit_of(pid=1, time=T0 + 30)]))  # 70 s before now
+    agg.add(drain(1.0, exits=[exit_of(pid=2, time=T0 + 50)]))  # 50 s before now
+    for i in range(2, 12):
+        agg.add(drain(float(i)))
+    profile = agg.profile()
+    assert [e.pid for e in profile.endings] == [2] and profile.exits == 0
+
+
 def test_names_of_signals_codes_results_and_statuses():
     assert [signal_name(s) for s in (9, 11, 6, 17, 34, 64, 99)] == [
         "SIGKILL", "SIGSEGV", "SIGABRT", "SIGCHLD", "SIGRTMIN", "SIGRTMAX", "signal 99"]
@@ -66,7 +82,7 @@ def test_an_executables_path_is_whole_only_up_to_its_roots_name():
 
 
 def test_a_kill_names_its_sender_in_the_ending_it_caused():
-    agg = EndingsAggregator(5.0)
+    agg = aggregator()
     agg.add(drain(signals=[signal()], exits=[exit_of()],
                   totals=[SignalTotal(300, "bash", 301, "sleep", 9, 0, "/user.slice", 1)]))
     profile = agg.profile()
@@ -83,7 +99,7 @@ def test_a_kill_names_its_sender_in_the_ending_it_caused():
 def test_the_killer_is_found_across_intervals_and_only_for_the_signal_that_ended_it():
     """SIGTERM sent a second before the SIGKILL that ended it; a process that exits 0 after
     a SIGTERM it handled was not killed by anyone."""
-    agg = EndingsAggregator(5.0)
+    agg = aggregator()
     agg.add(drain(0.0, signals=[signal(sig=15, sender=400, sender_comm="systemd"),
                                 signal(sig=15, target=302, target_comm="web")]))
     agg.add(drain(1.0, signals=[signal(sig=9, time=T0 + 1)],
@@ -94,7 +110,7 @@ def test_the_killer_is_found_across_intervals_and_only_for_the_signal_that_ended
 
 
 def test_an_oom_kill_is_marked_and_counted():
-    agg = EndingsAggregator(5.0)
+    agg = aggregator()
     agg.add(drain(signals=[signal(sender=500, sender_comm="hog", code=0x80)],
                   ooms=[OomRecord(T0, 301, 301, "sleep", 500, "hog")], exits=[exit_of()]))
     profile = agg.profile()
@@ -105,7 +121,7 @@ def test_an_oom_kill_is_marked_and_counted():
 def test_what_died_is_in_each_intervals_profile_and_a_replay_of_them_finds_it():
     """A recording keeps each interval's profile (latest): the endings of 03:12 are in the
     record of 03:12, and merging the records gives what the live window showed."""
-    agg = EndingsAggregator(60.0)
+    agg = aggregator(60.0)
     records = []
     for i in range(4):
         agg.add(drain(float(i), signals=[signal(target=1000 + i, time=T0 + i)],
@@ -120,7 +136,7 @@ def test_what_died_is_in_each_intervals_profile_and_a_replay_of_them_finds_it():
 
 
 def test_an_interval_keeps_a_bounded_number_of_records_and_counts_the_rest():
-    agg = EndingsAggregator(5.0)
+    agg = aggregator()
     many = [exit_of(pid=2000 + i, status=0) for i in range(KEEP_PER_INTERVAL + 50)]
     agg.add(drain(exits=many))
     profile = agg.profile(latest=True)
@@ -152,7 +168,7 @@ def test_a_dead_senders_own_frames_are_named_from_its_executable(tmp_path):
     bias = 0x10000  # mapped elsewhere than linked: as a PIE would be
     exe = Executable(str(program), program.stat().st_ino, lowest + bias, lowest + bias + 0x10000)
     address = symbol["st_value"] + bias + 2
-    agg = EndingsAggregator(5.0, resolve_user=lambda pid, addresses: ())
+    agg = aggregator(resolve_user=lambda pid, addresses: ())
     agg.add(drain(signals=[signal(sig=11, sender=301, target=301, code=1, user=(address,),
                                   exe=exe)]))
     (sent,) = agg.profile().signals

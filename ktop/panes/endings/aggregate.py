@@ -5,7 +5,9 @@ merge_profiles (replay) sums recorded intervals with the same fold."""
 
 from __future__ import annotations
 
-from collections import Counter
+import dataclasses
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,7 +16,7 @@ from ktop.aggregate.exited import crowded, fold_exited
 from ktop.aggregate.window import Window, sum_lost
 from ktop.panes.endings.exesyms import name_in_executable
 from ktop.panes.endings.model import Ending, EndingsProfile, SignalCount, SignalSent
-from ktop.panes.endings.names import code_name, how_ended, result_name, signal_name
+from ktop.panes.endings.names import FATAL, code_name, how_ended, result_name, signal_name
 from ktop.symbolize.frames import KernelFrames
 
 if TYPE_CHECKING:
@@ -25,7 +27,10 @@ if TYPE_CHECKING:
 # newest are kept and the rest counted (endings_not_kept).
 KEEP_PER_INTERVAL = 200
 MAX_ROWS = 500  # rows of each list a profile shows
-KILLERS_KEPT = 4096  # the latest signal sent to each process, for its ending to name
+KILLERS_KEPT = 4096
+# The live list of endings and signals reaches back this far, past a shorter window: "what
+# died in the last minute?" (the counts stay the window's).
+RECENT_S = 60.0  # the latest signal sent to each process, for its ending to name
 
 # (sig, result, sender_pid, sender_comm, target_pid, target_comm, cgroup)
 CountKey = tuple[int, str, int, str, int, str, str]
@@ -60,8 +65,13 @@ UserResolver = Callable[[int, Any], Sequence[Any]]
 
 class EndingsAggregator:
     def __init__(self, window_s: float = 5.0, symbols: Any = None,
-                 resolve_user: UserResolver | None = None) -> None:
+                 resolve_user: UserResolver | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._window: Window[_Counts] = Window(window_s, _Counts, _merge)
+        self._recent_endings: deque[Ending] = deque(maxlen=MAX_ROWS)
+        self._recent_sent: deque[SignalSent] = deque(maxlen=MAX_ROWS)
+        self._clock = clock
+        self._now = 0.0
         self._frames = KernelFrames(symbols)
         self._resolve_user = resolve_user
         self._killers: dict[int, SignalSent] = {}  # target pid -> the latest fatal signal
@@ -72,6 +82,9 @@ class EndingsAggregator:
         counts = self._fold(drain)
         lost["endings_not_kept"] = self._not_kept
         self._window.add(drain.start, drain.end, counts, lost)
+        self._recent_endings.extend(counts.endings)
+        self._recent_sent.extend(counts.sent)
+        self._now = self._clock()
 
     def _fold(self, drain: EndingsDrain) -> _Counts:
         counts = _Counts()
@@ -88,7 +101,7 @@ class EndingsAggregator:
         for record in records:
             sent = self._signal(record, record.sig == 9 and record.target_pid in oom_victims)
             counts.sent.append(sent)
-            if sent.sig in (9, 11, 6, 7, 4, 8, 15, 2, 1, 3, 13, 5, 24, 25, 31, 14, 26, 27):
+            if sent.sig in FATAL:
                 if len(self._killers) >= KILLERS_KEPT:
                     for pid in list(self._killers)[:KILLERS_KEPT // 2]:
                         del self._killers[pid]
@@ -165,7 +178,13 @@ class EndingsAggregator:
             counts, window_s = self._window.latest()
         else:
             counts, window_s = self._window.counts(cumulative)
-        return profile_of(counts, self._window.lost(cumulative, latest), window_s)
+        profile = profile_of(counts, self._window.lost(cumulative, latest), window_s)
+        if latest or cumulative:
+            return profile
+        since = self._now - max(RECENT_S, window_s)
+        return dataclasses.replace(
+            profile, endings=tuple(e for e in reversed(self._recent_endings) if e.time >= since),
+            signals=tuple(s for s in reversed(self._recent_sent) if s.time >= since))
 
 
 def user_frame_text(symbol: str, module: str) -> str:
@@ -179,7 +198,8 @@ def profile_of(counts: _Counts, lost: dict[str, int], window_s: float) -> Ending
                         cgroup=cgroup, count=count)
             for (sig, result, sender, sender_comm, target, target_comm, cgroup), count
             in counts.signals.items()]
-    rows.sort(key=lambda c: (-c.count, c.sig, c.sender_pid, c.target_pid))
+    # The signals that end processes first: every exit sends its parent a SIGCHLD.
+    rows.sort(key=lambda c: (c.sig not in FATAL, -c.count, c.sig, c.sender_pid, c.target_pid))
     return EndingsProfile(
         lost=lost,
         endings=tuple(reversed(counts.endings[-MAX_ROWS:])),

@@ -65,14 +65,15 @@ class SignalScreen(DetailScreen):
         if isinstance(row, Ending):
             title = Text(f"{format_pid(row.pid)} ", style="bold")
             title.append(printable(row.comm), style="bold cyan")
-            return [Item(title, MUST), item(printable(f" ended: {row.how}"), 95),
-                    item(printable(f", killed by {killed_by(row)}") if row.signal else "", 90),
-                    item(f", lived {span(row.lifetime_s)}", 60),
-                    item(f", CPU {span(row.cpu_s)}", 50)]
+            items = [Item(title, MUST), item(printable(f"ended: {row.how}"), 95, gap=" ")]
+            if row.signal:
+                items.append(item(printable(f"killed by {killed_by(row)}"), 90, gap=", "))
+            return [*items, item(f"lived {span(row.lifetime_s)}", 60, gap=", "),
+                    item(f"CPU {span(row.cpu_s)}", 50, gap=", ")]
         title = Text(f"{row.signal} ", style="bold")
         title.append(printable(f"{row.sender_comm} {row.sender_pid} -> "
                                f"{row.target_comm} {row.target_pid}"), style="bold cyan")
-        return [Item(title, MUST), item(f" {row.count} {row.result}", 80)]
+        return [Item(title, MUST), item(f"{row.count} {row.result}", 80, gap=" ")]
 
     def draw(self) -> None:
         self.header_widget().update(self.header())

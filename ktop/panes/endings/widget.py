@@ -74,7 +74,7 @@ class EndingsPane(Pane):
         View("signals", (
             Column("count", "COUNT", 6, right=True, priority=8),
             Column("signal", "SIGNAL", 10, descending=False, priority=9),
-            Column("result", "RESULT", 10, descending=False, priority=6),
+            Column("result", "RESULT", 15, descending=False, priority=6),
             Column("sender", "SENDER", 22, descending=False, priority=8),
             Column("target", "TARGET", None, descending=False, priority=8, min_width=14),
         ), "count"),
@@ -104,7 +104,7 @@ class EndingsPane(Pane):
                     Cell(killed_by(e)),
                 ), e))
             shown = f"{endings.exits} ended"
-            what = "newest first (v)"
+            what = "last 1m, newest first (v)" if not snapshot.cumulative else "newest first (v)"
         else:
             for c in endings.counts:
                 if shows is not None and not (shows(c.sender_pid, c.cgroup)
