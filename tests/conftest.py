@@ -34,7 +34,7 @@ time.tzset()
 FIXTURES = Path(__file__).parent / "fixtures"
 SCREEN_SIZE = (160, 50)
 PANE_TITLES = ("Hot kernel functions", "Lock contention", "Block I/O", "Processes",
-               "Waits (off-CPU)")
+               "Waits (off-CPU)", "Endings (signals, exits)")
 
 # Live tests load BPF programs; a few unit tests mount, chattr or chown in tmp_path.
 NEEDS_ROOT = "needs root"

@@ -33,7 +33,7 @@ def test_replay_pictures_the_saved_screen_without_privileges(shared_dir):
         screen = f.read()
     assert "replay of " in screen and "recorded.json" in screen  # never mistaken for live data
     assert "testhost" in screen  # the recorded machine, not this one
-    for title in PANE_TITLES:
+    for title in PANE_TITLES[:5]:  # (recorded before the endings pane: not in the file)
         assert title in screen
     assert "chacha_permute" in screen  # the recorded hottest function
     assert "needs root" not in screen
