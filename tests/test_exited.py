@@ -11,9 +11,9 @@ import os
 
 import pytest
 from cpu_drains import StackCount
-from test_aggregate_cpu import count, drain
-from test_lock_aggregate import RWSEM_STACK, stack_row, task_row
-from test_lock_aggregate import drain as lock_drain
+from test_functions_aggregate import count, drain
+from test_locks_aggregate import RWSEM_STACK, stack_row, task_row
+from test_locks_aggregate import drain as lock_drain
 
 from ktop.aggregate import exited
 from ktop.aggregate.cpu import CpuAggregator
