@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from ktop import __version__
 from ktop.collectors.bpfload import pin_mmap_threshold
+from ktop.collectors.selfcost import DEFAULT_MAX_COST
 from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums, parse_min_walk
 from ktop.config import LAYOUTS
 from ktop.engine import Options
@@ -140,6 +141,18 @@ def _megabytes(text: str) -> int:
 
 # PANE:WHAT for each pane, as --drill takes it: functions:SYMBOL, ..., processes:PID.
 _DRILL_FORMS = [f"{spec.name}:{spec.drill_by.upper()}" for spec in PANES]
+
+
+def _max_cost(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a percent of one "
+                                         "CPU, e.g. 10 (0 for no budget)") from None
+    if not 0 <= value <= 10000 or value != value:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: give 0 (no budget) to "
+                                         "10000 (% of one CPU)")
+    return value
 
 
 def _offcpu_min(text: str) -> WalkMinimums:
@@ -274,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "predicted at least this long, in µs: one minimum for every state, or "
                         "S (and the rest) and D (I/O) apart (default "
                         f"{DEFAULT_MIN_WALK}; every wait's time is counted regardless)")
+    collection.add_argument("--max-cost", type=_max_cost, default=DEFAULT_MAX_COST,
+                        metavar="PERCENT", help="ktop's cost budget, its process and BPF "
+                        "programs together, in %% of one CPU (default "
+                        f"{DEFAULT_MAX_COST:g}; 0: none): past it, stacks are walked for fewer "
+                        "waits (totals stay exact, the walked scaled), said in the header and L")
     parser.add_argument("--version", action="version", version=f"ktop {__version__}")
     return parser
 
@@ -443,6 +461,7 @@ def _options(args: argparse.Namespace, panes: tuple[str, ...] | None = None) -> 
         vmlinux=args.vmlinux,
         offcpu_min=args.offcpu_min,
         cgroup=args.cgroup,
+        max_cost=args.max_cost,
     )
 
 

@@ -30,10 +30,18 @@ from ktop.collectors.maps import wait_for_programs
 from ktop.collectors.pressure import PressureReader
 from ktop.collectors.procfiles import task_exists
 from ktop.collectors.procstat import CpuTicks, read_cpu_ticks
-from ktop.collectors.selfcost import SelfCost
-from ktop.collectors.waits import DEFAULT_MIN_WALK, WalkMinimums
+from ktop.collectors.selfcost import DEFAULT_MAX_COST, CostBudget, SelfCost
+from ktop.collectors.waits import DEFAULT_MIN_WALK, DEFAULT_WALK_EVERY, WalkMinimums
 from ktop.losses import BPF_CACHE_REPLACED
-from ktop.model import PANE_FUNCTIONS, CpuTimes, ProcessRow, Snapshot, TaskCounts, UserFrame
+from ktop.model import (
+    PANE_FUNCTIONS,
+    CpuTimes,
+    ProcessRow,
+    SelfCostRow,
+    Snapshot,
+    TaskCounts,
+    UserFrame,
+)
 from ktop.registry import Aggregator, Collector, bpf_panes, process_reader
 from ktop.symbolize.kernel import Kallsyms, hidden_reason
 from ktop.units import format_span
@@ -54,6 +62,7 @@ class Options:
     offcpu_min: WalkMinimums = DEFAULT_MIN_WALK  # waits pane: stacks of waits predicted this long
     cgroup: str | None = None  # --cgroup, as resolved: the header shows its own PSI too
     panes: frozenset[str] = frozenset(spec.name for spec in bpf_panes())
+    max_cost: float = DEFAULT_MAX_COST  # --max-cost: % of one CPU, 0 for no budget
 
 
 class ProcReader(Protocol):
@@ -161,6 +170,7 @@ class LiveSource:
         self._diskstats = DiskStatsReader()  # the block pane's disks view: needs no root
         self._iostat = IostatWindow(options.window_s)
         self._self_cost = SelfCost()
+        self._budget = CostBudget(options.max_cost)
         # /proc/stat at the start, then at each collect without a CPU profile to split it.
         self._ticks = CpuTicks()
         self._proc_stat_split()
@@ -435,7 +445,7 @@ class LiveSource:
             **self._profile_fields(profiles),
             unavailable=unavailable,
             loading=loading,
-            cost=self._self_cost.measure(),
+            cost=self._measure_cost(),
             tasks=(dataclasses.replace(self._processes.tasks, read_late_s=self._scan_late_s)
                    if self._processes.tasks is not None else None),
             cpu_times=cpu_times,
@@ -445,6 +455,24 @@ class LiveSource:
             iostat=self._iostat.profile(self.cumulative, latest),
             cumulative=self.cumulative and not latest,
         )
+
+    def _measure_cost(self) -> SelfCostRow | None:
+        """What ktop cost over the last refresh, and the budget's steps past --max-cost,
+        taken or undone on it (applied to the collectors at once)."""
+        cost = self._self_cost.measure()
+        budget = self._budget
+        load = budget.load()
+        if cost is None or budget.max_percent <= 0:
+            return cost
+        if budget.observe(cost.cpu_percent + (cost.bpf_percent or 0.0), load):
+            with self._lock:
+                running = list(self._running.values())
+            for collector, _ in running:
+                walks = getattr(collector, "set_walk_every", None)
+                if walks is not None:
+                    walks(*(budget.walk_every or DEFAULT_WALK_EVERY))
+        return dataclasses.replace(cost, max_cost=budget.max_percent,
+                                   budget_steps=budget.steps)
 
     def _drain_all(self, at_the_end: Callable[[], None] | None = None,
                    ) -> list[tuple[str, tuple[Collector, Aggregator]]]:

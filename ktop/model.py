@@ -358,6 +358,9 @@ class SelfCostRow:
     # The BPF figures are those of the latest refresh of every this many (the kernel's
     # run-time statistics, which cost every program run, are on only then).
     bpf_every: int = 1
+    # --max-cost (% of one CPU, 0: none) and the steps in force past it (BUDGET_STEPS' names).
+    max_cost: float = 0.0
+    budget_steps: tuple[str, ...] = ()
 
 
 @quick_init

@@ -167,3 +167,98 @@ def test_the_header_shows_ktops_cpu_and_its_bpf_programs_time():
     assert f"ktop CPU {cost.cpu_percent:.1f}%  BPF {cost.bpf_percent:.1f}%" in header
     if not stats_enabled_by_sysctl():  # else on for everyone, whatever ktop holds
         assert not stats_between and counted == counted_later
+
+
+# ---- the cost budget (--max-cost) ----------------------------------------------------------
+
+
+def test_the_budget_degrades_in_order_past_max_cost_and_recovers_when_the_load_falls():
+    from ktop.collectors.selfcost import BUDGET_STEPS, OVER_REFRESHES, UNDER_REFRESHES, CostBudget
+
+    budget = CostBudget(5.0)
+    assert budget.steps == () and budget.walk_every is None
+    changed = [budget.observe(12.0, 100_000) for _ in range(OVER_REFRESHES * len(BUDGET_STEPS))]
+    assert changed.count(True) == len(BUDGET_STEPS)
+    assert budget.steps == tuple(name for name, _ in BUDGET_STEPS)
+    assert budget.walk_every == BUDGET_STEPS[-1][1]
+    assert not budget.observe(30.0, 100_000)  # no step left: it stays where it is
+    # Still over the budget, the load as it was: nothing undone.
+    assert not any(budget.observe(6.0, 90_000) for _ in range(5))
+    # The load halved (the cost under the budget, not under half of it): undone one step
+    # every few refreshes, last first.
+    for left in range(len(BUDGET_STEPS) - 1, -1, -1):
+        for _ in range(UNDER_REFRESHES - 1):
+            assert not budget.observe(4.0, 20_000)
+        assert budget.observe(4.0, 20_000)
+        assert len(budget.steps) == left
+    assert budget.walk_every is None
+
+
+def test_no_budget_never_degrades():
+    from ktop.collectors.selfcost import CostBudget
+
+    budget = CostBudget(0)
+    assert not any(budget.observe(90.0, 1e6) for _ in range(10)) and budget.steps == ()
+
+
+def test_the_header_and_l_say_the_budget_step_in_force(recorded_snapshot):
+    from dataclasses import replace
+
+    from ktop.model import SelfCostRow
+    from ktop.ui.widgets.header import header_text, loss_lines
+
+    snapshot = replace(recorded_snapshot, cost=SelfCostRow(
+        cpu_percent=8.0, bpf_percent=6.0, max_cost=5.0,
+        budget_steps=("wait stacks: short waits 1 in 512",)))
+    header = header_text(snapshot, width=200).plain
+    assert "over budget 5%: wait stacks: short waits 1 in 512 (L)" in header
+    pane, name, count, why, _ = loss_lines(snapshot)[0]
+    assert (pane, name, count) == ("ktop", "over --max-cost", 1)
+    assert "14.0% of one CPU" in why and "short waits 1 in 512" in why
+
+
+@pytest.mark.live
+@root_only
+def test_past_a_small_max_cost_ktop_degrades_says_so_and_recovers_when_the_load_stops():
+    """Issue 39: a pipe ping-pong drives the waits pane past --max-cost 8 (its BPF alone ~14%, idle ~5% collecting
+    every 0.5 s): it walks fewer
+    waits' stacks (the collector's walk periods change), the header and L say which step is
+    in force; the load stopped, the steps are undone and the header says nothing of them."""
+    from ktop.collectors.selfcost import BUDGET_STEPS
+    from ktop.collectors.waits import DEFAULT_WALK_EVERY
+    from ktop.ui.widgets.header import loss_lines
+
+    source = LiveSource(Options(interval_s=0.5, max_cost=8.0, panes=frozenset({"waits"})))
+    load = subprocess.Popen(["perf", "bench", "sched", "pipe", "-l", "100000000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    degraded = recovered = None
+    try:
+        source.start()
+        (collector, _), = source._running.values()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and degraded is None:
+            time.sleep(0.5)
+            snapshot = source.collect()
+            if snapshot.cost and snapshot.cost.budget_steps:
+                degraded = snapshot, collector.walk_every
+        load.kill()
+        load.wait()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and recovered is None:
+            time.sleep(0.5)
+            snapshot = source.collect()
+            if snapshot.cost and not snapshot.cost.budget_steps:
+                recovered = snapshot, collector.walk_every
+    finally:
+        load.kill()
+        load.wait()
+        source.close()
+    assert degraded is not None, "never past --max-cost 8 under a pipe ping-pong"
+    snapshot, walks = degraded
+    assert walks == BUDGET_STEPS[0][1] != DEFAULT_WALK_EVERY
+    assert f"over budget 8%: {BUDGET_STEPS[0][0]}" in header_text(snapshot, width=300).plain
+    assert loss_lines(snapshot)[0][:2] == ("ktop", "over --max-cost")
+    assert recovered is not None, "still degraded 40 s after the load stopped"
+    snapshot, walks = recovered
+    assert walks == DEFAULT_WALK_EVERY
+    assert "over budget" not in header_text(snapshot, width=300).plain

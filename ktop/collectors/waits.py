@@ -73,6 +73,7 @@ WALK_SHORT, WALK_LONG = 0, 1
 # ~0.6% of a CPU.
 SHORT_WALK_EVERY = 64
 MAX_WALK_EVERY = 1 << 15  # the program keeps N in 16 bits
+DEFAULT_WALK_EVERY = (SHORT_WALK_EVERY, 1)  # [short, long]: every long wait's walked
 LOST_NAMES = kernel_names("waits")  # its `lost` array, as its C enum orders it
 # Counted by the program but not losses: the first wait of each thread that was already
 # waiting when ktop started, and long waits whose stacks were not predicted (their time is
@@ -362,7 +363,7 @@ class WaitCollector:
         self._kernel_stacks = HashedStacks(kernel=True)
         self._user_stacks_read = HashedStacks(kernel=False)
         # [short, long]: walk the stacks of 1 in N waits of each kind (see set_walk_every).
-        self.walk_every = (SHORT_WALK_EVERY, 1)
+        self.walk_every = DEFAULT_WALK_EVERY
 
     @property
     def programs(self) -> dict[str, int]:

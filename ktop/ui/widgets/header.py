@@ -14,7 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ktop.losses import BPF_CACHE_REPLACED, counts_intact, reason
-from ktop.model import PANE_FUNCTIONS, Pressure, Snapshot
+from ktop.model import PANE_FUNCTIONS, Pressure, SelfCostRow, Snapshot
 from ktop.registry import PANES, PaneDef
 from ktop.text import printable
 from ktop.ui.widgets.fit import MUST, Item, fit_items, item
@@ -67,7 +67,22 @@ def loss_lines(snapshot: Snapshot | None) -> list[tuple[str, str, int, str, bool
         spec = pane_of_loss[prefix]
         rows.append((spec.numbered_title, name, count, reason(spec.name, name),
                      counts_intact(spec.name, name)))
-    return sorted(rows, key=lambda row: row[4])  # stable: each pane's order kept
+    rows.sort(key=lambda row: row[4])  # stable: each pane's order kept
+    cost = snapshot.cost
+    if cost is not None and cost.budget_steps:  # the budget's steps: what they drop, first
+        rows.insert(0, ("ktop", "over --max-cost", len(cost.budget_steps), budget_text(cost),
+                        True))
+    return rows
+
+
+def budget_text(cost: SelfCostRow) -> str:
+    """What the cost budget's steps in force do, for L."""
+    spent = cost.cpu_percent + (cost.bpf_percent or 0.0)
+    return (f"ktop's cost ({spent:.1f}% of one CPU, process and BPF) went past --max-cost "
+            f"{cost.max_cost:g}%; in force, in order: "
+            + "; ".join(printable(step) for step in cost.budget_steps)
+            + ". Every total stays exact; the waits walked stand for the rest (scaled, "
+            "sampled_every in the stacks). Undone when the load falls.")
 
 
 def header_text(
@@ -109,6 +124,10 @@ def header_items(
     if cost is not None:  # what the observer costs, so the user can judge it
         bpf = "n/a" if cost.bpf_percent is None else f"{cost.bpf_percent:.1f}%"
         top.append(item(f"ktop CPU {cost.cpu_percent:.1f}%  BPF {bpf}", 6, "dim", gap="   "))
+        if cost.budget_steps:  # past --max-cost: what is degraded, never silent
+            step = printable(cost.budget_steps[-1])
+            top.append(item(f"over budget {cost.max_cost:g}%: {step} (L)", MUST - 1,
+                            "bold yellow", short=f"over budget {cost.max_cost:g}% (L)"))
         if cost.bpf_panes:
             shown = "  ".join(f"{printable(pane)} {percent:.1f}"
                               for pane, percent in cost.bpf_panes.items())
