@@ -189,6 +189,14 @@ CATALOGUE: tuple[Loss, ...] = (
     Loss("endings_not_kept", "endings",
          "more processes ended or signals came in an interval than a record keeps: the "
          "newest are listed, the rest counted only", counts_intact=True),
+    # ---- interrupts: enum irqs_lost (bpf/irqs.h) ----
+    Loss("counts_map_full", "irqs",
+         "the interrupt counters were full: the handler's or vector's run is not counted",
+         "IRQ_LOST_COUNTS_FULL"),
+    Loss("unpaired_exit", "irqs",
+         "a handler or softirq ended whose start was not seen (begun before ktop attached): "
+         "not counted", "IRQ_LOST_UNPAIRED_EXIT", note=True),
+    Loss("recursion_misses", "irqs", _RECURSION),
 )
 
 # Not data lost: how a pane started (ktop.collectors.progcache). Listed in L, apart from the

@@ -14,6 +14,7 @@ from ktop import losses
 from ktop.collectors import cpu, locks, waits
 from ktop.panes.blockio import collector as blockio
 from ktop.panes.endings import collector as endings
+from ktop.panes.irqs import collector as irqs
 from ktop.registry import PANES, bpf_panes
 from ktop.ui.widgets.header import loss_lines
 
@@ -41,7 +42,7 @@ def loss_enums() -> dict[str, list[str]]:
 def test_the_c_headers_hold_an_enum_of_losses_per_bpf_pane():
     enums = loss_enums()
     assert set(enums) == {"cpu_lost", "blk_lost", "lock_lost", "wait_lost",
-                          "syscalls_lost", "ending_lost"}, enums
+                          "syscalls_lost", "ending_lost", "irqs_lost"}, enums
 
 
 def test_the_catalogue_follows_every_c_enum_in_order():
@@ -63,6 +64,7 @@ def test_the_catalogue_follows_every_c_enum_in_order():
 @pytest.mark.parametrize("module, pane", [
     (cpu, "functions"), (locks, "locks"), (blockio, "blockio"), (waits, "waits"),
     (endings, "endings"),
+    (irqs, "irqs"),
 ])
 def test_each_collector_reads_its_lost_array_by_the_catalogue(module, pane):
     assert module.LOST_NAMES == losses.kernel_names(pane)

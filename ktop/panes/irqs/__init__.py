@@ -1,0 +1,1 @@
+"""Interrupts: hard-IRQ handlers and softirq vectors, the CPU time no process owns."""
