@@ -160,7 +160,7 @@ static __always_inline void add_call_atomic(struct sc_stat *s, u64 ns)
 	__sync_fetch_and_add(&s->hist[hist_slot(ns)], 1);
 }
 
-int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+int sc_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	struct sc_thread *t = threads.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -192,7 +192,7 @@ int on_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+int sc_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
 	struct sc_thread *t = threads.task_storage_get(task, 0, 0);
@@ -208,13 +208,10 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	}
 	ns = now - t->start_ns;
 	t->start_ns = 0;
-	key.tgid = pid_tgid >> 32;
 	key.tid = (u32)pid_tgid;
 	key.nr = t->nr;
 	key.abi = t->abi;
 	key.err = ret < 0 && ret >= -4095 ? (u16)-ret : 0;
-	key.cgroup = bpf_get_current_cgroup_id();
-	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 
 	if (t->flags & SC_THREAD_BLOCKED) {
 		t->last_blocked_ns = ns;
@@ -224,15 +221,15 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		struct sc_slow_key slow = {};
 		struct sc_stat *z, *v;
 
-		slow.tgid = key.tgid;
+		slow.tgid = pid_tgid >> 32;
 		slow.tid = key.tid;
 		slow.nr = key.nr;
 		slow.abi = key.abi;
 		slow.err = key.err;
 		slow.kstack = t->kstack;
-		slow.ustack = key.tgid ? user_stack(ctx) : -EFAULT;
-		slow.cgroup = key.cgroup;
-		__builtin_memcpy(slow.comm, key.comm, sizeof(slow.comm));
+		slow.ustack = slow.tgid ? user_stack(ctx) : -EFAULT;
+		slow.cgroup = bpf_get_current_cgroup_id();
+		bpf_get_current_comm(&slow.comm, sizeof(slow.comm));
 		if ((t->flags & SC_THREAD_BLOCKED) && t->kstack == -ENOENT)
 			count_lost(SC_LOST_SLOW_UNWALKED);
 		z = zero_stat.lookup(&zero);
@@ -274,14 +271,20 @@ int on_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 			s = counts_0.lookup(&key);
 		}
 	}
-	if (s)
-		add_call(s, ns);
+	if (!s)
+		return 0;
+	if (!s->count) {	/* a new entry (on this CPU): whose it is */
+		s->tgid = pid_tgid >> 32;
+		s->cgroup = bpf_get_current_cgroup_id();
+		bpf_get_current_comm(&s->comm, sizeof(s->comm));
+	}
+	add_call(s, ns);
 	return 0;
 }
 
 /* A thread going to sleep inside a call: walk its kernel stack there, once a call, when its
  * last call that slept was slow (or it has none yet). */
-int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
+int sc_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task;
 	struct sc_thread *t;

@@ -15,15 +15,15 @@ enum sc_abi {
 	SC_ABI_X32,			/* the x32 ABI: __X32_SYSCALL_BIT in the number */
 };
 
-/* Calls per (thread, number, errno, cgroup, command), one update a call's exit. */
+/* Calls per (thread, number, errno), one update a call's exit: a small key hashed fast.
+ * The thread's process, command and cgroup are written into the value when its entry is
+ * made (the maps are emptied every interval: a rename or a move shows from the next). */
 struct sc_key {
-	u32 tgid;
 	u32 tid;
 	u32 nr;				/* the number in its ABI's table */
 	u16 abi;			/* enum sc_abi */
 	u16 err;			/* errno of a failed call (-4095 <= ret < 0), 0 for success */
-	u64 cgroup;
-	char comm[KTOP_COMM_LEN];
+	u32 pad;
 };
 
 struct sc_stat {
@@ -31,6 +31,10 @@ struct sc_stat {
 	u64 total_ns;
 	u64 max_ns;
 	u64 hist[SC_HIST_SLOTS];
+	u32 tgid;			/* counts_*: the thread's, as of its entry's first call on this CPU */
+	u32 pad;
+	u64 cgroup;
+	char comm[KTOP_COMM_LEN];
 };
 
 /* Slow calls (at least SLOW_NS) per (thread, number, errno, stacks): the drill-down. */

@@ -30,9 +30,9 @@ PROGRAM = "syscalls.bpf.c"
 # wrote), exit before enter, so that no call is entered unseen by an attached exit (an exit
 # whose entry was not seen is counted as such).
 FUNCTIONS = {
-    "on_sched_switch": "sched_switch",
-    "on_sys_exit": "sys_exit",
-    "on_sys_enter": "sys_enter",
+    "sc_sched_switch": "sched_switch",
+    "sc_sys_exit": "sys_exit",
+    "sc_sys_enter": "sys_enter",
 }
 TRACEPOINTS = ["raw_syscalls:sys_enter", "raw_syscalls:sys_exit", "sched:sched_switch"]
 MAP_COUNTS = ("counts_0", "counts_1")
@@ -47,9 +47,11 @@ NOT_WALKED = -2  # -ENOENT: where the call slept was not walked (it never slept,
 STACKS_REMEMBERED = 8192
 
 # struct sc_key / sc_slow_key / sc_stat (bpf/syscalls.h)
-_KEY = struct.Struct("<IIIHHQ16s")
+_KEY = struct.Struct("<IIHHI")
 _SLOW_KEY = struct.Struct("<IIIHHqqQ16s")
-_STAT_WORDS = 3 + HIST_SLOTS
+_STAT_WORDS = 3 + HIST_SLOTS  # count, total, max, hist; then the identity:
+_IDENTITY = struct.Struct("<IIQ16s")  # tgid, pad, cgroup, comm
+_VALUE_WORDS = _STAT_WORDS + _IDENTITY.size // 8
 
 
 class CallCounts(NamedTuple):
@@ -135,23 +137,28 @@ def _abi(value: int) -> str:
     return ABIS[value] if value < len(ABIS) else "x64"
 
 
-def _summed(values: bytes, cpus: int) -> list[tuple[int, int, int, tuple[int, ...]]]:
-    """Per-CPU sc_stat values (cpus of them a key, back to back): (count, total, max, hist)."""
+def _summed(values: bytes, cpus: int,
+            ) -> list[tuple[int, int, int, tuple[int, ...], tuple[int, int, bytes]]]:
+    """Per-CPU sc_stat values (cpus of them a key, back to back): (count, total, max, hist,
+    (tgid, cgroup, comm) of a CPU that counted some)."""
     words = array("Q", values)
     rows = []
-    step = _STAT_WORDS * cpus
+    step = _VALUE_WORDS * cpus
+    identity = (0, 0, b"")
     for base in range(0, len(words), step):
         count = total = top = 0
         hist = [0] * HIST_SLOTS
         for cpu in range(cpus):
-            at = base + cpu * _STAT_WORDS
+            at = base + cpu * _VALUE_WORDS
+            if not words[at]:
+                continue
             count += words[at]
             total += words[at + 1]
             top = max(top, words[at + 2])
-            slots = words[at + 3:at + _STAT_WORDS]
-            if any(slots):
-                hist = [a + b for a, b in zip(hist, slots)]
-        rows.append((count, total, top, tuple(hist)))
+            hist = [a + b for a, b in zip(hist, words[at + 3:at + _STAT_WORDS])]
+            tgid, _, cgroup, comm = _IDENTITY.unpack_from(values, (at + _STAT_WORDS) * 8)
+            identity = (tgid, cgroup, comm)
+        rows.append((count, total, top, tuple(hist), identity))
     return rows
 
 
@@ -212,7 +219,7 @@ class SyscallCollector:
                 raise Unavailable(f"bpf/syscalls.h and the collector disagree on {table}'s key")
         try:
             for function, tracepoint in FUNCTIONS.items():
-                if function == "on_sched_switch" and not walk_sleeps:
+                if function == "sc_sched_switch" and not walk_sleeps:
                     continue
                 program.keep(attach_raw_tracepoint(program.programs[function], tracepoint))
         except OSError as e:
@@ -245,8 +252,11 @@ class SyscallCollector:
             return []
         cgroup_name = self._cgroups.name
         rows = []
-        for raw, (count, total, top, hist) in zip(keys, _summed(values, table.cpus or 1)):
-            tgid, tid, nr, abi, err, cgroup, comm = _KEY.unpack(raw)
+        for raw, (count, total, top, hist, (tgid, cgroup, comm)) in zip(
+                keys, _summed(values, table.cpus or 1)):
+            if not count:
+                continue
+            tid, nr, abi, err, _ = _KEY.unpack(raw)
             rows.append(CallCounts(tgid, tid, task_name(comm), cgroup_name(cgroup), nr,
                                    _abi(abi), err, count, total, top, hist))
         return rows
@@ -258,7 +268,7 @@ class SyscallCollector:
         cgroup_name = self._cgroups.name
         kernel, user = self._kernel.read, self._user.read
         rows = []
-        for raw, (count, total, top, hist) in zip(keys, _summed(values, 1)):
+        for raw, (count, total, top, hist, _) in zip(keys, _summed(values, 1)):
             tgid, tid, nr, abi, err, kstack, ustack, cgroup, comm = _SLOW_KEY.unpack(raw)
             rows.append(SlowCalls(tgid, tid, task_name(comm), cgroup_name(cgroup), nr,
                                   _abi(abi), err, kernel(kstack), min(0, kstack), user(ustack),
