@@ -21,6 +21,8 @@ from ktop.panes.blockio.model import IoSubmitStack as IoSubmitStack
 from ktop.panes.endings.model import EndingsProfile
 from ktop.panes.processes.model import ProcessRow as ProcessRow  # the processes pane's rows
 from ktop.panes.processes.model import TaskCounts as TaskCounts
+from ktop.panes.syscalls.model import SyscallProfile  # a pane's own profile
+from ktop.userframe import UserFrame as UserFrame  # (its own module: pane models import it)
 
 T = TypeVar("T")
 
@@ -84,13 +86,6 @@ class BuiltOnRead(Sequence[T], Generic[T]):
 NOT_CODE = "[not code]"
 
 
-@quick_init
-@dataclass(frozen=True, slots=True)
-class UserFrame:
-    """A user-space frame, symbolized while its process was alive."""
-
-    symbol: str  # "main+0x1a"; "[unknown]" if no symbol covers it; hex if no mapping does
-    module: str  # mapped file path, "[vdso]"/"[heap]"/"[anon]", or "[unknown]"
 
 
 # ktop's own processes (itself, its BPF compiler while it runs): the CPU sampler does not walk
@@ -378,6 +373,7 @@ class Snapshot:
     blockio: BlockProfile | None = None
     waits: WaitProfile | None = None
     endings: EndingsProfile | None = None
+    syscalls: SyscallProfile | None = None
     pressure: Pressure | None = None  # PSI avg10, from /proc/pressure
     cgroup_pressure: Pressure | None = None  # the --cgroup's own, from its *.pressure files
     cgroup_pressure_of: str = ""  # that cgroup v2's path

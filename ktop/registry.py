@@ -42,6 +42,7 @@ from ktop.panedef import (
 )
 from ktop.panes.blockio.pane import BLOCKIO
 from ktop.panes.processes.pane import PROCESSES
+from ktop.panes.syscalls.pane import SYSCALLS
 
 if TYPE_CHECKING:
     from ktop.ui.widgets.pane import Pane
@@ -416,6 +417,7 @@ PANES[:] = [
                         "last_killed_comm", "last_killed_how", "last_killed_by"), _endings_csv),
         metrics=_endings_metrics,
     ),
+    SYSCALLS,
 ]
 
 

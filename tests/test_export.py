@@ -47,6 +47,7 @@ from ktop.model import (
     WaitStack,
     WaitWaker,
 )
+from ktop.panes.syscalls.model import SlowSyscalls, SyscallProfile, SyscallStat
 
 
 def test_recorded_snapshot_round_trips_exactly(recorded_snapshot):
@@ -203,6 +204,16 @@ def full_snapshot() -> Snapshot:
         lost={"wait_stacks_full": 1}, notes={"unseen_start": 4}, min_walk_us=1000, min_walk_d_us=10,
         window_s=5 + THIRD, short_walk_every=64, long_walk_every=8,
     )
+    syscalls = SyscallProfile(
+        calls=(SyscallStat(pid=7, tid=8, comm="dd", cgroup="/ktop-test", syscall="openat",
+                           errno="ENOENT", count=3, total_ns=3000, max_ns=1500,
+                           hist=(0,) * 10 + (3,)),),
+        slow=(SlowSyscalls(pid=7, tid=8, comm="dd", cgroup="/ktop-test", syscall="fsync",
+                           errno="EIO", frames=("io_schedule+0x42",), user=(frame,), count=1,
+                           total_ns=2_000_000, max_ns=2_000_000, hist=(0,) * 20 + (1,)),),
+        lost={"counts_map_full": 2}, notes={"unpaired_exit": 5}, slow_ns=1_000_000,
+        window_s=5 + THIRD,
+    )
     return Snapshot(
         ktop_version="0.1", kernel="6.18.44", hostname="testhost", taken_at=1767268245 + THIRD,
         duration_s=5 + THIRD, headers="linux-headers-6.1.0-56-amd64", cpu=cpu,
@@ -210,6 +221,7 @@ def full_snapshot() -> Snapshot:
                               "/ktop-test", 4096.0, 67108864.0, user_percent=10 + THIRD,
                               parent=1, runq_percent=3 + THIRD),),  # parent: as on exited rows
         locks=locks, blockio=blockio, waits=waits, endings=every_field_profile(),
+        syscalls=syscalls,
         pressure=Pressure(cpu_some=1 + THIRD, cpu_full=THIRD, io_some=2 + THIRD, io_full=THIRD,
                           memory_some=THIRD, memory_full=THIRD / 2),
         cgroup_pressure=Pressure(cpu_some=THIRD, cpu_full=THIRD, io_some=THIRD, io_full=THIRD,

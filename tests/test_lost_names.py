@@ -113,8 +113,11 @@ def test_every_catalogued_loss_is_explained_on_l_as_catalogued(recorded_snapshot
 def _empty(spec):
     from ktop.model import WaitProfile
     from ktop.panes.endings.model import EndingsProfile
+    from ktop.panes.syscalls.model import SyscallProfile
 
     if spec.name == "endings":
         return EndingsProfile(lost={}, endings=(), signals=(), counts=(), exits=0, oom_kills=0)
+    if spec.name == "syscalls":
+        return SyscallProfile(calls=(), slow=(), lost={})
     assert spec.name == "waits"  # the panes the recorded fixture lacks
     return WaitProfile(processes=(), stacks=(), lost={})

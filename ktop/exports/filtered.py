@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ktop.cgroups import in_subtree
 from ktop.lockviews import caller_waits_of
 from ktop.model import BlockProfile, CpuProfile, LockCaller, LockProfile, Snapshot, WaitProfile
+from ktop.panes.syscalls.exports import filtered as syscalls_filtered
 from ktop.stacktree import hot_functions
 
 Shows = Callable[[int, str], bool]
@@ -49,6 +50,7 @@ def filtered_snapshot(snapshot: Snapshot, pid: int | None = None,
         locks=_locks(snapshot.locks, shows) if snapshot.locks else None,
         blockio=_blockio(snapshot.blockio, shows) if snapshot.blockio else None,
         waits=_waits(snapshot.waits, shows) if snapshot.waits else None,
+        syscalls=syscalls_filtered(snapshot.syscalls, shows) if snapshot.syscalls else None,
     )
 
 

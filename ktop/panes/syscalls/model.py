@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ktop.frozen import quick_init
-from ktop.model import UserFrame
+from ktop.userframe import UserFrame
 
 HIST_SLOTS = 32  # SC_HIST_SLOTS: slot k holds calls of [2^k, 2^(k+1)) ns, the last longer
 
