@@ -69,8 +69,8 @@ def test_every_pane_with_data_declares_its_exports():
 
 def test_the_cli_offers_exactly_the_declared_exports():
     assert parse_args(["--snapshot", "o.folded", "--folded-of", "offcpu"]).folded_of == "offcpu"
-    assert FOLDED == ["cpu", "locks", "io", "io-latency", "offcpu", "signals"]
-    assert PPROF == ["cpu", "locks", "io", "offcpu", "signals"]
+    assert FOLDED == ["cpu", "locks", "io", "io-latency", "offcpu", "signals", "syscalls"]
+    assert PPROF == ["cpu", "locks", "io", "offcpu", "signals", "syscalls"]
     for name in FOLDED:
         assert parse_args(["--snapshot", "o.folded", "--folded-of", name]).folded_of == name
     for name in PPROF:
