@@ -31,6 +31,7 @@ from ktop.model import (
     WaitProfile,
     WaitStack,
 )
+from ktop.panes.syscalls.model import SlowSyscalls, SyscallProfile, SyscallStat
 from ktop.record.fileformat import RecordWriter
 from ktop.stacktree import hot_functions
 
@@ -124,6 +125,23 @@ def _waits(busy: bool) -> WaitProfile:
                        stacks=tuple(s for _, stacks in rows for s in stacks), lost={}, window_s=1.0)
 
 
+def _calls(pid: int, comm: str, count: int, errno: str = "") -> tuple[SyscallStat, SlowSyscalls]:
+    ms = 1_000_000
+    stat = SyscallStat(pid=pid, tid=pid, comm=comm, cgroup="/", syscall="read", errno=errno,
+                       count=count, total_ns=count * 2 * ms, max_ns=3 * ms, hist=())
+    slow = SlowSyscalls(pid=pid, tid=pid, comm=comm, cgroup="/", syscall="read", errno=errno,
+                        frames=("schedule+0x10", f"{comm}_read_path+0x20"), user=(),
+                        count=count, total_ns=count * 2 * ms, max_ns=3 * ms, hist=())
+    return stat, slow
+
+
+def _syscalls(busy: bool) -> SyscallProfile:
+    rows = ([_calls(100, "dd", 300), _calls(200, "tar", 100, "EAGAIN")] if busy
+            else [_calls(100, "dd", 100), _calls(300, "calmd", 10, "ENOENT")])
+    return SyscallProfile(calls=tuple(c for c, _ in rows), slow=tuple(s for _, s in rows),
+                          lost={}, slow_ns=1_000_000, window_s=1.0)
+
+
 def record(i: int) -> Snapshot:
     busy = i >= BUSY
     processes = ((_process(100, "dd", 50.0), _process(200, "tar", 20.0)) if busy
@@ -131,7 +149,7 @@ def record(i: int) -> Snapshot:
     return Snapshot(ktop_version="test", kernel="6.18.0-test", hostname="testhost",
                     taken_at=START + i, duration_s=1.0, headers="", cpu=_cpu(busy),
                     processes=processes, locks=_locks(busy), blockio=_blockio(busy),
-                    waits=_waits(busy))
+                    waits=_waits(busy), syscalls=_syscalls(busy))
 
 
 def make_compare_recording(path, records: range = range(RECORDS)) -> str:
