@@ -17,8 +17,15 @@ from collections.abc import Callable
 
 from ktop.cgroups import in_subtree
 from ktop.lockviews import caller_waits_of
-from ktop.model import BlockProfile, CpuProfile, LockCaller, LockProfile, Snapshot, WaitProfile
-from ktop.panes.syscalls.exports import filtered as syscalls_filtered
+from ktop.model import (
+    BlockProfile,
+    CpuProfile,
+    LockCaller,
+    LockProfile,
+    Snapshot,
+    SyscallProfile,
+    WaitProfile,
+)
 from ktop.stacktree import hot_functions
 
 Shows = Callable[[int, str], bool]
@@ -50,7 +57,7 @@ def filtered_snapshot(snapshot: Snapshot, pid: int | None = None,
         locks=_locks(snapshot.locks, shows) if snapshot.locks else None,
         blockio=_blockio(snapshot.blockio, shows) if snapshot.blockio else None,
         waits=_waits(snapshot.waits, shows) if snapshot.waits else None,
-        syscalls=syscalls_filtered(snapshot.syscalls, shows) if snapshot.syscalls else None,
+        syscalls=_syscalls(snapshot.syscalls, shows) if snapshot.syscalls else None,
     )
 
 
@@ -76,6 +83,12 @@ def _locks(locks: LockProfile, shows: Shows) -> LockProfile:
     return dataclasses.replace(
         locks, callers=callers, tasks=tuple(t for t in locks.tasks if shows(t.pid, t.cgroup)),
         locks=(), owners=(), events=sum(c.contended for c in callers))
+
+
+def _syscalls(profile: SyscallProfile, shows: Shows) -> SyscallProfile:
+    return dataclasses.replace(
+        profile, calls=tuple(c for c in profile.calls if shows(c.pid, c.cgroup)),
+        slow=tuple(s for s in profile.slow if shows(s.pid, s.cgroup)))
 
 
 def _blockio(block: BlockProfile, shows: Shows) -> BlockProfile:

@@ -1,14 +1,12 @@
 """The syscalls pane's exports: folded stacks of slow calls, pprof `syscalls`, OpenMetrics
-families with bounded labels (top N syscalls, the rest as "other"), CSV cells, and the
---pid/--cgroup cut of its profile."""
+families with bounded labels (top N syscalls, the rest as "other"), CSV cells."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ktop.panes.syscalls.model import SlowSyscalls, SyscallProfile
+from ktop.panes.syscalls.model import SlowSyscalls
 from ktop.panes.syscalls.views import by_errno, by_syscall
 from ktop.text import csv_cell
 
@@ -17,13 +15,6 @@ if TYPE_CHECKING:
 
 CSV_COLUMNS = ("syscalls", "syscall_errors", "syscall_ms", "top_syscall", "top_syscall_calls",
                "top_syscall_errno", "top_syscall_errno_calls")
-
-
-def filtered(profile: SyscallProfile, shows: Callable[[int, str], bool]) -> SyscallProfile:
-    """Only the rows of the processes shown (--pid, --cgroup)."""
-    return dataclasses.replace(
-        profile, calls=tuple(c for c in profile.calls if shows(c.pid, c.cgroup)),
-        slow=tuple(s for s in profile.slow if shows(s.pid, s.cgroup)))
 
 
 def slow_stack_frames(slow: SlowSyscalls) -> list[str]:
