@@ -74,6 +74,7 @@ bench: setup
 	$(PY) bench/busy.py
 	$(PY) bench/overhead.py
 	$(PY) bench/waits_cost.py
+	$(PY) bench/irqs_cost.py
 	$(PY) bench/serve_load.py
 	$(PY) bench/startup.py
 
