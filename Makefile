@@ -75,6 +75,7 @@ bench: setup
 	$(PY) bench/overhead.py
 	$(PY) bench/waits_cost.py
 	$(PY) bench/irqs_cost.py
+	$(PY) bench/syscalls_cost.py
 	$(PY) bench/serve_load.py
 	$(PY) bench/startup.py
 
