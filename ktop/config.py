@@ -39,7 +39,7 @@ CONFIG_NAME = "ktop.conf"
 # The default is what fits a 160x50 screen two a row: the five first panes; a new pane
 # shows once chosen (--panes, p, or a layout naming it).
 LAYOUTS: dict[str, tuple[str, ...]] = {
-    "default": ("functions", "locks", "blockio", "processes", "waits"),
+    "default": ("functions", "locks", "blockio", "processes", "waits", "endings"),
     # Where CPU time goes: on the CPU, in syscalls, and off it.
     "cpu": ("functions", "processes", "syscalls", "waits"),
     # Who does I/O and who waits for it.

@@ -14,7 +14,8 @@ from ktop.config import ChoiceError, ConfigError
 
 
 def test_the_default_is_the_five_panes_that_fit_the_screen():
-    assert config.default_panes() == ("functions", "locks", "blockio", "processes", "waits")
+    assert config.default_panes() == ("functions", "locks", "blockio", "processes", "waits",
+                                      "endings")
     # Every pane of the registry not in it shows once chosen; "all" holds every one.
     assert config.layout_panes("all") == config.pane_names()
 
@@ -159,7 +160,7 @@ def test_panes_list_names_them_and_exits(capsys):
         cli.parse_args(["--panes", "list"])
     assert ended.value.code == 0
     out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "functions,locks,blockio,processes,waits" in out
+    assert out.count("\n") == 1 and "functions,locks,blockio,processes,waits,endings" in out
 
 
 @pytest.mark.parametrize(("argv", "said"), [

@@ -174,7 +174,7 @@ def test_fewer_panes_chosen_fit_the_grid_again(recorded_snapshot, seven_panes):
         app = pilot.app
         await pilot.press("7")  # the last pane, shown alone under the tabs
         seen["before"] = shown(app)
-        await pilot.press("p", "d")  # the default layout (the seventh left out)
+        await pilot.press("p", "c")  # the cpu layout (four panes, the seventh left out)
         await pilot.press("escape")
         await pilot.pause(0.2)
         seen["after"] = shown(app)
@@ -183,5 +183,5 @@ def test_fewer_panes_chosen_fit_the_grid_again(recorded_snapshot, seven_panes):
     run_app(build_app(RecordedSource([recorded_snapshot]), panes=seven_panes), scenario,
             size=(120, 24))
     assert seen["before"] == [seven_panes[6]]
-    assert seen["after"] == list(config.default_panes())
+    assert seen["after"] == list(config.layout_panes("cpu"))
     assert seen["focused"] == "functions"
