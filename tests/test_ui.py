@@ -142,15 +142,16 @@ def test_tab_shift_tab_and_digits_move_between_panes(recorded_snapshot):
     async def scenario(pilot):
         app = pilot.app
         visits.append(app.main_screen.focused_pane().PANE)
-        for key in ("tab", "tab", "tab", "tab", "tab", "tab", "shift+tab", "4", "2", "1", "3",
-                    "5", "6"):
+        for key in ("tab", "tab", "tab", "tab", "tab", "tab", "tab", "shift+tab", "4", "2",
+                    "1", "3", "5", "6", "7"):
             await pilot.press(key)
             visits.append(app.main_screen.focused_pane().PANE)
 
     run_app(app_for(recorded_snapshot), scenario)
     assert visits == [
-        "functions", "locks", "blockio", "processes", "waits", "endings", "functions",
-        "endings", "processes", "locks", "functions", "blockio", "waits", "endings",
+        "functions", "locks", "blockio", "processes", "waits", "endings", "syscalls",
+        "functions", "syscalls", "processes", "locks", "functions", "blockio", "waits",
+        "endings", "syscalls",
     ]
 
 

@@ -184,4 +184,4 @@ def test_fewer_panes_chosen_fit_the_grid_again(recorded_snapshot, seven_panes):
             size=(120, 24))
     assert seen["before"] == [seven_panes[6]]
     assert seen["after"] == list(config.layout_panes("cpu"))
-    assert seen["focused"] == "functions"
+    assert seen["focused"] in seen["after"]  # the focus left the seventh for one shown
