@@ -197,6 +197,20 @@ CATALOGUE: tuple[Loss, ...] = (
          "a handler or softirq ended whose start was not seen (begun before ktop attached): "
          "not counted", "IRQ_LOST_UNPAIRED_EXIT", note=True),
     Loss("recursion_misses", "irqs", _RECURSION),
+    # ---- memory: enum memory_lost (bpf/memory.h) ----
+    Loss("starts_map_full", "memory",
+         "no room to keep a reclaim or compaction stall's start: the stall is not counted",
+         "MEM_LOST_STARTS_FULL"),
+    Loss("unpaired_end", "memory",
+         "a stall ended whose start was not seen (begun before ktop attached): not counted",
+         "MEM_LOST_UNPAIRED_END", note=True),
+    Loss("counts_map_full", "memory",
+         "the per-thread stall counters were full: the stall is not counted",
+         "MEM_LOST_COUNTS_FULL"),
+    Loss("kstack_map_full", "memory", _KSTACK_FULL, "MEM_LOST_KSTACK_FULL"),
+    Loss("ustack_map_full", "memory", _USTACK_FULL, "MEM_LOST_USTACK_FULL"),
+    Loss("stack_missing", "memory", _STACK_MISSING),
+    Loss("recursion_misses", "memory", _RECURSION),
 )
 
 # Not data lost: how a pane started (ktop.collectors.progcache). Listed in L, apart from the

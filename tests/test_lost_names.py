@@ -42,7 +42,7 @@ def loss_enums() -> dict[str, list[str]]:
 def test_the_c_headers_hold_an_enum_of_losses_per_bpf_pane():
     enums = loss_enums()
     assert set(enums) == {"cpu_lost", "blk_lost", "lock_lost", "wait_lost",
-                          "syscalls_lost", "ending_lost", "irqs_lost"}, enums
+                          "syscalls_lost", "ending_lost", "irqs_lost", "memory_lost"}, enums
 
 
 def test_the_catalogue_follows_every_c_enum_in_order():

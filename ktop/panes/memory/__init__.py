@@ -1,0 +1,1 @@
+"""The memory pane: reclaim and compaction stalls (bpf/memory.bpf.c), kswapd apart."""
