@@ -109,7 +109,7 @@ def test_reclaim_stalls_of_a_reader_in_a_small_v1_cgroup_match_perf(
         collector.close()
     mine = [s for d in drains for s in d.stalls
             if s.pid == reader.pid and s.kind == "memcg_reclaim"]
-    count = sum(s.count for s in mine)
+    count = sum(s.stalls for s in mine)
     total = sum(s.total_ns for s in mine)
     script = subprocess.run(["perf", "script", "-i", str(perf_data), "-F",
                              "comm,tid,time,event"],

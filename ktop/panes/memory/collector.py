@@ -65,7 +65,7 @@ class Stalls(NamedTuple):
     kthread: bool  # a kernel thread's (kswapd, kcompactd): nobody's stall
     kernel: tuple[int, ...]  # innermost first; () if not walked
     user: tuple[int, ...]
-    count: int
+    stalls: int  # how many
     total_ns: int
     max_ns: int
     reclaimed: int  # pages
