@@ -28,6 +28,7 @@ pytestmark = [
 
 LIMIT = 32 << 20
 FILE_SIZE = 128 << 20
+PERF_OWN_NS = 15_000  # at most perf's own cost inside a stall it times (see below)
 TRACEPOINTS = ("vmscan:mm_vmscan_memcg_reclaim_begin", "vmscan:mm_vmscan_memcg_reclaim_end")
 
 
@@ -112,13 +113,17 @@ def test_reclaim_stalls_of_a_reader_in_a_small_v1_cgroup_match_perf(
     count = sum(s.stalls for s in mine)
     total = sum(s.total_ns for s in mine)
     script = subprocess.run(["perf", "script", "-i", str(perf_data), "-F",
-                             "comm,tid,time,event"],
+                             "comm,tid,time,event", "--ns"],
                             capture_output=True, text=True, timeout=120, check=True).stdout
     perf_count, perf_total = perf_stalls(script, reader.pid)
     print(f"ktop {count} stalls {total / 1e6:.1f} ms; perf {perf_count} {perf_total / 1e6:.1f} ms")
     assert perf_count > 50, script[:2000]  # the reader did stall
     assert abs(count - perf_count) <= 0.1 * perf_count
-    assert abs(total - perf_total) <= 0.1 * perf_total
+    # perf's stall is measured by its own handlers' clock, each writing a record to its ring
+    # buffer inside the stall it times: 7-11 us a stall more than ktop's here (measured with
+    # ns stamps, 190-640 stalls of 35-190 us). Within 10% once that is allowed for.
+    assert abs(total - perf_total) <= 0.1 * perf_total + PERF_OWN_NS * perf_count
+    assert total <= perf_total * 1.02  # perf's window holds ktop's
     assert max(s.max_ns for s in mine) > 0
     assert sum(s.reclaimed for s in mine) > (FILE_SIZE - LIMIT) // 4096 // 2  # pages freed
     # The stalled reader's stacks: the kernel's through the charge, the user's in cat.
