@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from ktop.model import Snapshot
+from ktop.text import csv_cell
 
 CSV_COLUMNS = ("ended", "ended_by_signal", "signals", "oom_kills", "last_killed_pid",
                "last_killed_comm", "last_killed_how", "last_killed_by")
@@ -19,8 +20,9 @@ def csv_cells(snapshot: Snapshot, show_idle: bool) -> list[object]:
     killed = [e for e in endings.endings if e.signal]
     last = killed[0] if killed else None
     return [endings.exits, len(killed), sum(c.count for c in endings.counts), endings.oom_kills,
-            last.pid if last else "", last.comm if last else "", last.how if last else "",
-            f"{last.killer_comm} {last.killer_pid}" if last and last.killer_pid else ""]
+            last.pid if last else "", csv_cell(last.comm) if last else "",
+            csv_cell(last.how) if last else "",
+            csv_cell(f"{last.killer_comm} {last.killer_pid}") if last and last.killer_pid else ""]
 
 
 def metric_families(metrics: Any, snapshot: Snapshot) -> list[Any]:
