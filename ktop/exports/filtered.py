@@ -20,6 +20,7 @@ from ktop.lockviews import caller_waits_of
 from ktop.model import (
     BlockProfile,
     CpuProfile,
+    EndingsProfile,
     LockCaller,
     LockProfile,
     Snapshot,
@@ -58,6 +59,7 @@ def filtered_snapshot(snapshot: Snapshot, pid: int | None = None,
         blockio=_blockio(snapshot.blockio, shows) if snapshot.blockio else None,
         waits=_waits(snapshot.waits, shows) if snapshot.waits else None,
         syscalls=_syscalls(snapshot.syscalls, shows) if snapshot.syscalls else None,
+        endings=_endings(snapshot.endings, shows) if snapshot.endings else None,
     )
 
 
@@ -89,6 +91,17 @@ def _syscalls(profile: SyscallProfile, shows: Shows) -> SyscallProfile:
     return dataclasses.replace(
         profile, calls=tuple(c for c in profile.calls if shows(c.pid, c.cgroup)),
         slow=tuple(s for s in profile.slow if shows(s.pid, s.cgroup)))
+
+
+def _endings(profile: EndingsProfile, shows: Shows) -> EndingsProfile:
+    """As the pane cuts them: an ending by its process, a signal by its sender (its pid and
+    cgroup) or its target (its pid: the target's cgroup is not recorded)."""
+    return dataclasses.replace(
+        profile, endings=tuple(e for e in profile.endings if shows(e.pid, e.cgroup)),
+        signals=tuple(s for s in profile.signals
+                      if shows(s.sender_pid, s.cgroup) or shows(s.target_pid, "")),
+        counts=tuple(c for c in profile.counts
+                     if shows(c.sender_pid, c.cgroup) or shows(c.target_pid, "")))
 
 
 def _blockio(block: BlockProfile, shows: Shows) -> BlockProfile:
