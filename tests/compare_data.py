@@ -9,6 +9,8 @@ is its samples a record. Per record:
   I/O        dd 100 sda W 1 MiB                    dd 100 sda W 4 MiB, tar 200 sda R 2 MiB
   processes  dd 100 10%, calmd 300 5%             dd 100 50%, tar 200 20%
   waits      dd 100 runq 100 ms                   dd 100 runq 300 ms + D 200 ms, tar 200 D 100 ms
+  endings    dd 100 SIGPIPE, calmd 300 SIGUSR1    dd 100 SIGPIPE, tar 200 SIGSEGV (each its own)
+             calmd 300 exit 0                     tar 200 SIGSEGV (core dumped)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ktop.model import (
     WaitProfile,
     WaitStack,
 )
+from ktop.panes.endings.model import Ending, EndingsProfile, SignalCount, SignalSent
 from ktop.panes.syscalls.model import SlowSyscalls, SyscallProfile, SyscallStat
 from ktop.record.fileformat import RecordWriter
 from ktop.stacktree import hot_functions
@@ -142,6 +145,37 @@ def _syscalls(busy: bool) -> SyscallProfile:
                           lost={}, slow_ns=1_000_000, window_s=1.0)
 
 
+def _signal(at: float, pid: int, comm: str, signal: str, sig: int, code: str) -> SignalSent:
+    """A signal a process sent itself (a write to a closed pipe, a fault, raise())."""
+    return SignalSent(time=at, signal=signal, sig=sig, code=code, result="delivered",
+                      sender_pid=pid, sender_tid=pid, sender_comm=comm, target_pid=pid,
+                      target_tid=pid, target_comm=comm, cgroup="/",
+                      kernel=("send_signal_locked+0x10", f"{comm}_signal_path+0x20"),
+                      user=(f"{comm}_main+0x1a ({comm})",))
+
+
+def _endings(busy: bool, at: float) -> EndingsProfile:
+    if busy:
+        signals = (_signal(at, 100, "dd", "SIGPIPE", 13, "SI_KERNEL"),
+                   _signal(at, 200, "tar", "SIGSEGV", 11, "SEGV_MAPERR"))
+        segv = signals[1]
+        endings = (Ending(time=at, pid=200, ppid=1, comm="tar", cgroup="/",
+                          how="SIGSEGV (core dumped)", exit_code=-1, signal="SIGSEGV",
+                          lifetime_s=10.0, cpu_s=0.2, killer_pid=200, killer_comm="tar",
+                          killer=segv),)
+    else:
+        signals = (_signal(at, 100, "dd", "SIGPIPE", 13, "SI_KERNEL"),
+                   _signal(at, 300, "calmd", "SIGUSR1", 10, "SI_TKILL"))
+        endings = (Ending(time=at, pid=300, ppid=1, comm="calmd", cgroup="/", how="exit 0",
+                          exit_code=0, signal="", lifetime_s=10.0, cpu_s=0.1),)
+    counts = tuple(SignalCount(signal=s.signal, sig=s.sig, result=s.result,
+                               sender_pid=s.sender_pid, sender_comm=s.sender_comm,
+                               target_pid=s.target_pid, target_comm=s.target_comm,
+                               cgroup=s.cgroup, count=1) for s in signals)
+    return EndingsProfile(lost={}, endings=endings, signals=signals, counts=counts,
+                          exits=len(endings), oom_kills=0, window_s=1.0)
+
+
 def record(i: int) -> Snapshot:
     busy = i >= BUSY
     processes = ((_process(100, "dd", 50.0), _process(200, "tar", 20.0)) if busy
@@ -149,7 +183,8 @@ def record(i: int) -> Snapshot:
     return Snapshot(ktop_version="test", kernel="6.18.0-test", hostname="testhost",
                     taken_at=START + i, duration_s=1.0, headers="", cpu=_cpu(busy),
                     processes=processes, locks=_locks(busy), blockio=_blockio(busy),
-                    waits=_waits(busy), syscalls=_syscalls(busy))
+                    waits=_waits(busy), syscalls=_syscalls(busy),
+                    endings=_endings(busy, START + i))
 
 
 def make_compare_recording(path, records: range = range(RECORDS)) -> str:

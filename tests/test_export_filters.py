@@ -29,11 +29,14 @@ def _with_own_names(value):
         return value
     changes = {f.name: _with_own_names(getattr(value, f.name))
                for f in dataclasses.fields(value) if f.name not in ("pid", "comm", "cgroup")}
-    pid = getattr(value, "pid", None)
-    if isinstance(pid, int) and pid > 0 and hasattr(value, "comm"):
-        changes["comm"] = f"comm-{pid}"
-        if hasattr(value, "cgroup"):
-            changes["cgroup"] = f"/app-{pid}.slice"
+    # A signal's sender and target (its cgroup the sender's), an ending's killer: each named
+    # by its own pid as well.
+    for prefix in ("killer_", "target_", "sender_", ""):
+        pid = getattr(value, f"{prefix}pid", None)
+        if isinstance(pid, int) and pid > 0 and hasattr(value, f"{prefix}comm"):
+            changes[f"{prefix}comm"] = f"comm-{pid}"
+            if hasattr(value, "cgroup") and prefix in ("sender_", ""):
+                changes["cgroup"] = f"/app-{pid}.slice"
     return dataclasses.replace(value, **changes)
 
 
