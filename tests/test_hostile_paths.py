@@ -91,8 +91,10 @@ def run_in_terminal(code: str, steps: list[tuple[str, str]], cwd: str,
     pid, fd = pty.fork()
     if pid == 0:  # the child: the terminal is its stdin, stdout and stderr
         os.chdir(cwd)
+        # No saved pane choice (key p) of the user's: the default layout, Processes shown.
         os.execve(sys.executable, [sys.executable, "-c", code],
-                  {**os.environ, "TERM": "xterm-256color", "TZ": "UTC"})
+                  {**os.environ, "TERM": "xterm-256color", "TZ": "UTC",
+                   "XDG_CONFIG_HOME": os.path.join(cwd, ".no-config")})
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
     output = bytearray()
     deadline = time.monotonic() + seconds
