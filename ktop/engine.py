@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import math
 import platform
 import socket
 import threading
@@ -171,6 +172,8 @@ class LiveSource:
         self._iostat = IostatWindow(options.window_s)
         self._self_cost = SelfCost()
         self._budget = CostBudget(options.max_cost)
+        self._loading_seen_at = -math.inf  # when a refresh last saw a pane loading
+        self._cost_measured_at: float | None = None
         # /proc/stat at the start, then at each collect without a CPU profile to split it.
         self._ticks = CpuTicks()
         self._proc_stat_split()
@@ -464,7 +467,15 @@ class LiveSource:
         load = budget.load()
         if cost is None or budget.max_percent <= 0:
             return cost
-        if budget.observe(cost.cpu_percent + (cost.bpf_percent or 0.0), load):
+        # Loading a pane (kernel symbols, compiling or verifying its programs) is a one-off
+        # cost, not one to degrade for: a refresh that saw any of it is not held to the budget.
+        now = time.monotonic()
+        with self._lock:
+            if self._loading:
+                self._loading_seen_at = now
+        began, self._cost_measured_at = self._cost_measured_at, now
+        steady = began is not None and began > self._loading_seen_at
+        if steady and budget.observe(cost.cpu_percent + (cost.bpf_percent or 0.0), load):
             with self._lock:
                 running = list(self._running.values())
             for collector, _ in running:
