@@ -90,6 +90,9 @@ def run_in_terminal(code: str, steps: list[tuple[str, str]], cwd: str,
     or None if it had to be killed; everything it wrote)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the terminal is its stdin, stdout and stderr
+        # Its size set before ktop can read it: set by the parent alone, a starved parent
+        # (the suite two at a time on two CPUs) left ktop drawing an 80x24 screen of tabs.
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
         os.chdir(cwd)
         # No saved pane choice (key p) of the user's: the default layout, Processes shown.
         os.execve(sys.executable, [sys.executable, "-c", code],
