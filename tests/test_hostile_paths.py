@@ -102,7 +102,7 @@ def run_in_terminal(code: str, steps: list[tuple[str, str]], cwd: str,
     output = bytearray()
     deadline = time.monotonic() + seconds
     pending = list(steps)
-    waiting_for = "Processes"  # the screen is up
+    waiting_for = "Quit"  # the screen is up (the footer: at 80x24 the panes are tabs)
     status = None
     poller = select.poll()  # not select: it refuses descriptors above 1024
     poller.register(fd, select.POLLIN)
